@@ -1,0 +1,28 @@
+"""``python -m hive.sidecar``: run the sidecar in the foreground (what `hive sidecar` runs)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .errors import HiveError
+from .paths import state_paths
+from .server import run_sidecar
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="hive sidecar", description="Run the hive sidecar in the foreground.")
+    parser.add_argument("--ready-fd", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    try:
+        run_sidecar(state_paths(), ready_fd=args.ready_fd)
+    except HiveError as exc:
+        print(f"hive: {exc.message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

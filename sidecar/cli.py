@@ -1,0 +1,221 @@
+"""The ``hive`` command line.
+
+Exit codes: 0 success, 1 a user error (the one-line reason is printed), 2 the sidecar cannot be
+reached or started.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+
+from .client import Client
+from .errors import HiveError, Unreachable
+from .paths import state_paths
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def _call(op: str, autostart: bool = True, **args: Any) -> dict[str, Any]:
+    async def go() -> dict[str, Any]:
+        async with Client.open(state_paths(), autostart=autostart) as client:
+            return await client.call(op, **args)
+
+    return anyio.run(go)
+
+
+def cmd_sidecar(args: argparse.Namespace) -> int:
+    from .__main__ import main as sidecar_main
+
+    return sidecar_main([])
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    paths = state_paths()
+    try:
+        result = _call("shutdown", autostart=False)
+    except Unreachable:
+        print("no sidecar is running")
+        return 0
+    deadline = time.monotonic() + 10
+    with open(paths.lock, "a+b") as lock:
+        while time.monotonic() < deadline:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                time.sleep(0.02)
+                continue
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            print(f"stopped the sidecar (pid {result.get('pid')})")
+            return 0
+    print(f"asked the sidecar (pid {result.get('pid')}) to stop, but it is still running", file=sys.stderr)
+    return 2
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    status = _call("status")
+    if args.json:
+        _print_json(status)
+        return 0
+    print(f"sidecar {status['version']} running (pid {status['pid']}, up {status['uptime']:.0f}s)")
+    print(f"  state folder  {status['home']}")
+    print(f"  socket        {status['socket']}")
+    print(f"  you           {status['person']} on {status['machine']}")
+    print(f"  team          {status['team'] or 'none (this machine only)'}")
+    print(f"  sessions      {status['sessions_live']} live, {status['sessions_known']} known")
+    unread = status["terminal_unread"]
+    if unread:
+        print(f"  your inbox    {unread} unread from {', '.join(status['terminal_unread_from'])}: `hive inbox`")
+    return 0
+
+
+def cmd_who(args: argparse.Namespace) -> int:
+    result = _call("who", all=args.all, filter=args.filter)
+    if args.json:
+        _print_json(result)
+        return 0
+    sessions = result["sessions"]
+    if not sessions:
+        print("no live sessions" + ("" if args.all else " (add --all for recent ones)"))
+        return 0
+    rows = [("ADDRESS", "AGENT", "REPO@BRANCH", "TIER", "STATE", "DOING")]
+    for s in sessions:
+        where = s["repo"] or s["folder"]
+        if s["branch"]:
+            where = f"{where}@{s['branch']}"
+        rows.append((s["address"], s["agent"], where, s["tier"], "live" if s["live"] else "gone", s["doing"]))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    for row in rows:
+        print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:5])) + "  " + row[5])
+    return 0
+
+
+def cmd_send(args: argparse.Namespace) -> int:
+    text = " ".join(args.text)
+    if text == "-":
+        text = sys.stdin.read()
+    request: dict[str, Any] = {"to": args.to, "body": text, "fyi": args.fyi}
+    if args.sender:
+        request["from"] = args.sender
+    if args.reply_to:
+        request["reply_to"] = args.reply_to
+    result = _call("send", **request)
+    if args.json:
+        _print_json(result)
+        return 0
+    for r in result["results"]:
+        print(f"{r['to']}: {r['note']} (id {r['id']})")
+    return 0
+
+
+def cmd_inbox(args: argparse.Namespace) -> int:
+    async def go() -> int:
+        async with Client.open(state_paths()) as client:
+            mailbox = {"as": args.as_} if args.as_ else {}
+            result = await client.call("inbox", wait=args.wait, peek=args.peek, **mailbox)
+            if not result["messages"]:
+                if not args.json:
+                    print(f"no unread messages for {result['to']}")
+                else:
+                    _print_json(result)
+                return 0
+            try:
+                if args.json:
+                    _print_json(result)
+                else:
+                    print(result["text"])
+                sys.stdout.flush()
+            except OSError:
+                await client.call("undelivered", ids=result["ids"])
+                raise
+            if not args.peek:
+                await client.call("delivered", ids=result["ids"], **mailbox)
+            return 0
+
+    return anyio.run(go)
+
+
+def cmd_sent(args: argparse.Namespace) -> int:
+    request: dict[str, Any] = {"ids": args.ids}
+    if args.sender:
+        request["from"] = args.sender
+    result = _call("sent", **request)
+    if args.json:
+        _print_json(result)
+        return 0
+    for m in result["messages"]:
+        when = time.strftime("%H:%M:%S", time.localtime(m["read_at"])) if m["read_at"] else ""
+        print(f"{m['id']}  {m['to']}  {m['state']} {when}".rstrip())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hive", description="Your team's coding agents, as one network.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, func: Command, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(func=func)
+        return p
+
+    add("sidecar", cmd_sidecar, "run the sidecar in the foreground")
+    add("stop", cmd_stop, "stop this machine's sidecar")
+    p = add("status", cmd_status, "show the sidecar and your inbox")
+    p.add_argument("--json", action="store_true")
+    p = add("who", cmd_who, "list the sessions hive knows")
+    p.add_argument("--all", action="store_true", help="include sessions gone in the last day")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("filter", nargs="?", default=None, help="only sessions whose fields contain this text")
+    p = add("send", cmd_send, "send a message to a session (or, from a terminal, a group)")
+    p.add_argument("to", help="person/session, a session name, person/*, repo:NAME or *")
+    p.add_argument("text", nargs="+", help="the message; - reads it from standard input")
+    p.add_argument("--from", dest="sender", help="send as this session of yours (name or key)")
+    p.add_argument("--fyi", action="store_true", help="do not wake the recipient; it sees it at its next pause")
+    p.add_argument("--reply-to", help="the id of the message this answers")
+    p.add_argument("--json", action="store_true")
+    p = add("inbox", cmd_inbox, "show and confirm unread messages (yours, or a session's with --as)")
+    p.add_argument("--wait", type=float, default=0, help="wait up to N seconds (at most 600) for mail")
+    p.add_argument("--as", dest="as_", help="read a session's mailbox instead of your own")
+    p.add_argument("--peek", action="store_true", help="show without marking anything read")
+    p.add_argument("--json", action="store_true")
+    p = add("sent", cmd_sent, "what you (or a session, with --from) sent, and whether it was read")
+    p.add_argument("ids", nargs="*", help="message ids (default: the last 50)")
+    p.add_argument("--from", dest="sender")
+    p.add_argument("--json", action="store_true")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except Unreachable as exc:
+        print(f"hive: {exc.message}", file=sys.stderr)
+        return 2
+    except HiveError as exc:
+        print(f"hive: {exc.message} [{exc.code}]", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""The client library: connect to this user's sidecar (starting it if needed) and call ops.
+
+    async with Client.open() as client:
+        result = await client.call("send", to="bob/api-codex", body="…")
+
+Requests are multiplexed on one connection, so a long ``inbox`` poll and other calls can be in
+flight together. Pushed ``deliver`` events arrive on :attr:`Client.events`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+from anyio.abc import SocketStream
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from .errors import HiveError, Unreachable, from_wire
+from .paths import StatePaths, ensure_home, state_paths
+
+START_TIMEOUT = 10.0
+MAX_LINE = 1 << 22
+
+
+def start_detached(paths: StatePaths, timeout: float = START_TIMEOUT) -> bool:
+    """Start a sidecar for ``paths`` in its own session and wait until it listens.
+
+    Returns False if it exited first, which is what a sidecar does when another one won the
+    race to the lock; the caller then simply connects to that one.
+    """
+    ensure_home(paths.home)
+    read_fd, write_fd = os.pipe()
+    env = dict(os.environ, HIVE_HOME=str(paths.home))
+    stderr_path = paths.home / "sidecar.stderr"
+    with open(os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as stderr:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "hive.sidecar", "--ready-fd", str(write_fd)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
+            pass_fds=(write_fd,), start_new_session=True, close_fds=True, env=env, cwd="/",
+        )
+    os.close(write_fd)
+    try:
+        ready, _, _ = select.select([read_fd], [], [], timeout)
+        return bool(ready) and os.read(read_fd, 16).startswith(b"ready")
+    finally:
+        os.close(read_fd)
+        # Reap it if it already exited; a running sidecar keeps going on its own.
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=0)
+
+
+async def _connect(socket_path: Path) -> SocketStream:
+    return await anyio.connect_unix(socket_path)
+
+
+async def connect_or_start(paths: StatePaths, autostart: bool = True) -> SocketStream:
+    """A stream to the sidecar, starting one detached when none answers."""
+    try:
+        return await _connect(paths.socket)
+    except OSError as exc:
+        if not autostart:
+            raise Unreachable(f"no sidecar is running for {paths.home} ({exc.strerror})") from exc
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        started = await anyio.to_thread.run_sync(start_detached, paths, max(deadline - time.monotonic(), 0.1))
+        try:
+            return await _connect(paths.socket)
+        except OSError as exc:
+            if started or time.monotonic() > deadline:
+                log = paths.home / "sidecar.stderr"
+                raise Unreachable(
+                    f"could not start or reach the sidecar for {paths.home} ({exc.strerror}); "
+                    f"see {log} and {paths.log}"
+                ) from exc
+        await anyio.sleep(0.05)  # lost the start race to another client: its sidecar is coming up
+
+
+class Client:
+    def __init__(self, stream: SocketStream) -> None:
+        self._stream = stream
+        self._reader = BufferedByteReceiveStream(stream)
+        self._ids = itertools.count(1)
+        self._pending: dict[int, anyio.abc.ObjectSendStream[dict[str, Any]]] = {}
+        self._write_lock = anyio.Lock()
+        self.events_in, self.events = anyio.create_memory_object_stream[dict[str, Any]](100)
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def open(cls, paths: StatePaths | None = None, *, autostart: bool = True) -> AsyncIterator[Client]:
+        stream = await connect_or_start(paths or state_paths(), autostart)
+        client = cls(stream)
+        failure: BaseException | None = None
+        async with stream, anyio.create_task_group() as tg:
+            tg.start_soon(client._read_loop)
+            try:
+                yield client
+            except BaseException as exc:  # re-raised below, outside the task group's exception group
+                failure = exc
+            tg.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+
+    async def _read_loop(self) -> None:
+        try:
+            while True:
+                line = await self._reader.receive_until(b"\n", MAX_LINE)
+                message = json.loads(line)
+                if "event" in message:
+                    with contextlib.suppress(anyio.WouldBlock):
+                        self.events_in.send_nowait(message)
+                    continue
+                waiter = self._pending.pop(message.get("id"), None)
+                if waiter is not None:
+                    await waiter.send(message)
+        except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass
+        finally:
+            for waiter in self._pending.values():
+                await waiter.aclose()
+            self._pending.clear()
+            self.events_in.close()
+
+    async def send_raw(self, payload: dict[str, Any]) -> None:
+        data = (json.dumps(payload, separators=(",", ":"), ensure_ascii=False) + "\n").encode()
+        async with self._write_lock:
+            await self._stream.send(data)
+
+    async def call(self, op: str, **args: Any) -> dict[str, Any]:
+        """Send one request and wait for its reply. Raises the HiveError the sidecar reported."""
+        request_id = next(self._ids)
+        send, receive = anyio.create_memory_object_stream[dict[str, Any]](1)
+        self._pending[request_id] = send
+        try:
+            await self.send_raw({"id": request_id, "op": op, **args})
+            async with receive:
+                try:
+                    reply = await receive.receive()
+                except anyio.EndOfStream as exc:
+                    raise Unreachable("the sidecar closed the connection before answering") from exc
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+            raise Unreachable(f"the connection to the sidecar broke ({exc!r})") from exc
+        finally:
+            self._pending.pop(request_id, None)
+        if reply.get("ok"):
+            return reply.get("result") or {}
+        raise from_wire(reply.get("error") or {})
+
+
+async def call(op: str, paths: StatePaths | None = None, *, autostart: bool = True, **args: Any) -> dict[str, Any]:
+    """One request on a fresh connection."""
+    async with Client.open(paths, autostart=autostart) as client:
+        return await client.call(op, **args)
+
+
+__all__ = ["Client", "HiveError", "call", "connect_or_start", "start_detached"]

@@ -1,0 +1,54 @@
+"""Per-machine settings from ``config.toml`` in the state folder, with defaults.
+
+The file is optional. Unknown keys are kept (the installer edits it with tomlkit) and ignored.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import re
+import socket
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import BadRequest
+
+HOUR = 3600.0
+DAY = 24 * HOUR
+
+
+def slug(text: str, limit: int = 64) -> str:
+    """Lower-case ``a-z0-9-`` with single dashes: the only characters hive names use."""
+    value = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+    return value[:limit].strip("-")
+
+
+@dataclass(frozen=True)
+class Settings:
+    person: str
+    machine: str
+    # A session is stale after this long without a sign of life from a hook or client.
+    session_ttl: float = 6 * HOUR
+    # A stale session, and its unread mail, is forgotten after this long...
+    forget_after: float = DAY
+    # ...but never in the first hours after the sidecar starts, while live sessions re-register.
+    forget_grace: float = 6 * HOUR
+    inflight_timeout: float = 90.0
+    max_body: int = 64 * 1024
+
+
+def load_settings(path: Path) -> Settings:
+    data: dict[str, object] = {}
+    if path.exists():
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise BadRequest(f"{path} is not valid TOML ({exc}); fix or remove it") from exc
+    person = slug(str(data.get("person") or os.environ.get("HIVE_PERSON") or getpass.getuser())) or "me"
+    machine = slug(str(data.get("machine") or socket.gethostname().split(".")[0])) or "machine"
+    section = data.get("sidecar", {})
+    tuning = {k: float(v) for k, v in section.items()} if isinstance(section, dict) else {}
+    allowed = {"session_ttl", "forget_after", "forget_grace", "inflight_timeout"}
+    return Settings(person=person, machine=machine, **{k: v for k, v in tuning.items() if k in allowed})

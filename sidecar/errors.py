@@ -1,0 +1,88 @@
+"""hive's exception hierarchy.
+
+Every error carries a stable ``code`` string. The sidecar maps them to protocol error replies
+(``{"ok": false, "error": {"code", "message"}}``) at the socket edge, and clients raise them
+again from those replies, so callers on both sides catch the same classes:
+
+    HiveError
+    ├── BadRequest          malformed line, missing or ill-typed argument   (bad_request)
+    │   ├── UnknownOp       an op the sidecar does not serve                 (unknown_op)
+    │   └── TooLarge        a line or body over its limit                    (too_large)
+    ├── NotFound            no session or recipient by that name/address     (not_found)
+    │   └── Ambiguous       several sessions match; the message lists them   (ambiguous)
+    ├── Refused             allowed syntax, refused by policy                (refused)
+    │   └── GroupRefused    a group address from an agent                    (group_refused)
+    ├── Conflict            a name is taken, a lock is held                  (conflict)
+    └── Unreachable         no sidecar answers and none could be started     (unreachable)
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class HiveError(Exception):
+    """Base of every error hive raises on purpose."""
+
+    code: ClassVar[str] = "internal"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def to_wire(self) -> dict[str, str]:
+        return {"code": self.code, "message": self.message}
+
+
+class BadRequest(HiveError):
+    code = "bad_request"
+
+
+class UnknownOp(BadRequest):
+    code = "unknown_op"
+
+
+class TooLarge(BadRequest):
+    code = "too_large"
+
+
+class NotFound(HiveError):
+    code = "not_found"
+
+
+class Ambiguous(NotFound):
+    code = "ambiguous"
+
+
+class Refused(HiveError):
+    code = "refused"
+
+
+class GroupRefused(Refused):
+    code = "group_refused"
+
+
+class Conflict(HiveError):
+    code = "conflict"
+
+
+class Unreachable(HiveError):
+    code = "unreachable"
+
+
+_BY_CODE: dict[str, type[HiveError]] = {
+    cls.code: cls
+    for cls in (
+        HiveError, BadRequest, UnknownOp, TooLarge, NotFound, Ambiguous,
+        Refused, GroupRefused, Conflict, Unreachable,
+    )
+}
+
+
+def from_wire(error: dict[str, str]) -> HiveError:
+    """Rebuild the exception a sidecar reported; unknown codes keep their code on a base error."""
+    cls = _BY_CODE.get(error.get("code", ""), HiveError)
+    exc = cls(error.get("message", "the sidecar reported an error without a message"))
+    if cls is HiveError:
+        exc.code = error.get("code", "internal")  # type: ignore[misc]
+    return exc

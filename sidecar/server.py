@@ -1,0 +1,517 @@
+"""The sidecar daemon: owns the state folder, serves NDJSON requests on a 0600 unix socket.
+
+One object per line. Requests are ``{"id", "op", ...}``; replies ``{"id", "ok": true, "result"}``
+or ``{"id", "ok": false, "error": {"code", "message"}}``. Every request runs in its own task, so
+a long poll never holds up the requests behind it on the same connection. A connection that
+registered sessions with ``push`` also receives ``{"event": "deliver", "session", "ids", "text"}``
+and answers with a ``delivered`` request once the text reached its agent.
+
+Nothing here runs on a timer: work happens when a request or a message arrives.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import itertools
+import json
+import logging
+import logging.handlers
+import os
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+from anyio.abc import SocketAttribute, SocketStream
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from . import __version__
+from .addresses import Entry, Target, is_group, resolve
+from .config import HOUR, Settings, load_settings
+from .defang import one_line
+from .errors import BadRequest, Conflict, HiveError, NotFound, TooLarge, UnknownOp
+from .mailbox import Mailbox
+from .paths import StatePaths, ensure_home
+from .peer import has_terminal, peer_pid
+from .render import Message, frames
+from .sessions import Session, Sessions
+from .store import Store
+from .ulid import new_ulid
+
+MAX_LINE = 1 << 20
+MAX_WAIT = 600.0
+
+log = logging.getLogger("hive.sidecar")
+
+TIER_NOTES = {
+    "push": "delivered into the session now; it wakes if idle",
+    "turn": "queued: it sees this at its next tool call or when its turn ends",
+    "pull": "queued: it sees this when it checks its inbox",
+}
+
+
+class Connection:
+    """One client on the socket."""
+
+    def __init__(self, conn_id: int, stream: SocketStream) -> None:
+        self.id = conn_id
+        self.stream = stream
+        self._write_lock = anyio.Lock()
+        self.pid = peer_pid(stream.extra(SocketAttribute.raw_socket, None))
+        self.push_sessions: set[str] = set()
+        self.closed = False
+
+    @property
+    def at_terminal(self) -> bool:
+        return has_terminal(self.pid)
+
+    async def send(self, payload: dict[str, Any]) -> None:
+        data = (json.dumps(payload, separators=(",", ":"), ensure_ascii=False) + "\n").encode()
+        async with self._write_lock:
+            await self.stream.send(data)
+
+
+Handler = Callable[[Connection, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+class Sidecar:
+    def __init__(self, paths: StatePaths, settings: Settings) -> None:
+        self.paths = paths
+        self.settings = settings
+        self.started = time.time()
+        self._forgot_at = 0.0
+        self._ids = itertools.count(1)
+        self.connections: dict[int, Connection] = {}
+        self.waits: dict[str, set[anyio.CancelScope]] = {}
+        self.handlers: dict[str, Handler] = {
+            name[3:]: getattr(self, name) for name in dir(self) if name.startswith("op_")
+        }
+        self.store: Store
+        self.sessions: Sessions
+        self.mailbox: Mailbox
+        self._stop = anyio.Event()
+
+    # ---- lifecycle -------------------------------------------------------------------
+
+    async def run(self, ready: Callable[[], None] | None = None) -> None:
+        self.store = await Store.open(self.paths.database)
+        try:
+            self.sessions = Sessions(self.store, self.settings)
+            await self.sessions.load()
+            self.mailbox = Mailbox(self.store, self.settings)
+            with contextlib.suppress(FileNotFoundError):
+                self.paths.socket.unlink()  # we hold the lock, so any socket file is stale
+            old_umask = os.umask(0o177)
+            try:
+                listener = await anyio.create_unix_listener(self.paths.socket)
+            finally:
+                os.umask(old_umask)
+            os.chmod(self.paths.socket, 0o600)
+            log.info("sidecar %s listening on %s (pid %d)", __version__, self.paths.socket, os.getpid())
+            async with listener, anyio.create_task_group() as tg:
+                tg.start_soon(self._watch_signals, tg.cancel_scope)
+                tg.start_soon(listener.serve, self._serve_connection, tg)
+                if ready is not None:
+                    ready()
+                await self._stop.wait()
+                tg.cancel_scope.cancel()
+        finally:
+            with contextlib.suppress(OSError):
+                self.paths.socket.unlink()
+            with anyio.CancelScope(shield=True):
+                await self.store.close()
+            log.info("sidecar stopped")
+
+    async def _watch_signals(self, scope: anyio.CancelScope) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            async for _ in signals:
+                self._stop.set()
+                return
+
+    # ---- connections -----------------------------------------------------------------
+
+    async def _serve_connection(self, stream: SocketStream) -> None:
+        conn = Connection(next(self._ids), stream)
+        self.connections[conn.id] = conn
+        reader = BufferedByteReceiveStream(stream)
+        try:
+            async with anyio.create_task_group() as tg:
+                while True:
+                    try:
+                        line = await reader.receive_until(b"\n", MAX_LINE)
+                    except anyio.DelimiterNotFound:
+                        await conn.send(_error(None, TooLarge(
+                            f"a request line is limited to {MAX_LINE} bytes; the connection is closed")))
+                        break
+                    except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError,
+                            ConnectionResetError):
+                        break
+                    if line.strip():
+                        tg.start_soon(self._handle_line, conn, line)
+                tg.cancel_scope.cancel()
+        finally:
+            conn.closed = True
+            del self.connections[conn.id]
+            with anyio.CancelScope(shield=True):
+                await self.sessions.release(conn.id)
+                await stream.aclose()
+
+    async def _handle_line(self, conn: Connection, line: bytes) -> None:
+        request_id: Any = None
+        request: dict[str, Any] = {}
+        try:
+            try:
+                request = json.loads(line)
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                raise BadRequest(f"a request must be one JSON object per line ({exc.msg})") from exc
+            if not isinstance(request, dict):
+                raise BadRequest("a request must be a JSON object with an 'op'")
+            request_id = request.get("id")
+            op = request.get("op")
+            handler = self.handlers.get(op) if isinstance(op, str) else None
+            if handler is None:
+                raise UnknownOp(f"unknown op {op!r}; this sidecar serves: {', '.join(sorted(self.handlers))}")
+            result = await handler(conn, request)
+            reply: dict[str, Any] = {"id": request_id, "ok": True, "result": result}
+        except HiveError as exc:
+            reply = _error(request_id, exc)
+        except Exception:
+            log.exception("request failed: %.200r", line)
+            reply = _error(request_id, HiveError("the sidecar hit an internal error; see sidecar.log"))
+        with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            await conn.send(reply)
+        if reply["ok"] and request.get("op") == "shutdown":
+            self._stop.set()  # only once the caller has its answer
+
+    # ---- helpers ---------------------------------------------------------------------
+
+    def _address_of(self, session: Session) -> str:
+        return self.sessions.address(session)
+
+    @property
+    def terminal(self) -> str:
+        return f"{self.settings.person}/terminal"
+
+    def _session_ref(self, ref: Any) -> Session:
+        """A session named by its key, its name or its address."""
+        if not isinstance(ref, str) or not ref:
+            raise BadRequest("name a session by its key, name or person/name")
+        if ref in self.sessions.by_key:
+            return self.sessions.by_key[ref]
+        name = ref.split("/", 1)[1] if ref.startswith(self.settings.person + "/") else ref
+        session = self.sessions.by_name(name)
+        if session is None:
+            raise NotFound(f"no session {ref!r} on this machine; see `hive who`")
+        return session
+
+    def _mailbox_of(self, request: dict[str, Any]) -> tuple[str, Session | None]:
+        ref = request.get("session") or request.get("as")
+        if ref in (None, "", "terminal", self.terminal):
+            return self.terminal, None
+        session = self._session_ref(ref)
+        return self._address_of(session), session
+
+    def directory(self) -> list[Entry]:
+        now = time.time()
+        return [
+            Entry(
+                person=self.settings.person, machine=self.settings.machine, name=s.name, agent=s.agent,
+                repo=s.repo, branch=s.branch, folder=os.path.basename(s.cwd.rstrip("/")), doing=s.doing,
+                tier=s.tier, live=self.sessions.is_live(s, now), key=s.key,
+            )
+            for s in self.sessions.by_key.values()
+        ]
+
+    async def _maybe_forget(self) -> None:
+        now = time.time()
+        if now - self.started < self.settings.forget_grace:
+            return
+        if now - self._forgot_at < min(HOUR, self.settings.forget_after / 2):
+            return
+        self._forgot_at = now
+        forgotten = await self.sessions.forget_gone(now)
+        if forgotten:
+            log.info("forgot %d gone sessions: %s", len(forgotten), ", ".join(forgotten))
+
+    def _push_connection(self, session: Session) -> Connection | None:
+        for conn in self.connections.values():
+            if session.key in conn.push_sessions and not conn.closed:
+                return conn
+        return None
+
+    async def _push(self, session: Session) -> bool:
+        """Hand waking mail to the connection that delivers into this session, if any."""
+        conn = self._push_connection(session)
+        address = self._address_of(session)
+        if conn is None or address in self.mailbox._arrivals:
+            return False  # nobody to push to, or a reader is already long-polling for it
+        messages = [m for m in await self.mailbox.unread(address) if m.wake]
+        if not messages:
+            return False
+        self.mailbox.mark_shown(messages)
+        try:
+            await conn.send({"event": "deliver", "session": session.key,
+                             "ids": [m.id for m in messages], "text": frames(messages)})
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+            self.mailbox.unshow([m.id for m in messages])
+            return False
+        return True
+
+    def _describe(self, entry: Entry) -> dict[str, Any]:
+        return {
+            "address": entry.address, "person": entry.person, "machine": entry.machine,
+            "name": one_line(entry.name, 64), "agent": one_line(entry.agent, 32),
+            "repo": one_line(entry.repo, 200), "branch": one_line(entry.branch, 200),
+            "folder": one_line(entry.folder, 200), "doing": one_line(entry.doing, 200),
+            "tier": entry.tier, "live": entry.live,
+        }
+
+    # ---- ops -------------------------------------------------------------------------
+
+    async def op_ping(self, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+        return {"pong": True, "version": __version__, "pid": os.getpid(), "home": str(self.paths.home),
+                "uptime": round(time.time() - self.started, 3)}
+
+    async def op_status(self, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+        now = time.time()
+        count, senders = await self.mailbox.counts(self.terminal)
+        live = [s for s in self.sessions.by_key.values() if self.sessions.is_live(s, now)]
+        return {
+            "version": __version__, "pid": os.getpid(), "home": str(self.paths.home),
+            "socket": str(self.paths.socket), "person": self.settings.person,
+            "machine": self.settings.machine, "uptime": round(now - self.started, 3),
+            "sessions_live": len(live), "sessions_known": len(self.sessions.by_key),
+            "terminal_unread": count, "terminal_unread_from": senders, "team": None,
+        }
+
+    async def op_register(self, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+        info = request.get("session")
+        if not isinstance(info, dict):
+            raise BadRequest("register needs a 'session' object with at least 'key' and 'agent'")
+        hold = bool(request.get("hold") or request.get("push"))
+        session, new = await self.sessions.register(info, conn.id if hold else None)
+        if request.get("push"):
+            conn.push_sessions.add(session.key)
+        await self._maybe_forget()
+        address = self._address_of(session)
+        count, senders = await self.mailbox.counts(address)
+        if request.get("push"):
+            await self._push(session)
+        return {"key": session.key, "name": session.name, "address": address, "tier": session.tier,
+                "new": new, "unread": count, "unread_from": senders}
+
+    async def op_set_status(self, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+        session = self._session_ref(request.get("session"))
+        doing = request.get("doing")
+        name = request.get("name")
+        if doing is not None and not isinstance(doing, str):
+            raise BadRequest("doing must be a string")
+        if name is not None and not isinstance(name, str):
+            raise BadRequest("name must be a string")
+        old = await self.sessions.set_status(session, doing, name)
+        return {"name": session.name, "address": self._address_of(session), "renamed_from": old}
+
+    async def op_end(self, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+        session = self._session_ref(request.get("session"))
+        await self.sessions.end(session)
+        conn.push_sessions.discard(session.key)
+        return {"ended": session.name}
+
+    async def op_who(self, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+        await self._maybe_forget()
+        me = None
+        if request.get("session"):
+            me = self._address_of(self._session_ref(request["session"]))
+        entries = self.directory()
+        if not request.get("all"):
+            entries = [e for e in entries if e.live]
+        needle = str(request.get("filter") or "").lower()
+        described = [self._describe(e) for e in entries]
+        if needle:
+            described = [d for d in described if any(needle in str(v).lower() for v in d.values())]
+        described.sort(key=lambda d: (d["person"], d["machine"], not d["live"], d["name"]))
+        return {"person": self.settings.person, "machine": self.settings.machine, "me": me,
+                "sessions": described}
+
+    async def op_send(self, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+        body = request.get("body")
+        to = request.get("to")
+        if not isinstance(body, str) or not body.strip():
+            raise BadRequest("send needs a non-empty 'body' string")
+        if not isinstance(to, str):
+            raise BadRequest("send needs 'to': person/session, a session name, or a group")
+        size = len(body.encode("utf-8"))
+        if size > self.settings.max_body:
+            raise TooLarge(f"the message is {size} bytes; the limit is {self.settings.max_body}. "
+                           "Send the gist and attach or point to the rest")
+        reply_to = request.get("reply_to")
+        if reply_to is not None and not isinstance(reply_to, str):
+            raise BadRequest("reply_to must be a message id")
+        ref = request.get("from")
+        sender_session = None if ref in (None, "", "terminal", self.terminal) else self._session_ref(ref)
+        if sender_session is not None:
+            sender, kind = self._address_of(sender_session), "agent"
+            agent, repo = sender_session.agent, sender_session.repo
+            await self.sessions.touch(sender_session)
+        else:
+            sender, agent, repo = self.terminal, "", ""
+            kind = "person" if conn.at_terminal else "agent"
+        targets = resolve(to, self.directory(), {self.settings.person}, sender,
+                          may_use_groups=kind == "person")
+        if is_group(to) and not targets:
+            raise NotFound(f"no live session matches {to}")
+        wake = not request.get("fyi")
+        now = time.time()
+        messages = [
+            Message(id=new_ulid(), sender=sender, sender_kind=kind, sender_agent=agent, sender_repo=repo,
+                    recipient=t.address, reply_to=reply_to, body=body, wake=wake, sent_at=now)
+            for t in targets
+        ]
+        await self.mailbox.deposit(messages, sender_session.key if sender_session else None)
+        results = []
+        for target, message in zip(targets, messages, strict=True):
+            state, note = await self._after_deposit(target, wake)
+            results.append({"to": target.address, "id": message.id, "state": state, "note": note})
+        return {"from": sender, "results": results}
+
+    async def _after_deposit(self, target: Target, wake: bool) -> tuple[str, str]:
+        if target.entry is None:
+            return "queued", f"queued: {target.address.split('/')[0]} sees it with `hive inbox`"
+        session = self.sessions.by_key.get(target.entry.key or "")
+        if session is None or not self.sessions.is_live(session):
+            return "queued", "queued: that session is offline; it sees this when it comes back"
+        if not wake:
+            return "queued", "queued (fyi): shown at its next natural pause; it does not wake the session"
+        if self._address_of(session) in self.mailbox._arrivals:
+            return "delivered", "delivered: the session was waiting in check_inbox"
+        if session.tier == "push" and await self._push(session):
+            return "pushed", TIER_NOTES["push"]
+        tier = "turn" if session.tier == "push" else session.tier
+        return "queued", TIER_NOTES[tier]
+
+    async def op_inbox(self, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+        recipient, session = self._mailbox_of(request)
+        try:
+            wait = min(max(float(request.get("wait") or 0), 0.0), MAX_WAIT)
+        except (TypeError, ValueError) as exc:
+            raise BadRequest("wait is a number of seconds, at most 600") from exc
+        if session is not None:
+            await self.sessions.touch(session)
+        deadline = time.monotonic() + wait
+        messages: list[Message] = []
+        with anyio.CancelScope() as scope:
+            self.waits.setdefault(recipient, set()).add(scope)
+            try:
+                while True:
+                    arrival = self.mailbox.watch(recipient)
+                    messages = await self.mailbox.unread(recipient)
+                    remaining = deadline - time.monotonic()
+                    if messages or remaining <= 0:
+                        break
+                    await self.mailbox.wait(recipient, arrival, remaining)
+            finally:
+                self.waits[recipient].discard(scope)
+        if scope.cancelled_caught:
+            messages = await self.mailbox.unread(recipient)
+        if not request.get("peek"):
+            self.mailbox.mark_shown(messages)
+        return {"to": recipient, "messages": [m.public() for m in messages],
+                "ids": [m.id for m in messages], "text": frames(messages)}
+
+    async def op_unread(self, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+        recipient, _ = self._mailbox_of(request)
+        count, senders = await self.mailbox.counts(recipient)
+        return {"to": recipient, "count": count, "from": senders}
+
+    async def op_delivered(self, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+        recipient, _ = self._mailbox_of(request)
+        ids = request.get("ids")
+        if not isinstance(ids, list):
+            raise BadRequest("delivered needs 'ids': the message ids that reached the agent")
+        return {"confirmed": await self.mailbox.confirm(recipient, ids)}
+
+    async def op_undelivered(self, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+        """A client was shown messages but could not pass them on: make them visible now."""
+        ids = request.get("ids")
+        if not isinstance(ids, list):
+            raise BadRequest("undelivered needs 'ids'")
+        self.mailbox.unshow([i for i in ids if isinstance(i, str)])
+        return {"released": len(ids)}
+
+    async def op_stop_waiting(self, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+        recipient, _ = self._mailbox_of(request)
+        scopes = self.waits.get(recipient, set())
+        for scope in scopes:
+            scope.cancel()
+        return {"stopped": len(scopes)}
+
+    async def op_sent(self, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+        ref = request.get("session") or request.get("from")
+        ids = request.get("ids") or []
+        if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+            raise BadRequest("ids must be a list of message ids")
+        if ref in (None, "", "terminal", self.terminal):
+            return {"messages": await self.mailbox.sent_by(None, self.terminal, ids)}
+        session = self._session_ref(ref)
+        return {"messages": await self.mailbox.sent_by(session.key, self._address_of(session), ids)}
+
+    async def op_shutdown(self, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+        return {"stopping": True, "pid": os.getpid()}
+
+
+def _error(request_id: Any, exc: HiveError) -> dict[str, Any]:
+    return {"id": request_id, "ok": False, "error": exc.to_wire()}
+
+
+def _setup_logging(paths: StatePaths) -> None:
+    handler = logging.handlers.RotatingFileHandler(paths.log, maxBytes=1 << 20, backupCount=3, encoding="utf-8")
+    os.chmod(paths.log, 0o600)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("hive")
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+
+
+class AlreadyRunning(Conflict):
+    code = "conflict"
+
+
+def acquire_lock(paths: StatePaths) -> int:
+    """Take the state folder's lock; the kernel drops it when this process dies, however it dies."""
+    fd = os.open(paths.lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        if exc.errno in (errno.EAGAIN, errno.EACCES):
+            raise AlreadyRunning(
+                f"a sidecar is already running for {paths.home} (pid {holder}); "
+                "use `hive stop` first or talk to that one"
+            ) from exc
+        raise
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def run_sidecar(paths: StatePaths, ready_fd: int | None = None) -> None:
+    """Run a sidecar in this process until it is stopped. Raises AlreadyRunning."""
+    ensure_home(paths.home)
+    lock_fd = acquire_lock(paths)
+    _setup_logging(paths)
+    settings = load_settings(paths.config)
+
+    def ready() -> None:
+        if ready_fd is not None:
+            with contextlib.suppress(OSError):
+                os.write(ready_fd, b"ready\n")
+                os.close(ready_fd)
+
+    try:
+        anyio.run(Sidecar(paths, settings).run, ready)
+    finally:
+        os.close(lock_fd)

@@ -1,0 +1,243 @@
+"""Agent sessions on this machine: registration, names, liveness and forgetting.
+
+A session is one live agent conversation. Its address is ``person/name``; mail is stored by
+address, so a name outlives the process that held it. A new session started in the same place
+by the same agent inherits a stale session's name, and with it that name's unread mail, which
+is what lets "tell the api agent X" survive a restart. A session elsewhere with the same
+default name gets ``-2`` instead (the reference system keyed inheritance on the name alone).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .config import Settings, slug
+from .errors import BadRequest, Conflict, NotFound
+from .store import Store
+
+TIERS = ("push", "turn", "pull")
+RESERVED_NAMES = frozenset({"terminal"})
+
+
+@dataclass
+class Session:
+    key: str
+    name: str
+    agent: str
+    cwd: str = ""
+    repo: str = ""
+    branch: str = ""
+    doing: str = ""
+    tier: str = "pull"
+    pid: int | None = None
+    transcript: str = ""
+    created_at: float = 0.0
+    last_seen: float = 0.0
+    ended_at: float | None = None
+    # Connections that hold the session open (MCP servers, plugins); not stored.
+    holders: set[int] = field(default_factory=set, repr=False, compare=False)
+
+    def live(self, now: float, ttl: float) -> bool:
+        if self.ended_at is not None:
+            return False
+        if self.holders:
+            return True
+        return now - self.last_seen < ttl
+
+    def place(self) -> str:
+        return self.repo or self.cwd
+
+    def row(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("holders")
+        return data
+
+
+def default_base_name(cwd: str, repo_root: str, agent: str) -> str:
+    folder = Path(repo_root or cwd or "session").name or "session"
+    return slug(f"{folder}-{agent}") or slug(agent) or "session"
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Sessions:
+    """All sessions this sidecar knows, cached in memory and stored in ``sessions``."""
+
+    def __init__(self, store: Store, settings: Settings) -> None:
+        self.store = store
+        self.settings = settings
+        self.by_key: dict[str, Session] = {}
+
+    async def load(self) -> None:
+        for row in await self.store.fetchall("SELECT * FROM sessions"):
+            data = dict(row)
+            self.by_key[data["key"]] = Session(**data)
+
+    def address(self, session: Session) -> str:
+        return f"{self.settings.person}/{session.name}"
+
+    def is_live(self, session: Session, now: float | None = None) -> bool:
+        return session.live(time.time() if now is None else now, self.settings.session_ttl)
+
+    def get(self, key: str) -> Session:
+        session = self.by_key.get(key)
+        if session is None:
+            raise NotFound(f"no session with key {key!r} is registered here; register it first")
+        return session
+
+    def by_name(self, name: str) -> Session | None:
+        for session in self.by_key.values():
+            if session.name == name:
+                return session
+        return None
+
+    def _pick_name(self, key: str, base: str, place: str, agent: str, now: float) -> str:
+        holders = {s.name: s for s in self.by_key.values() if s.key != key}
+        current = holders.get(base)
+        if current is None:
+            return base
+        if not self.is_live(current, now) and current.place() == place and current.agent == agent:
+            return base  # the same place and agent: take over the stale name and its mail
+        n = 2
+        while True:
+            candidate = f"{base[:60]}-{n}"
+            other = holders.get(candidate)
+            if other is None:
+                return candidate
+            if not self.is_live(other, now) and other.place() == place and other.agent == agent:
+                return candidate
+            n += 1
+
+    async def register(self, info: dict[str, Any], holder: int | None) -> tuple[Session, bool]:
+        """Create or refresh a session from a client's description. Returns it and whether it is new."""
+        now = time.time()
+        agent = slug(str(info.get("agent") or "")) or "agent"
+        key = str(info.get("key") or "").strip()
+        if not key or len(key) > 200:
+            raise BadRequest("register needs session.key: the harness's session id, or any stable id")
+        cwd = str(info.get("cwd") or "")
+        repo_root = str(info.get("repo_root") or "")
+        repo = str(info.get("repo") or "")
+        tier = str(info.get("tier") or "pull")
+        if tier not in TIERS:
+            raise BadRequest(f"tier must be one of {', '.join(TIERS)}, not {tier!r}")
+        existing = self.by_key.get(key)
+        inherited: Session | None = None
+        if existing is None:
+            wanted = slug(str(info.get("name") or "")) or default_base_name(cwd, repo_root, agent)
+            if wanted == self.settings.person or wanted in RESERVED_NAMES:
+                wanted = f"{wanted}-{agent}"
+            place = repo or cwd
+            name = self._pick_name(key, wanted, place, agent, now)
+            previous = self.by_name(name)
+            if previous is not None:
+                inherited = previous  # a stale session in the same place; its row gives way
+            session = Session(key=key, name=name, agent=agent, created_at=now, last_seen=now)
+        else:
+            session = existing
+        session.cwd = cwd or session.cwd
+        session.repo = repo or session.repo
+        session.branch = str(info.get("branch") or session.branch)
+        session.tier = tier
+        session.pid = int(info["pid"]) if str(info.get("pid") or "").isdigit() else session.pid
+        session.transcript = str(info.get("transcript") or session.transcript)
+        session.last_seen = now
+        session.ended_at = None
+        if holder is not None:
+            session.holders.add(holder)
+        statements: list[tuple[str, tuple[Any, ...]]] = []
+        if inherited is not None:
+            statements.append(("DELETE FROM sessions WHERE key = ?", (inherited.key,)))
+            self.by_key.pop(inherited.key, None)
+        statements.append(self._upsert(session))
+        await self.store.write(statements)
+        self.by_key[key] = session
+        return session, existing is None
+
+    def _upsert(self, session: Session) -> tuple[str, tuple[Any, ...]]:
+        row = session.row()
+        columns = ", ".join(row)
+        marks = ", ".join("?" for _ in row)
+        return (f"INSERT OR REPLACE INTO sessions ({columns}) VALUES ({marks})", tuple(row.values()))
+
+    async def touch(self, session: Session) -> None:
+        session.last_seen = time.time()
+        await self.store.write([self._upsert(session)])
+
+    async def set_status(self, session: Session, doing: str | None, name: str | None) -> str | None:
+        """Update ``doing`` and/or rename; returns the old address when the name changed."""
+        old_address = None
+        if doing is not None:
+            session.doing = doing[:500]
+        statements: list[tuple[str, tuple[Any, ...]]] = []
+        if name is not None:
+            wanted = slug(name)
+            if not wanted:
+                raise BadRequest("a session name needs at least one letter or digit (a-z, 0-9, -)")
+            if wanted == self.settings.person:
+                raise Conflict(f"{wanted!r} is your person name; a session cannot take it")
+            if wanted in RESERVED_NAMES:
+                raise Conflict(f"{wanted!r} is reserved for your own terminal mailbox")
+            holder = self.by_name(wanted)
+            if holder is not None and holder.key != session.key:
+                raise Conflict(f"{wanted!r} is already the name of another session; pick another")
+            if wanted != session.name:
+                old_address = self.address(session)
+                session.name = wanted
+                statements.append((
+                    "UPDATE messages SET recipient = ? WHERE recipient = ? AND read_at IS NULL",
+                    (self.address(session), old_address),
+                ))
+        session.last_seen = time.time()
+        statements.append(self._upsert(session))
+        await self.store.write(statements)
+        return old_address
+
+    async def end(self, session: Session) -> None:
+        session.ended_at = time.time()
+        session.holders.clear()
+        await self.store.write([self._upsert(session)])
+
+    async def release(self, holder: int) -> None:
+        """A connection closed: the sessions only it held have ended."""
+        ended = []
+        for session in self.by_key.values():
+            if holder in session.holders:
+                session.holders.discard(holder)
+                if not session.holders:
+                    session.ended_at = time.time()
+                    ended.append(self._upsert(session))
+        if ended:
+            await self.store.write(ended)
+
+    async def forget_gone(self, now: float) -> list[str]:
+        """Delete sessions gone longer than ``forget_after``, with their unread mail."""
+        cutoff = now - self.settings.forget_after
+        gone = [
+            s for s in self.by_key.values()
+            if not self.is_live(s, now) and (s.ended_at or s.last_seen) < cutoff
+        ]
+        statements: list[tuple[str, tuple[Any, ...]]] = []
+        for session in gone:
+            statements.append(("DELETE FROM sessions WHERE key = ?", (session.key,)))
+            statements.append((
+                "DELETE FROM messages WHERE recipient = ? AND read_at IS NULL", (self.address(session),)
+            ))
+            del self.by_key[session.key]
+        if statements:
+            await self.store.write(statements)
+        return [s.name for s in gone]

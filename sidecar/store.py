@@ -1,0 +1,143 @@
+"""The sidecar's SQLite database: schema migrations, pragmas and group commit.
+
+One aiosqlite connection, owned by the sidecar. Writes that a client relies on are committed
+before the client is answered; concurrent writers share one commit (group commit), so
+durability costs one fsync per batch rather than one per message.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+import anyio
+
+# Each entry upgrades the schema from version i to i + 1. Never edit a released entry: add one.
+MIGRATIONS: list[str] = [
+    # 1: sessions, mail and a key/value table
+    """
+    CREATE TABLE sessions (
+        key TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        agent TEXT NOT NULL,
+        cwd TEXT NOT NULL DEFAULT '',
+        repo TEXT NOT NULL DEFAULT '',
+        branch TEXT NOT NULL DEFAULT '',
+        doing TEXT NOT NULL DEFAULT '',
+        tier TEXT NOT NULL DEFAULT 'pull',
+        pid INTEGER,
+        created_at REAL NOT NULL,
+        last_seen REAL NOT NULL,
+        ended_at REAL
+    );
+    CREATE INDEX sessions_name ON sessions(name);
+    CREATE TABLE messages (
+        id TEXT PRIMARY KEY,
+        sender TEXT NOT NULL,
+        sender_agent TEXT NOT NULL DEFAULT '',
+        sender_repo TEXT NOT NULL DEFAULT '',
+        recipient TEXT NOT NULL,
+        reply_to TEXT,
+        body TEXT NOT NULL,
+        wake INTEGER NOT NULL DEFAULT 1,
+        sent_at REAL NOT NULL,
+        read_at REAL
+    );
+    CREATE INDEX messages_unread ON messages(recipient, read_at);
+    CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    """,
+    # 2: who typed a message (a person at a terminal or an agent), the session that sent it
+    # (so its sender can read receipts) and the transcript a session writes.
+    """
+    ALTER TABLE messages ADD COLUMN sender_kind TEXT NOT NULL DEFAULT 'agent';
+    ALTER TABLE messages ADD COLUMN sender_key TEXT;
+    CREATE INDEX messages_sender_key ON messages(sender_key);
+    ALTER TABLE sessions ADD COLUMN transcript TEXT NOT NULL DEFAULT '';
+    """,
+]
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def _chmod_database_files(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        candidate = Path(f"{path}{suffix}")
+        if candidate.exists():
+            os.chmod(candidate, 0o600)
+
+
+def migrate(conn: sqlite3.Connection, target: int = SCHEMA_VERSION) -> int:
+    """Bring a database to schema ``target``; returns the version it was at."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version > SCHEMA_VERSION:
+        raise RuntimeError(
+            f"the database is at schema {version}, newer than this hive ({SCHEMA_VERSION}); upgrade hive"
+        )
+    for index in range(version, target):
+        conn.executescript(f"BEGIN;\n{MIGRATIONS[index]}\nPRAGMA user_version = {index + 1};\nCOMMIT;")
+    return version
+
+
+class Store:
+    """The open database. Use :meth:`open`; all writes go through :meth:`write`."""
+
+    def __init__(self, db: aiosqlite.Connection, path: Path) -> None:
+        self.db = db
+        self.path = path
+        self._write_seq = 0
+        self._committed_seq = 0
+        self._commit_lock = anyio.Lock()
+
+    @classmethod
+    async def open(cls, path: Path) -> Store:
+        old_umask = os.umask(0o077)
+        try:
+            db = await aiosqlite.connect(path)
+            await db.execute("PRAGMA journal_mode=WAL")
+            await db.execute("PRAGMA synchronous=FULL")
+            await db.execute("PRAGMA secure_delete=ON")
+            await db.execute("PRAGMA foreign_keys=ON")
+            await db.execute("PRAGMA busy_timeout=5000")
+            db.row_factory = aiosqlite.Row
+            await db._execute(migrate, db._conn)  # type: ignore[attr-defined]  # run on its thread
+        finally:
+            os.umask(old_umask)
+        _chmod_database_files(path)
+        return cls(db, path)
+
+    async def close(self) -> None:
+        await self.db.close()
+
+    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[aiosqlite.Row]:
+        async with self.db.execute(sql, params) as cursor:
+            return list(await cursor.fetchall())
+
+    async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> aiosqlite.Row | None:
+        async with self.db.execute(sql, params) as cursor:
+            return await cursor.fetchone()
+
+    async def write(self, statements: Iterable[tuple[str, Sequence[Any]]]) -> None:
+        """Run statements and return once they are committed to disk."""
+        for sql, params in statements:
+            await self.db.execute(sql, params)
+        self._write_seq += 1
+        await self._commit(self._write_seq)
+
+    async def _commit(self, seq: int) -> None:
+        async with self._commit_lock:
+            if self._committed_seq >= seq:
+                return  # a commit that started after our statements already covered them
+            target = self._write_seq
+            await self.db.commit()
+            self._committed_seq = target
+
+    async def get_kv(self, key: str) -> str | None:
+        row = await self.fetchone("SELECT value FROM kv WHERE key = ?", (key,))
+        return None if row is None else row[0]
+
+    async def set_kv(self, key: str, value: str) -> None:
+        await self.write([("INSERT OR REPLACE INTO kv(key, value) VALUES (?, ?)", (key, value))])
