@@ -14,6 +14,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import functools
+import importlib
 import itertools
 import json
 import logging
@@ -75,6 +77,11 @@ class Connection:
 
 
 Handler = Callable[[Connection, dict[str, Any]], Awaitable[dict[str, Any]]]
+ModuleOp = Callable[["Sidecar", Connection, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+# Modules that add ops of their own, each exposing ``OPS: dict[str, ModuleOp]``; a concern that
+# is not mail or sessions (hooks, MCP attachment, the team) lives in its own module.
+OP_MODULES: tuple[str, ...] = ()
 
 
 class Sidecar:
@@ -89,6 +96,10 @@ class Sidecar:
         self.handlers: dict[str, Handler] = {
             name[3:]: getattr(self, name) for name in dir(self) if name.startswith("op_")
         }
+        for module_name in OP_MODULES:
+            module = importlib.import_module(module_name)
+            for op, func in module.OPS.items():
+                self.handlers[op] = functools.partial(func, self)
         self.store: Store
         self.sessions: Sessions
         self.mailbox: Mailbox

@@ -132,10 +132,11 @@ class Sessions:
         cwd = str(info.get("cwd") or "")
         repo_root = str(info.get("repo_root") or "")
         repo = str(info.get("repo") or "")
-        tier = str(info.get("tier") or "pull")
+        existing = self.by_key.get(key)
+        # A client that does not state a tier (an MCP server) keeps what hooks or plugins set.
+        tier = str(info.get("tier") or (existing.tier if existing else "pull"))
         if tier not in TIERS:
             raise BadRequest(f"tier must be one of {', '.join(TIERS)}, not {tier!r}")
-        existing = self.by_key.get(key)
         inherited: Session | None = None
         if existing is None:
             wanted = slug(str(info.get("name") or "")) or default_base_name(cwd, repo_root, agent)
