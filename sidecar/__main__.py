@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from .errors import HiveError
@@ -13,7 +14,10 @@ from .server import run_sidecar
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="hive sidecar", description="Run the hive sidecar in the foreground.")
     parser.add_argument("--ready-fd", type=int, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--detach", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.detach and os.fork() > 0:
+        os._exit(0)  # the launcher exits; the sidecar goes on as a child of init
     try:
         run_sidecar(state_paths(), ready_fd=args.ready_fd)
     except HiveError as exc:

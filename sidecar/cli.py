@@ -50,19 +50,39 @@ def cmd_stop(args: argparse.Namespace) -> int:
     except Unreachable:
         print("no sidecar is running")
         return 0
+    pid = int(result.get("pid") or 0)
     deadline = time.monotonic() + 10
-    with open(paths.lock, "a+b") as lock:
-        while time.monotonic() < deadline:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                time.sleep(0.02)
-                continue
-            fcntl.flock(lock, fcntl.LOCK_UN)
-            print(f"stopped the sidecar (pid {result.get('pid')})")
+    while time.monotonic() < deadline:
+        if _process_gone(pid) and not _lock_held(paths.lock):
+            print(f"stopped the sidecar (pid {pid})")
             return 0
-    print(f"asked the sidecar (pid {result.get('pid')}) to stop, but it is still running", file=sys.stderr)
+        time.sleep(0.02)
+    print(f"asked the sidecar (pid {pid}) to stop, but it is still running", file=sys.stderr)
     return 2
+
+
+def _lock_held(path: os.PathLike[str]) -> bool:
+    with open(path, "a+b") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        return False
+
+
+def _process_gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"  # a zombie has finished
+    except FileNotFoundError:
+        return True
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        return False
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -162,6 +182,12 @@ def cmd_sent(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    from .mcp_server import main as mcp_main  # the MCP SDK is heavy; only this command needs it
+
+    return mcp_main()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hive", description="Your team's coding agents, as one network.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -195,6 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("ids", nargs="*", help="message ids (default: the last 50)")
     p.add_argument("--from", dest="sender")
     p.add_argument("--json", action="store_true")
+    add("mcp", cmd_mcp, "serve hive's tools to an agent over MCP on stdin/stdout")
     return parser
 
 

@@ -43,20 +43,24 @@ def start_detached(paths: StatePaths, timeout: float = START_TIMEOUT) -> bool:
     env = dict(os.environ, HIVE_HOME=str(paths.home))
     stderr_path = paths.home / "sidecar.stderr"
     with open(os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as stderr:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "hive.sidecar", "--ready-fd", str(write_fd)],
+        # --detach forks once more and the first child exits at once, so the sidecar is
+        # reparented to init and never lingers as this process's child or zombie.
+        launcher = subprocess.Popen(
+            [sys.executable, "-m", "hive.sidecar", "--detach", "--ready-fd", str(write_fd)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
             pass_fds=(write_fd,), start_new_session=True, close_fds=True, env=env, cwd="/",
         )
     os.close(write_fd)
     try:
+        launcher.wait(timeout=timeout)
         ready, _, _ = select.select([read_fd], [], [], timeout)
         return bool(ready) and os.read(read_fd, 16).startswith(b"ready")
+    except subprocess.TimeoutExpired:
+        launcher.kill()
+        launcher.wait()
+        return False
     finally:
         os.close(read_fd)
-        # Reap it if it already exited; a running sidecar keeps going on its own.
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=0)
 
 
 async def _connect(socket_path: Path) -> SocketStream:
@@ -72,7 +76,10 @@ async def connect_or_start(paths: StatePaths, autostart: bool = True) -> SocketS
             raise Unreachable(f"no sidecar is running for {paths.home} ({exc.strerror})") from exc
     deadline = time.monotonic() + START_TIMEOUT
     while True:
-        started = await anyio.to_thread.run_sync(start_detached, paths, max(deadline - time.monotonic(), 0.1))
+        try:
+            started = await anyio.to_thread.run_sync(start_detached, paths, max(deadline - time.monotonic(), 0.1))
+        except OSError as exc:
+            raise Unreachable(f"cannot start a sidecar in {paths.home}: {exc.strerror or exc}") from exc
         try:
             return await _connect(paths.socket)
         except OSError as exc:

@@ -23,6 +23,7 @@ import logging.handlers
 import os
 import signal
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -81,7 +82,7 @@ ModuleOp = Callable[["Sidecar", Connection, dict[str, Any]], Awaitable[dict[str,
 
 # Modules that add ops of their own, each exposing ``OPS: dict[str, ModuleOp]``; a concern that
 # is not mail or sessions (hooks, MCP attachment, the team) lives in its own module.
-OP_MODULES: tuple[str, ...] = ()
+OP_MODULES: tuple[str, ...] = ("hive.sidecar.attach",)
 
 
 class Sidecar:
@@ -93,6 +94,7 @@ class Sidecar:
         self._ids = itertools.count(1)
         self.connections: dict[int, Connection] = {}
         self.waits: dict[str, set[anyio.CancelScope]] = {}
+        self.parked: Counter[str] = Counter()  # mailboxes with a long poll waiting right now
         self.handlers: dict[str, Handler] = {
             name[3:]: getattr(self, name) for name in dir(self) if name.startswith("op_")
         }
@@ -154,11 +156,13 @@ class Sidecar:
                     try:
                         line = await reader.receive_until(b"\n", MAX_LINE)
                     except anyio.DelimiterNotFound:
-                        await conn.send(_error(None, TooLarge(
-                            f"a request line is limited to {MAX_LINE} bytes; the connection is closed")))
-                        break
+                        line = b"x" * (MAX_LINE + 1)
                     except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError,
                             ConnectionResetError):
+                        break
+                    if len(line) > MAX_LINE:
+                        await conn.send(_error(None, TooLarge(
+                            f"a request line is limited to {MAX_LINE} bytes; the connection is closed")))
                         break
                     if line.strip():
                         tg.start_soon(self._handle_line, conn, line)
@@ -296,6 +300,7 @@ class Sidecar:
             "machine": self.settings.machine, "uptime": round(now - self.started, 3),
             "sessions_live": len(live), "sessions_known": len(self.sessions.by_key),
             "terminal_unread": count, "terminal_unread_from": senders, "team": None,
+            "waiting": sorted(address for address, n in self.parked.items() if n > 0),
         }
 
     async def op_register(self, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
@@ -422,7 +427,11 @@ class Sidecar:
                     remaining = deadline - time.monotonic()
                     if messages or remaining <= 0:
                         break
-                    await self.mailbox.wait(recipient, arrival, remaining)
+                    self.parked[recipient] += 1
+                    try:
+                        await self.mailbox.wait(recipient, arrival, remaining)
+                    finally:
+                        self.parked[recipient] -= 1
             finally:
                 self.waits[recipient].discard(scope)
         if scope.cancelled_caught:

@@ -1,0 +1,519 @@
+"""``hive mcp``: the stdio MCP server that gives an agent hive's tools.
+
+It is a thin client of the sidecar: one connection, multiplexed, carries every call of every
+session this process serves (opencode shares one server between sessions, Claude Code keeps one
+across ``/clear``). So each tool call is first tied to a session, in this order:
+
+1. the call's ``_meta`` (Codex sends ``sessionId``/``threadId``; our pi bridge ``pi/sessionId``);
+2. a ``_hook_session_id`` argument a pre-tool hook stamped into the call, removed before the
+   tool sees its arguments;
+3. the session id the harness put in this process's environment at spawn time, which goes
+   stale when a harness rotates sessions in place, so the sidecar confirms it (op ``attach``);
+4. the session a hook registered under one of this process's ancestors (op ``attach``);
+5. otherwise one session of this process's own, with a generated key.
+
+Each session is registered (and held: it is live while this process runs) with the agent named
+by the client's ``clientInfo``; the tier stays whatever the hooks set. Sidecar errors become
+tool errors that carry their code (``structuredContent.error.code``), and every result ends
+with a notice when mail waits for the session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import secrets
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+from mcp.server.mcpserver import Context, MCPServer
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import Field
+
+from hive import skills
+
+from . import __version__
+from .client import Client
+from .config import slug
+from .defang import defang
+from .errors import HiveError, NotFound, Unreachable
+from .paths import StatePaths, state_paths
+
+MAX_WAIT = 600.0
+HOOK_ARGUMENT = "_hook_session_id"
+META_SESSION_KEYS = ("sessionId", "threadId", "pi/sessionId")
+CODEX_TURN_META = "x-codex-turn-metadata"
+ENV_SESSION_HINTS = ("CLAUDE_CODE_SESSION_ID", "GEMINI_SESSION_ID", "PI_SESSION_ID")
+MAX_KEY = 200
+STOP_WAITING_GRACE = 2.0
+
+log = logging.getLogger("hive.mcp")
+
+# clientInfo.name as each harness sends it (measured) -> hive's agent name.
+CLIENT_AGENTS = {
+    "claude-code": "claude-code",
+    "codex-mcp-client": "codex",
+    "gemini-cli-mcp-client": "gemini",
+    "opencode": "opencode",
+    "cursor": "cursor",
+}
+# When a client does not identify itself (clientInfo is optional from protocol 2026-07-28 on),
+# the markers harnesses put in their children's environment still name the agent.
+ENV_AGENTS = (("CLAUDECODE", "claude-code"), ("GEMINI_CLI", "gemini"), ("OPENCODE", "opencode"),
+              ("PI_CODING_AGENT", "pi"))
+
+# Tool errors that do not come from the sidecar.
+NO_DESKTOP = "no_desktop"
+
+
+class NoDesktop(HiveError):
+    code = NO_DESKTOP
+
+
+def behaviour_rules() -> str:
+    """The "How to behave" section of the bundled hive skill: the server's instructions."""
+    text = (skills.ROOT / "hive" / "SKILL.md").read_text(encoding="utf-8")
+    section: list[str] | None = None
+    for line in text.splitlines():
+        if line.startswith("## "):
+            if section is not None:
+                break
+            if line[3:].strip().lower() == "how to behave":
+                section = []
+            continue
+        if section is not None:
+            section.append(line)
+    if not section:
+        raise RuntimeError(f"{skills.ROOT / 'hive' / 'SKILL.md'} has no '## How to behave' section")
+    return "\n".join(section).strip()
+
+
+def ancestor_pids(pid: int | None = None) -> list[int]:
+    """This process's ancestors, nearest first (Linux /proc; elsewhere only the parent)."""
+    pid = os.getpid() if pid is None else pid
+    chain: list[int] = []
+    while len(chain) < 64:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
+        except OSError:
+            break
+        # The command name may hold spaces and parentheses: fields resume after the last ')'.
+        parent = int(stat.rsplit(")", 1)[1].split()[1])
+        if parent <= 1:
+            break
+        chain.append(parent)
+        pid = parent
+    if not chain and os.getppid() > 1:
+        chain.append(os.getppid())
+    return chain
+
+
+def agent_name(client_name: str | None, environ: Mapping[str, str]) -> str:
+    if client_name:
+        return CLIENT_AGENTS.get(client_name) or slug(client_name) or "agent"
+    for variable, agent in ENV_AGENTS:
+        if environ.get(variable):
+            return agent
+    return "agent"
+
+
+def _key(value: Any) -> str | None:
+    if isinstance(value, str) and 0 < len(value.strip()) <= MAX_KEY:
+        return value.strip()
+    return None
+
+
+def session_from_meta(meta: Mapping[str, Any] | None) -> str | None:
+    if not meta:
+        return None
+    for name in META_SESSION_KEYS:
+        if key := _key(meta.get(name)):
+            return key
+    turn = meta.get(CODEX_TURN_META)
+    if isinstance(turn, str):
+        with contextlib.suppress(ValueError):
+            turn = json.loads(turn)
+    if isinstance(turn, dict):
+        return _key(turn.get("session_id"))
+    return None
+
+
+@dataclass(frozen=True)
+class Identity:
+    key: str
+    via: str  # meta, hook, env, ancestry or process
+    agent: str
+
+
+@dataclass(frozen=True)
+class Reply:
+    text: str
+    data: dict[str, Any]
+
+
+class SidecarLink:
+    """One connection to the sidecar, opened on first use and reopened after it drops.
+
+    Reopening goes through :meth:`Client.open`, which starts a sidecar when none answers. It
+    happens only when a call needs it, so a sidecar someone stopped stays stopped until an
+    agent actually uses a tool.
+    """
+
+    def __init__(self, paths: StatePaths, tg: TaskGroup) -> None:
+        self._paths = paths
+        self._tg = tg
+        self._lock = anyio.Lock()
+        self._client: Client | None = None
+        self._scope: anyio.CancelScope | None = None
+        self.generation = 0  # bumped per connection: sessions are held per connection
+
+    async def _hold(self, *, task_status: TaskStatus[Client]) -> None:
+        held: Client | None = None
+        try:
+            with anyio.CancelScope() as scope:
+                async with Client.open(self._paths) as client:
+                    held = client
+                    self._client, self._scope = client, scope
+                    self.generation += 1
+                    task_status.started(client)
+                    # Nothing is pushed to an MCP connection, so this stream ends only when the
+                    # connection does; then the next call reconnects.
+                    async for _event in client.events:
+                        pass
+        except Exception:
+            if held is None:
+                raise  # not connected yet: start() hands this to the caller
+            log.warning("the connection to the sidecar failed", exc_info=True)
+        finally:
+            if held is not None and self._client is held:
+                self._client = self._scope = None
+
+    async def _connected(self) -> Client:
+        async with self._lock:
+            if self._client is None:
+                await self._tg.start(self._hold)
+            assert self._client is not None
+            return self._client
+
+    def _drop(self, client: Client) -> None:
+        if self._client is client and self._scope is not None:
+            self._scope.cancel()
+            self._client = self._scope = None
+
+    async def call(self, op: str, *, idempotent: bool = True, **args: Any) -> dict[str, Any]:
+        """Call an op, reconnecting once if the connection turns out to be dead.
+
+        A call that may have reached the sidecar before the link broke is retried only when
+        repeating it is harmless; a ``send`` is not, so that one reports ``unreachable``.
+        """
+        client = await self._connected()
+        try:
+            return await client.call(op, **args)
+        except Unreachable as exc:
+            self._drop(client)
+            if not idempotent and not _never_sent(exc):
+                raise Unreachable(
+                    f"the link to the sidecar broke during {op}; it may or may not have been done, "
+                    "so check before repeating it"
+                ) from exc
+        return await (await self._connected()).call(op, **args)
+
+
+def _never_sent(exc: Unreachable) -> bool:
+    # Client.call chains a write failure; a reply that never came chains EndOfStream.
+    return isinstance(exc.__cause__, anyio.BrokenResourceError | anyio.ClosedResourceError | OSError)
+
+
+ToolBody = Callable[[Identity], Awaitable[Reply]]
+
+
+class HiveTools:
+    """What the tools do, given a link to the sidecar; the MCP plumbing is in :func:`build_server`."""
+
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        self.environ = dict(os.environ if environ is None else environ)
+        self.link: SidecarLink | None = None
+        self.cwd = os.getcwd()
+        self.ancestors = ancestor_pids()
+        self.harness_pid = os.getppid()
+        self.env_hint = next((k for v in ENV_SESSION_HINTS if (k := _key(self.environ.get(v)))), None)
+        self.process_key = f"mcp-{os.getpid()}-{secrets.token_hex(4)}"
+        self._registered: dict[str, int] = {}  # session key -> link generation that holds it
+
+    @contextlib.asynccontextmanager
+    async def connected(self, paths: StatePaths) -> AsyncIterator[HiveTools]:
+        async with anyio.create_task_group() as tg:
+            self.link = SidecarLink(paths, tg)
+            try:
+                yield self
+            finally:
+                self.link = None
+                tg.cancel_scope.cancel()
+
+    async def call(self, op: str, *, idempotent: bool = True, **args: Any) -> dict[str, Any]:
+        if self.link is None:
+            raise Unreachable("the MCP server is not connected to a sidecar")
+        return await self.link.call(op, idempotent=idempotent, **args)
+
+    # ---- identity --------------------------------------------------------------------
+
+    async def identify(self, ctx: Context) -> Identity:
+        request = ctx.request_context
+        params = request.params or {}
+        client = request.session.client_params
+        agent = agent_name(client.client_info.name if client is not None else None, self.environ)
+        arguments = params.get("arguments")
+        stamped = _key(arguments.get(HOOK_ARGUMENT)) if isinstance(arguments, Mapping) else None
+        if key := session_from_meta(request.meta or params.get("_meta")):
+            identity = Identity(key, "meta", agent)
+        elif stamped:
+            identity = Identity(stamped, "hook", agent)
+        else:
+            identity = await self._attach(agent)
+        await self._register(identity)
+        return identity
+
+    async def _attach(self, agent: str) -> Identity:
+        try:
+            found = await self.call("attach", pids=self.ancestors, cwd=self.cwd, hint=self.env_hint)
+        except NotFound:
+            if self.env_hint:
+                return Identity(self.env_hint, "env", agent)
+            return Identity(self.process_key, "process", agent)
+        return Identity(found["key"], "env" if found.get("via") == "hint" else "ancestry", agent)
+
+    async def _register(self, identity: Identity) -> None:
+        assert self.link is not None
+        if self._registered.get(identity.key) == self.link.generation:
+            return
+        info: dict[str, Any] = {"key": identity.key, "agent": identity.agent}
+        if identity.via != "ancestry":  # the hook that registered an attached session knows better
+            info["cwd"] = self.cwd
+        if identity.via in ("meta", "hook", "env"):
+            # Hooks register a session under its harness's pid; so does this, so that process
+            # ancestry finds it. A generated session is this process's own and gets no pid.
+            info["pid"] = self.harness_pid
+        await self.call("register", session=info, hold=True)
+        self._registered[identity.key] = self.link.generation
+
+    # ---- results ---------------------------------------------------------------------
+
+    async def run(self, ctx: Context, body: ToolBody) -> CallToolResult:
+        identity: Identity | None = None
+        try:
+            identity = await self.identify(ctx)
+            reply = await body(identity)
+        except HiveError as exc:
+            notice = await self._unread_notice(identity) if identity is not None else None
+            return _failure(exc, notice)
+        notice = await self._unread_notice(identity)
+        content = [TextContent(type="text", text=reply.text)]
+        data = dict(reply.data)
+        if notice is not None:
+            content.append(TextContent(type="text", text=notice[0]))
+            data["unread"] = notice[1]
+        return CallToolResult(content=content, structured_content=data)
+
+    async def _unread_notice(self, identity: Identity) -> tuple[str, dict[str, Any]] | None:
+        try:
+            unread = await self.call("unread", session=identity.key)
+        except HiveError:
+            return None  # the tool's own answer matters more than the notice
+        count = int(unread.get("count") or 0)
+        if not count:
+            return None
+        senders = [defang(str(s)) for s in unread.get("from") or []]
+        plural = "message" if count == 1 else "messages"
+        text = (f"[hive] {count} unread {plural} from {', '.join(senders) or 'a teammate'}: "
+                "read them with check_inbox at the next natural point.")
+        return text, {"count": count, "from": senders}
+
+    # ---- tools -----------------------------------------------------------------------
+
+    async def list_team(self, identity: Identity, filter: str | None, all: bool) -> Reply:
+        result = await self.call("who", session=identity.key, filter=filter, all=all)
+        me = result.get("me")
+        lines = []
+        for s in result["sessions"]:
+            where = s["repo"] or s["folder"]
+            if s["branch"]:
+                where = f"{where}@{s['branch']}"
+            line = f"- {s['address']} ({s['agent']}) {where}".rstrip() + f", tier {s['tier']}"
+            if not s["live"]:
+                line += ", gone"
+            if s["address"] == me:
+                line += ", this is you"
+            if s["doing"]:
+                line += f": {s['doing']}"
+            lines.append(line)
+        if not lines:
+            scope = "" if all else " live"
+            lines = [f"No{scope} session matches." if filter else f"No{scope} sessions."]
+        header = f"You are {me}. Sessions on your team:" if me else "Sessions on your team:"
+        return Reply("\n".join([header, *lines]), result)
+
+    async def send_message(self, identity: Identity, to: str, message: str, reply_to: str | None,
+                           notify: bool, fyi: bool) -> Reply:
+        request: dict[str, Any] = {"from": identity.key, "to": to, "body": message, "fyi": fyi}
+        if reply_to:
+            request["reply_to"] = reply_to
+        if notify:
+            request["notify"] = True
+        result = await self.call("send", idempotent=False, **request)
+        lines = [f"{r['to']}: {r['note']} (id {r['id']})" for r in result["results"]]
+        if notify and "notified" not in result:
+            lines.append("No desktop notification was shown: this sidecar cannot show one yet.")
+        return Reply("\n".join(lines), result)
+
+    async def check_inbox(self, identity: Identity, wait_secs: float) -> Reply:
+        wait = min(max(float(wait_secs or 0), 0.0), MAX_WAIT)
+        deadline = time.monotonic() + wait
+        while True:
+            taken = await self.call("inbox", session=identity.key)
+            remaining = deadline - time.monotonic()
+            if taken["ids"] or remaining <= 0:
+                break
+            # Wait without taking: a poll cut short by a cancelled call must not leave messages
+            # marked as shown to a reader that is gone.
+            try:
+                await self.call("inbox", session=identity.key, wait=remaining, peek=True)
+            except anyio.get_cancelled_exc_class():
+                with anyio.move_on_after(STOP_WAITING_GRACE, shield=True), contextlib.suppress(HiveError):
+                    await self.call("stop_waiting", session=identity.key)
+                raise
+        if taken["ids"]:
+            await self.call("delivered", session=identity.key, ids=taken["ids"])
+            return Reply(taken["text"], taken)
+        waited = f" (waited {wait:g} s)" if wait else ""
+        return Reply(f"No unread messages{waited}.", taken)
+
+    async def whoami(self, identity: Identity) -> Reply:
+        result = await self.call("who", session=identity.key, all=True)
+        me = next((s for s in result["sessions"] if s["address"] == result.get("me")), {})
+        data = {"key": identity.key, "via": identity.via, "address": result.get("me"), "agent": identity.agent,
+                "name": me.get("name"), "tier": me.get("tier"), "person": result.get("person"),
+                "machine": result.get("machine")}
+        text = (f"You are {data['address']} ({identity.agent} on {data['machine']}), delivery tier "
+                f"{data['tier']}. Session key {identity.key}, identified by {identity.via}.")
+        return Reply(text, data)
+
+    async def rename(self, identity: Identity, name: str) -> Reply:
+        result = await self.call("set_status", session=identity.key, name=name)
+        was = f" (was {result['renamed_from']})" if result.get("renamed_from") else ""
+        return Reply(f"You are now {result['address']}{was}.", result)
+
+    async def ask_user(self, identity: Identity, question: str, about: str | None) -> Reply:
+        # The pop-up engine is its own piece of work; until it lands, say so plainly so the
+        # agent asks in its own session instead of waiting for an answer that cannot come.
+        regarding = f" Mention that it is about message {about}." if about else ""
+        raise NoDesktop(
+            "hive cannot show your person a desktop pop-up on this machine: ask them this question "
+            f"yourself, here in your own session, and wait for their answer.{regarding}"
+        )
+
+
+def _failure(exc: HiveError, notice: tuple[str, dict[str, Any]] | None) -> CallToolResult:
+    message = defang(exc.message)
+    data: dict[str, Any] = {"error": {"code": exc.code, "message": message}}
+    content = [TextContent(type="text", text=f"hive error {exc.code}: {message}")]
+    if notice is not None:
+        content.append(TextContent(type="text", text=notice[0]))
+        data["unread"] = notice[1]
+    return CallToolResult(content=content, structured_content=data, is_error=True)
+
+
+READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+
+
+def build_server(tools: HiveTools, paths: StatePaths | None = None) -> MCPServer[Any]:
+    """The MCP server with hive's tools, bound to the sidecar for ``paths`` (default: this user's)."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_server: MCPServer[Any]) -> AsyncIterator[dict[str, Any]]:
+        async with tools.connected(paths or state_paths()):
+            yield {}
+
+    server: MCPServer[Any] = MCPServer(
+        "hive", title="hive", version=__version__, instructions=behaviour_rules(), lifespan=lifespan,
+        log_level="WARNING",
+    )
+
+    @server.tool(annotations=READ_ONLY)
+    async def list_team(
+        ctx: Context,
+        filter: Annotated[str | None, Field(description="only sessions with this text in any field")] = None,
+        all: Annotated[bool, Field(description="include sessions that ended recently")] = False,
+    ) -> CallToolResult:
+        """List your team's agent sessions: address, agent, repository@branch, delivery tier and
+        what each is doing. Use it to pick the one session to message."""
+        return await tools.run(ctx, lambda me: tools.list_team(me, filter, all))
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=True))
+    async def send_message(
+        ctx: Context,
+        to: Annotated[str, Field(description="one session: person/name, or a name from list_team")],
+        message: Annotated[str, Field(description="what you need, point first; plain text")],
+        reply_to: Annotated[str | None, Field(description="the id of the message this answers")] = None,
+        notify: Annotated[bool, Field(description="also ask for a desktop notification to the "
+                                                  "recipient's person (not available yet)")] = False,
+        fyi: Annotated[bool, Field(description="do not wake the recipient; it sees this at its next "
+                                               "natural pause")] = False,
+    ) -> CallToolResult:
+        """Send a message to one other agent session on your team. Only when you need something
+        from it or it needs something from you; one message per need, then wait for the reply."""
+        return await tools.run(ctx, lambda me: tools.send_message(me, to, message, reply_to, notify, fyi))
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False))
+    async def check_inbox(
+        ctx: Context,
+        wait_secs: Annotated[float, Field(description="wait up to this many seconds (at most 600) for a "
+                                                      "message when none is waiting")] = 0,
+    ) -> CallToolResult:
+        """Read the messages teammates' agents sent this session; each is framed as
+        <hive-message> with its sender and id. Reading marks them read."""
+        return await tools.run(ctx, lambda me: tools.check_inbox(me, wait_secs))
+
+    @server.tool(annotations=READ_ONLY)
+    async def whoami(ctx: Context) -> CallToolResult:
+        """Your own hive address, delivery tier and session key."""
+        return await tools.run(ctx, tools.whoami)
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
+                                             open_world_hint=False))
+    async def rename(
+        ctx: Context,
+        name: Annotated[str, Field(description="a short role for this session, such as api or billing-fix")],
+    ) -> CallToolResult:
+        """Rename this session so teammates can tell what it is for; unread mail follows the name."""
+        return await tools.run(ctx, lambda me: tools.rename(me, name))
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False))
+    async def ask_user(
+        ctx: Context,
+        question: Annotated[str, Field(description="a yes/no question for your own person")],
+        about: Annotated[str | None, Field(description="the id of the teammate's message this is about")] = None,
+    ) -> CallToolResult:
+        """Ask your own person a question with a desktop pop-up and get their answer."""
+        return await tools.run(ctx, lambda me: tools.ask_user(me, question, about))
+
+    return server
+
+
+def main() -> int:
+    """Serve MCP on stdin/stdout until the client goes away."""
+    server = build_server(HiveTools())
+    try:
+        server.run("stdio")
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        sys.stdout.flush()
+    return 0
