@@ -21,6 +21,7 @@ with a notice when mail waits for the session.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import logging
 import os
@@ -198,10 +199,13 @@ class SidecarLink:
 
     async def _connected(self) -> Client:
         async with self._lock:
-            if self._client is None:
-                await self._tg.start(self._hold)
-            assert self._client is not None
-            return self._client
+            if self._client is not None:
+                return self._client
+            try:
+                client: Client = await self._tg.start(self._hold)
+            except OSError as exc:  # e.g. a state folder that cannot be created
+                raise Unreachable(f"cannot reach or start the sidecar for {self._paths.home}: {exc}") from exc
+            return client
 
     def _drop(self, client: Client) -> None:
         if self._client is client and self._scope is not None:
@@ -233,6 +237,7 @@ def _never_sent(exc: Unreachable) -> bool:
 
 
 ToolBody = Callable[[Identity], Awaitable[Reply]]
+ToolFunction = Callable[..., Awaitable[CallToolResult]]
 
 
 class HiveTools:
@@ -384,11 +389,14 @@ class HiveTools:
             # Wait without taking: a poll cut short by a cancelled call must not leave messages
             # marked as shown to a reader that is gone.
             try:
-                await self.call("inbox", session=identity.key, wait=remaining, peek=True)
+                seen = await self.call("inbox", session=identity.key, wait=remaining, peek=True)
             except anyio.get_cancelled_exc_class():
                 with anyio.move_on_after(STOP_WAITING_GRACE, shield=True), contextlib.suppress(HiveError):
                     await self.call("stop_waiting", session=identity.key)
                 raise
+            if not seen["ids"]:
+                break  # the wait ran out, or someone told the sidecar to stop waiting
+            # Otherwise take them; if another reader was faster, wait on for the time left.
         if taken["ids"]:
             await self.call("delivered", session=identity.key, ids=taken["ids"])
             return Reply(taken["text"], taken)
@@ -446,7 +454,15 @@ def build_server(tools: HiveTools, paths: StatePaths | None = None) -> MCPServer
         log_level="WARNING",
     )
 
-    @server.tool(annotations=READ_ONLY)
+    def tool(annotations: ToolAnnotations) -> Callable[[ToolFunction], ToolFunction]:
+        # Docstrings double as tool descriptions; the model should not read their indentation.
+        def register(fn: ToolFunction) -> ToolFunction:
+            server.add_tool(fn, description=inspect.cleandoc(fn.__doc__ or ""), annotations=annotations)
+            return fn
+
+        return register
+
+    @tool(READ_ONLY)
     async def list_team(
         ctx: Context,
         filter: Annotated[str | None, Field(description="only sessions with this text in any field")] = None,
@@ -456,7 +472,7 @@ def build_server(tools: HiveTools, paths: StatePaths | None = None) -> MCPServer
         what each is doing. Use it to pick the one session to message."""
         return await tools.run(ctx, lambda me: tools.list_team(me, filter, all))
 
-    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=True))
+    @tool(ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=True))
     async def send_message(
         ctx: Context,
         to: Annotated[str, Field(description="one session: person/name, or a name from list_team")],
@@ -471,7 +487,7 @@ def build_server(tools: HiveTools, paths: StatePaths | None = None) -> MCPServer
         from it or it needs something from you; one message per need, then wait for the reply."""
         return await tools.run(ctx, lambda me: tools.send_message(me, to, message, reply_to, notify, fyi))
 
-    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False))
+    @tool(ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False))
     async def check_inbox(
         ctx: Context,
         wait_secs: Annotated[float, Field(description="wait up to this many seconds (at most 600) for a "
@@ -481,12 +497,12 @@ def build_server(tools: HiveTools, paths: StatePaths | None = None) -> MCPServer
         <hive-message> with its sender and id. Reading marks them read."""
         return await tools.run(ctx, lambda me: tools.check_inbox(me, wait_secs))
 
-    @server.tool(annotations=READ_ONLY)
+    @tool(READ_ONLY)
     async def whoami(ctx: Context) -> CallToolResult:
         """Your own hive address, delivery tier and session key."""
         return await tools.run(ctx, tools.whoami)
 
-    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
+    @tool(ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
                                              open_world_hint=False))
     async def rename(
         ctx: Context,
@@ -495,7 +511,7 @@ def build_server(tools: HiveTools, paths: StatePaths | None = None) -> MCPServer
         """Rename this session so teammates can tell what it is for; unread mail follows the name."""
         return await tools.run(ctx, lambda me: tools.rename(me, name))
 
-    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False))
+    @tool(ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False))
     async def ask_user(
         ctx: Context,
         question: Annotated[str, Field(description="a yes/no question for your own person")],
