@@ -703,3 +703,104 @@ def test_pi_extension_in_real_pi(sidecar: Sidecar, tmp_path: Path) -> None:
             process.wait()
         process.stderr.close()
         model.close()
+
+
+# ---- opencode itself ---------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    import socket as _socket
+
+    with _socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_opencode_plugin_in_real_opencode(sidecar: Sidecar, tmp_path: Path) -> None:
+    """`opencode serve` loads the rendered TypeScript plugin itself; pushes reach its model idle and busy."""
+    import signal
+    import urllib.request
+
+    require_toolchain("opencode")
+    opencode_bin = NPM_MODULES / ".bin" / "opencode"
+    if not opencode_bin.exists():
+        pytest.fail(f"missing {opencode_bin}; {INSTALL_HINT}")
+    home = tmp_path / "home"
+    config = home / ".config" / "opencode"
+    project = tmp_path / "site"
+    (config / "plugin").mkdir(parents=True)
+    project.mkdir()
+    (config / "plugin" / "hive.ts").write_text(render("opencode", SAMPLE_COMMAND), encoding="utf-8")
+    model = FakeModel()
+    (config / "opencode.json").write_text(json.dumps({
+        "model": "fake/fake-model", "small_model": "fake/fake-model", "autoupdate": False, "share": "disabled",
+        "permission": {"*": "allow"},
+        "provider": {"fake": {"npm": "@ai-sdk/openai-compatible", "name": "Fake",
+                              "options": {"baseURL": f"http://127.0.0.1:{model.port}/v1", "apiKey": "sk-fake"},
+                              "models": {"fake-model": {"name": "Fake", "tool_call": True,
+                                                        "limit": {"context": 128000, "output": 4096}}}}}}))
+    port = _free_port()
+    env = {**sidecar.env, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"),
+           "XDG_DATA_HOME": str(home / ".local" / "share"), "XDG_STATE_HOME": str(home / ".local" / "state"),
+           "XDG_CACHE_HOME": str(home / ".cache"), "OPENCODE_DISABLE_AUTOUPDATE": "1",
+           "OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
+           "OPENCODE_DISABLE_LSP_DOWNLOAD": "1", "OPENCODE_DISABLE_SHARE": "1"}
+    log = (tmp_path / "opencode.log").open("w")
+    process = subprocess.Popen([str(opencode_bin), "serve", "--port", str(port), "--hostname", "127.0.0.1"],
+                               cwd=project, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                               start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+
+    def http(method: str, path: str, body: Any = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(base + path, data=data, method=method,
+                                         headers={"content-type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            raw = response.read()
+        return json.loads(raw) if raw else None
+
+    def up() -> bool:
+        try:
+            http("GET", "/session")
+            return True
+        except OSError:
+            return process.poll() is not None  # ends the wait; the assert below explains
+
+    try:
+        # The first start installs @opencode-ai/plugin into the throwaway config folder.
+        eventually(up, timeout=120, what="opencode serve to listen")
+        assert process.poll() is None, (tmp_path / "opencode.log").read_text()[-2000:]
+        session = http("POST", "/session", {})["id"]
+        entry = eventually(lambda: (sidecar.session("opencode") or {}).get("live") and sidecar.session("opencode"),
+                           timeout=30, what="the plugin to register the new session")
+        address = entry["address"]
+        assert address == "alice/site-opencode" and entry["tier"] == "push"
+
+        # Idle: the push starts a turn.
+        idle = sidecar.send(address, "PUSHMARK_idle")
+        assert idle["state"] == "pushed"
+        eventually(lambda: model.seen("PUSHMARK_idle"), timeout=30, what="the idle push to reach the model")
+        assert model.seen(f'id=\\"{idle["id"]}\\"'), "the model sees the framed message"
+        eventually(lambda: sidecar.state(idle["id"]) == "read", what="the idle push to be read")
+        eventually(lambda: http("GET", "/session/status").get(session, {"type": "idle"})["type"] == "idle",
+                   timeout=30, what="the session to go idle")
+
+        # Busy: pushed while the model is answering a prompt; it still reaches the model.
+        http("POST", f"/session/{session}/prompt_async", {"parts": [{"type": "text", "text": "SLOW answer please"}]})
+        eventually(lambda: model.seen("SLOW answer please"), timeout=30, what="the slow turn to start")
+        busy = sidecar.send(address, "PUSHMARK_busy")
+        assert busy["state"] == "pushed"
+        eventually(lambda: model.seen("PUSHMARK_busy"), timeout=30, what="the busy push to reach the model")
+        assert model.seen("PUSHMARK_busy")[0] > model.seen("SLOW answer please")[0]
+        eventually(lambda: sidecar.state(busy["id"]) == "read", what="the busy push to be read")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        log.close()
+        model.close()
