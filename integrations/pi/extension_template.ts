@@ -394,10 +394,12 @@ export default function (pi: ExtensionAPI) {
       }
       // pi only looks at deliverAs while the agent is streaming: then "steer" puts the text
       // into this run right after the running tool calls; when idle the message starts a turn.
+      // Recorded first: message_end may come before sendUserMessage returns.
       const lostAt = Date.now() + (idle() ? PUSH_IDLE_MS : PUSH_BUSY_MS);
-      pi.sendUserMessage(deliver.text, { deliverAs: "steer" });
       for (const id of deliver.ids) pushed.set(id, lostAt);
+      pi.sendUserMessage(deliver.text, { deliverAs: "steer" });
     } catch {
+      for (const id of deliver.ids) pushed.delete(id);
       link.notify("undelivered", { ids: deliver.ids });
     }
   });

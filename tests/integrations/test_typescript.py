@@ -4,7 +4,10 @@ Each template is rendered the way the generator renders it (``__HIVE_COMMAND__``
 JSON argv) and type-checked with tsc in strict mode against the harnesses' own published type
 packages, installed into ``.cache/npm`` from ``.ci/npm-packages``. Then each is compiled to
 JavaScript and run under Node with the harness faked (a stand-in ``client`` for opencode, a
-stand-in ``ExtensionAPI`` for pi) against a real sidecar: hive itself is never faked.
+stand-in ``ExtensionAPI`` for pi) against a real sidecar, which reaches every corner (refused
+pushes, fyi mail, loading twice, no sidecar). Last, the real CLIs from npm (``opencode serve``,
+``pi --mode rpc``) load the rendered TypeScript themselves, with a scripted model on loopback.
+hive itself is never faked.
 """
 
 from __future__ import annotations
