@@ -69,14 +69,14 @@ def defang(text: str) -> str:
     """Return ``text`` with every bracket that could open or close a hive frame replaced by ``[``."""
     text = _INVISIBLE.sub("", text)
     text = _ENTITY.sub(
-        lambda m: "[" if _suspect_tag(m.string[m.end() : m.end() + _WINDOW]) else m.group(0), text
+        lambda m: "[" if _suspect_tag(m.string[m.end() : m.end() + 1 + _TAG_WORD_LIMIT]) else m.group(0), text
     )
     marks = brackets()
     if not any(c in marks for c in text):
         return text
     out = list(text)
     for i, char in enumerate(text):
-        if char in marks and _suspect_tag(text[i + 1 : i + 1 + _WINDOW]):
+        if char in marks and _suspect_tag(text[i + 1 : i + 2 + _TAG_WORD_LIMIT]):
             out[i] = "["
     return "".join(out)
 

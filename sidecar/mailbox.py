@@ -109,16 +109,16 @@ class Mailbox:
         """An event set when waking mail arrives for ``recipient``; take it before reading unread."""
         return self._arrivals.setdefault(recipient, anyio.Event())
 
-    async def wait(self, recipient: str, arrival: anyio.Event, timeout: float) -> None:
-        """Wait for ``arrival`` or ``timeout``, whichever is first.
+    async def wait(self, recipient: str, arrival: anyio.Event, seconds: float) -> None:
+        """Wait for ``arrival`` or ``seconds``, whichever is first.
 
         The wait also ends when an in-flight message for this recipient becomes visible again.
         """
         now = time.time()
         expiries = [until for (to, until) in self.inflight.values() if to == recipient and until > now]
         if expiries:
-            timeout = min(timeout, min(expiries) - now + 0.01)
-        with anyio.move_on_after(max(timeout, 0)):
+            seconds = min(seconds, min(expiries) - now + 0.01)
+        with anyio.move_on_after(max(seconds, 0)):
             await arrival.wait()
 
     async def counts(self, recipient: str) -> tuple[int, list[str]]:

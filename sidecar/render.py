@@ -47,7 +47,10 @@ def frame(message: Message) -> str:
     attrs.append(f'id="{attr(message.id)}"')
     if message.reply_to:
         attrs.append(f'reply_to="{attr(message.reply_to)}"')
-    who = f"Typed by {attr(person)} at a terminal." if message.sender_kind == "person" else f"From {attr(person)}'s agent."
+    if message.sender_kind == "person":
+        who = f"Typed by {attr(person)} at a terminal."
+    else:
+        who = f"From {attr(person)}'s agent."
     return (
         f"<hive-message {' '.join(attrs)}>\n{defang(message.body)}\n</hive-message>\n"
         f'{who} Reply with send_message to "{attr(message.sender)}" if useful.'

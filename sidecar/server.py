@@ -34,7 +34,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 from . import __version__
 from .addresses import Entry, Target, is_group, resolve
 from .config import HOUR, Settings, load_settings
-from .defang import one_line
+from .defang import brackets, one_line
 from .errors import BadRequest, Conflict, HiveError, NotFound, TooLarge, UnknownOp
 from .mailbox import Mailbox
 from .paths import StatePaths, ensure_home
@@ -67,9 +67,9 @@ class Connection:
         self.push_sessions: set[str] = set()
         self.closed = False
 
-    @property
+    @functools.cached_property
     def at_terminal(self) -> bool:
-        return has_terminal(self.pid)
+        return has_terminal(self.pid)  # a process's controlling terminal does not change
 
     async def send(self, payload: dict[str, Any]) -> None:
         data = (json.dumps(payload, separators=(",", ":"), ensure_ascii=False) + "\n").encode()
@@ -115,6 +115,9 @@ class Sidecar:
             self.sessions = Sessions(self.store, self.settings)
             await self.sessions.load()
             self.mailbox = Mailbox(self.store, self.settings)
+            # Building the look-alike bracket table scans all of Unicode (~0.1 s): do it before
+            # the first client waits on it, and off the event loop.
+            await anyio.to_thread.run_sync(brackets)
             with contextlib.suppress(FileNotFoundError):
                 self.paths.socket.unlink()  # we hold the lock, so any socket file is stale
             old_umask = os.umask(0o177)
@@ -261,7 +264,7 @@ class Sidecar:
         """Hand waking mail to the connection that delivers into this session, if any."""
         conn = self._push_connection(session)
         address = self._address_of(session)
-        if conn is None or address in self.mailbox._arrivals:
+        if conn is None or self.parked[address] > 0:
             return False  # nobody to push to, or a reader is already long-polling for it
         messages = [m for m in await self.mailbox.unread(address) if m.wake]
         if not messages:
@@ -309,12 +312,12 @@ class Sidecar:
             raise BadRequest("register needs a 'session' object with at least 'key' and 'agent'")
         hold = bool(request.get("hold") or request.get("push"))
         session, new = await self.sessions.register(info, conn.id if hold else None)
-        if request.get("push"):
+        if request.get("push") and session.tier == "push":
             conn.push_sessions.add(session.key)
         await self._maybe_forget()
         address = self._address_of(session)
         count, senders = await self.mailbox.counts(address)
-        if request.get("push"):
+        if session.key in conn.push_sessions:
             await self._push(session)
         return {"key": session.key, "name": session.name, "address": address, "tier": session.tier,
                 "new": new, "unread": count, "unread_from": senders}
@@ -371,7 +374,7 @@ class Sidecar:
         if sender_session is not None:
             sender, kind = self._address_of(sender_session), "agent"
             agent, repo = sender_session.agent, sender_session.repo
-            await self.sessions.touch(sender_session)
+            self.sessions.seen(sender_session)
         else:
             sender, agent, repo = self.terminal, "", ""
             kind = "person" if conn.at_terminal else "agent"
@@ -386,14 +389,15 @@ class Sidecar:
                     recipient=t.address, reply_to=reply_to, body=body, wake=wake, sent_at=now)
             for t in targets
         ]
+        waiting = {t.address for t in targets if self.parked[t.address] > 0}
         await self.mailbox.deposit(messages, sender_session.key if sender_session else None)
         results = []
         for target, message in zip(targets, messages, strict=True):
-            state, note = await self._after_deposit(target, wake)
+            state, note = await self._after_deposit(target, wake, target.address in waiting)
             results.append({"to": target.address, "id": message.id, "state": state, "note": note})
         return {"from": sender, "results": results}
 
-    async def _after_deposit(self, target: Target, wake: bool) -> tuple[str, str]:
+    async def _after_deposit(self, target: Target, wake: bool, waiting: bool) -> tuple[str, str]:
         if target.entry is None:
             return "queued", f"queued: {target.address.split('/')[0]} sees it with `hive inbox`"
         session = self.sessions.by_key.get(target.entry.key or "")
@@ -401,7 +405,7 @@ class Sidecar:
             return "queued", "queued: that session is offline; it sees this when it comes back"
         if not wake:
             return "queued", "queued (fyi): shown at its next natural pause; it does not wake the session"
-        if self._address_of(session) in self.mailbox._arrivals:
+        if waiting:
             return "delivered", "delivered: the session was waiting in check_inbox"
         if session.tier == "push" and await self._push(session):
             return "pushed", TIER_NOTES["push"]
@@ -415,7 +419,7 @@ class Sidecar:
         except (TypeError, ValueError) as exc:
             raise BadRequest("wait is a number of seconds, at most 600") from exc
         if session is not None:
-            await self.sessions.touch(session)
+            self.sessions.seen(session)
         deadline = time.monotonic() + wait
         messages: list[Message] = []
         with anyio.CancelScope() as scope:
@@ -454,12 +458,22 @@ class Sidecar:
         return {"confirmed": await self.mailbox.confirm(recipient, ids)}
 
     async def op_undelivered(self, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
-        """A client was shown messages but could not pass them on: make them visible now."""
+        """A client was shown messages but could not pass them on: make them visible now.
+
+        With ``push_failed`` the session's push channel is broken: it drops to the turn tier
+        (hooks or check_inbox show the mail instead) and senders are told so from then on.
+        """
         ids = request.get("ids")
         if not isinstance(ids, list):
             raise BadRequest("undelivered needs 'ids'")
         self.mailbox.unshow([i for i in ids if isinstance(i, str)])
-        return {"released": len(ids)}
+        tier = None
+        if request.get("push_failed") and request.get("session"):
+            session = self._session_ref(request["session"])
+            await self.sessions.downgrade(session)
+            conn.push_sessions.discard(session.key)
+            tier = session.tier
+        return {"released": len(ids), "tier": tier}
 
     async def op_stop_waiting(self, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
         recipient, _ = self._mailbox_of(request)

@@ -40,6 +40,7 @@ class Session:
     ended_at: float | None = None
     # Connections that hold the session open (MCP servers, plugins); not stored.
     holders: set[int] = field(default_factory=set, repr=False, compare=False)
+    push_failed: bool = field(default=False, repr=False, compare=False)
 
     def live(self, now: float, ttl: float) -> bool:
         if self.ended_at is not None:
@@ -54,6 +55,7 @@ class Session:
     def row(self) -> dict[str, Any]:
         data = asdict(self)
         data.pop("holders")
+        data.pop("push_failed")
         return data
 
 
@@ -137,6 +139,8 @@ class Sessions:
         tier = str(info.get("tier") or (existing.tier if existing else "pull"))
         if tier not in TIERS:
             raise BadRequest(f"tier must be one of {', '.join(TIERS)}, not {tier!r}")
+        if tier == "push" and existing is not None and existing.push_failed:
+            tier = "turn"
         inherited: Session | None = None
         if existing is None:
             wanted = slug(str(info.get("name") or "")) or default_base_name(cwd, repo_root, agent)
@@ -174,6 +178,17 @@ class Sessions:
         columns = ", ".join(row)
         marks = ", ".join("?" for _ in row)
         return (f"INSERT OR REPLACE INTO sessions ({columns}) VALUES ({marks})", tuple(row.values()))
+
+    def seen(self, session: Session) -> None:
+        """A sign of life; kept in memory and written with the session's next durable change."""
+        session.last_seen = time.time()
+
+    async def downgrade(self, session: Session) -> None:
+        """Its push channel failed: turn tier from now on, and re-registering cannot raise it."""
+        session.push_failed = True
+        if session.tier == "push":
+            session.tier = "turn"
+            await self.store.write([self._upsert(session)])
 
     async def touch(self, session: Session) -> None:
         session.last_seen = time.time()

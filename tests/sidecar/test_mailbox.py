@@ -177,3 +177,46 @@ def test_the_cli_shows_then_confirms_the_persons_inbox(hive: Hive) -> None:
     assert "build is green" in shown and "<hive-message" in shown
     assert "no unread messages" in hive.cli("inbox", check=True).stdout
     assert hive.cli("inbox", "--as", "web-codex", check=True).stdout.startswith("no unread")
+
+
+def test_a_sender_is_told_delivered_when_the_session_was_waiting_in_its_inbox(hive: Hive) -> None:
+    register(hive, "r", "/src/api")
+    with hive.connect() as conn:
+        conn.send_line({"id": "poll", "op": "inbox", "session": "r", "wait": 60})
+        wait_until_parked(hive, "alice/api-codex")
+        result = send(hive, "alice/api-codex", "you were waiting")["result"]["results"][0]
+        assert result["state"] == "delivered"
+        assert [m["body"] for m in conn.read()["result"]["messages"]] == ["you were waiting"]
+
+
+def test_a_push_session_gets_mail_on_its_connection_and_confirms_it(hive: Hive) -> None:
+    with hive.connect() as plugin:
+        plugin.send_line({"id": 1, "op": "register", "push": True,
+                          "session": {"key": "p", "agent": "opencode", "cwd": "/src/api", "tier": "push"}})
+        assert plugin.read()["result"]["tier"] == "push"
+        result = send(hive, "alice/api-opencode", "straight in")["result"]["results"][0]
+        assert result["state"] == "pushed"
+        event = plugin.read()
+        assert event["event"] == "deliver" and event["session"] == "p" and event["ids"] == [result["id"]]
+        assert "straight in" in event["text"] and event["text"].startswith("<hive-message ")
+        plugin.send_line({"id": 2, "op": "delivered", "session": "p", "ids": event["ids"]})
+        assert plugin.read()["result"]["confirmed"] == 1
+
+
+def test_a_failed_push_leaves_the_mail_unread_and_senders_are_told_the_turn_tier(hive: Hive) -> None:
+    with hive.connect() as plugin:
+        plugin.send_line({"id": 1, "op": "register", "push": True,
+                          "session": {"key": "p", "agent": "opencode", "cwd": "/src/api", "tier": "push"}})
+        plugin.read()
+        send(hive, "alice/api-opencode", "could not land")
+        event = plugin.read()
+        plugin.send_line({"id": 2, "op": "undelivered", "session": "p", "ids": event["ids"], "push_failed": True})
+        assert plugin.read()["result"]["tier"] == "turn"
+        # Re-registering as push does not raise it again, and the mail is there for the next hook.
+        plugin.send_line({"id": 3, "op": "register", "push": True,
+                          "session": {"key": "p", "agent": "opencode", "cwd": "/src/api", "tier": "push"}})
+        assert plugin.read()["result"]["tier"] == "turn"
+    again = send(hive, "alice/api-opencode", "second")["result"]["results"][0]
+    assert again["note"] in ("queued: that session is offline; it sees this when it comes back",
+                             "queued: it sees this at its next tool call or when its turn ends")
+    assert [m["body"] for m in inbox(hive, "p")["messages"]] == ["could not land", "second"]

@@ -79,7 +79,8 @@ def test_rename_moves_unread_mail_to_the_new_address(hive: Hive) -> None:
 def test_rename_to_a_taken_name_is_refused(hive: Hive) -> None:
     register(hive, "s1", "/src/api")
     register(hive, "s2", "/src/web")
-    assert hive.request({"id": 1, "op": "set_status", "session": "s2", "name": "api-codex"})["error"]["code"] == "conflict"
+    reply = hive.request({"id": 1, "op": "set_status", "session": "s2", "name": "api-codex"})
+    assert reply["error"]["code"] == "conflict"
 
 
 def test_who_lists_live_sessions_and_all_adds_gone_ones(hive: Hive) -> None:
