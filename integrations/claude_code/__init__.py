@@ -1,0 +1,87 @@
+"""Claude Code (`claude`): hooks in settings.json, MCP in ~/.claude.json, skills in .claude/skills.
+
+Measured contract: ../shared/notes/harnesses.md §1 and push.md §1a. Injection at SessionStart,
+UserPromptSubmit and PostToolUse goes through ``hookSpecificOutput.additionalContext``; Stop
+blocks with the messages as its reason (never twice in a row: ``stop_hook_active``). Push is a
+background hook with ``asyncRewake`` that waits on the sidecar and exits 2 with the framed text,
+which wakes an idle session and lands mid-turn after a tool result.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..descriptor import HookPoint, Identity, InstallContext, NativeFile, Presence, Tiers
+from ..hookspecs import hookimpl
+
+NAME = "claude-code"
+
+IDENTITY = Identity(
+    name=NAME,
+    title="Claude Code",
+    aliases=("claude", "claude_code"),
+    binaries=("claude",),
+    config_dirs=(".claude",),
+    session_env=("CLAUDE_CODE_SESSION_ID",),
+    caller_env=("CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT"),
+    mcp_client_names=("claude-code",),
+)
+
+POINTS = [
+    HookPoint("SessionStart", "session.start", inject="additional_context"),
+    HookPoint("UserPromptSubmit", "prompt.submitted", inject="additional_context"),
+    HookPoint("PostToolUse", "tool.after", inject="additional_context", wakes_only=True, matcher="*"),
+    HookPoint("Stop", "turn.stop", inject="stop_block"),
+    HookPoint("SessionEnd", "session.end"),
+]
+
+
+@hookimpl
+def hive_harness() -> Identity:
+    return IDENTITY
+
+
+@hookimpl
+def hive_hook_points(harness: str) -> list[HookPoint] | None:
+    return POINTS if harness == NAME else None
+
+
+@hookimpl
+def hive_presence(harness: str) -> Presence | None:
+    if harness != NAME:
+        return None
+    return Presence(transcripts=(".claude/projects/*/*.jsonl",), todos=(".claude/tasks/*/*.json",))
+
+
+@hookimpl
+def hive_tiers(harness: str) -> Tiers | None:
+    return Tiers(default="push", push="async_rewake") if harness == NAME else None
+
+
+@hookimpl
+def hive_native_files(harness: str, context: InstallContext) -> list[NativeFile] | None:
+    if harness != NAME:
+        return None
+    hooks: dict[str, list[dict[str, Any]]] = {}
+    for point in POINTS:
+        group: dict[str, Any] = {"hooks": [{"type": "command", "command": context.hook_command(NAME, point.native),
+                                            "timeout": point.timeout}]}
+        if point.matcher:
+            group["matcher"] = point.matcher
+        hooks[point.native] = [group]
+    # The push watcher: a background hook re-armed at every session start and every Stop.
+    for native in ("SessionStart", "Stop"):
+        hooks[native].append({"hooks": [{"type": "command", "command": context.hook_command(NAME, "watch"),
+                                         "asyncRewake": True, "timeout": 86400}]})
+    settings = ".claude/settings.json"
+    mcp_file = ".claude.json" if context.scope == "user" else ".mcp.json"
+    command, *args = context.mcp_command
+    files = [
+        NativeFile(role="mcp", path=mcp_file, format="json",
+                   owned={("mcpServers", "hive"): {"type": "stdio", "command": command, "args": args}}),
+        NativeFile(role="hooks", path=settings, format="json",
+                   owned={("hooks", event): groups for event, groups in hooks.items()}),
+    ]
+    for skill in context.skills:
+        files.append(NativeFile(role="skill", path=f".claude/skills/{skill}/SKILL.md", format="text"))
+    return files

@@ -1,0 +1,111 @@
+"""The records a harness plugin returns: one plain data class per plane of the descriptor.
+
+See :mod:`hive.integrations.hookspecs` for which hook returns which record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Tier = Literal["push", "turn", "pull"]
+Scope = Literal["user", "project"]
+
+# Normalized events every harness's native hook events map onto.
+EVENTS = (
+    "session.start",  # a session began, resumed or was cleared into a new one
+    "prompt.submitted",  # the person sent a prompt; the turn begins
+    "tool.before",  # a tool is about to run
+    "tool.after",  # a tool finished (its result is on its way to the model)
+    "turn.stop",  # the agent ended its turn
+    "session.end",  # the session is over
+)
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who a harness is and how to find it on a machine."""
+
+    name: str  # canonical, a-z0-9-: "claude-code"
+    title: str  # for people: "Claude Code"
+    aliases: tuple[str, ...] = ()  # accepted on the command line: "claude", "claude_code"
+    binaries: tuple[str, ...] = ()  # looked up on PATH to detect it
+    config_dirs: tuple[str, ...] = ()  # relative to the home folder: ".claude"
+    version_args: tuple[str, ...] = ("--version",)
+    stdin_session: str = "session_id"  # the hook stdin field holding the session id
+    stdin_cwd: str = "cwd"  # the hook stdin field holding the working folder
+    session_env: tuple[str, ...] = ()  # env vars that carry the session id to hooks
+    caller_env: tuple[str, ...] = ()  # env vars whose presence proves this harness runs the hook
+    mcp_client_names: tuple[str, ...] = ()  # MCP clientInfo.name values it sends
+    transcript_field: str = "transcript_path"
+
+
+@dataclass(frozen=True)
+class HookPoint:
+    """One native hook event hive listens to, and what it may answer there."""
+
+    native: str  # the harness's own event name: "PostToolUse", "afterMCPExecution"
+    event: str  # one of EVENTS
+    # How text reaches the model from here: "additional_context" (hookSpecificOutput),
+    # "stop_block" ({"decision": "block", "reason"}), "followup_message" (Cursor), or None.
+    inject: str | None = None
+    wakes_only: bool = False  # mid-turn: only waking (non-fyi) mail is injected here
+    matcher: str | None = None  # the matcher written into the hooks file, if the harness uses one
+    no_opinion: str = ""  # the exact stdout that means "nothing to say"
+    timeout: int = 5  # seconds the harness gives the hook, written into its config
+
+
+@dataclass(frozen=True)
+class Presence:
+    """What a harness's events say about its session, and where it writes what it does."""
+
+    busy: tuple[str, ...] = ("prompt.submitted", "tool.before", "tool.after")
+    idle: tuple[str, ...] = ("turn.stop",)
+    waiting_approval: tuple[str, ...] = ()
+    transcripts: tuple[str, ...] = ()  # glob patterns relative to the home folder
+    todos: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Tiers:
+    """The delivery tiers a harness offers. ``push`` names the mechanism, if any."""
+
+    default: Tier
+    push: str | None = None  # "async_rewake", "app_server", "plugin"
+    turn: bool = True
+    pull: bool = True
+    note: str = ""  # told to senders when the tier has a caveat
+
+
+@dataclass(frozen=True)
+class InstallContext:
+    """What the install plane needs to know to produce native files."""
+
+    scope: Scope
+    hook_command: Callable[[str, str], str]  # (harness, native event) -> command line
+    mcp_command: tuple[str, ...]  # argv that starts `hive mcp`
+    hive_command: tuple[str, ...]  # argv that runs the hive CLI (for plugins)
+    skills: tuple[str, ...] = ("hive",)  # names of skills shipped in hive.skills
+
+
+@dataclass(frozen=True)
+class NativeFile:
+    """One file hive writes for a harness: the part of it hive owns.
+
+    For ``json`` and ``toml`` files, ``owned`` maps key paths (tuples) to the value hive puts
+    there; the writer merges them into whatever the user has and can remove them again. For
+    ``text`` files (plugins, skills) ``content`` is the whole file, which hive owns outright.
+    """
+
+    role: Literal["mcp", "hooks", "plugin", "skill"]
+    path: str  # relative to the home folder (user scope) or the project root (project scope)
+    format: Literal["json", "toml", "text"]
+    owned: dict[tuple[str, ...], Any] = field(default_factory=dict)
+    content: str = ""
+
+
+# Hook entries live in arrays the user shares with hive; an entry is hive's when its command
+# line contains one of these (the installed hook client's file name, or the portable form
+# used in the generated reference files).
+HOOK_MARKERS = ("hive_hook.py", "hive hook ")

@@ -1,0 +1,81 @@
+"""The whole contract of a harness, as pluggy hooks.
+
+A harness is a plugin that implements these hooks. The six built-in harnesses are plugins of
+this same contract; a third party adds one by registering a module under the entry point group
+``hive.harnesses``. Every hook but :func:`hive_harness` takes the canonical harness name and
+returns ``None`` when it is about another harness, so one call reaches the right plugin.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pluggy
+
+from .descriptor import HookPoint, Identity, InstallContext, NativeFile, Presence, Tiers
+
+hookspec = pluggy.HookspecMarker("hive")
+hookimpl = pluggy.HookimplMarker("hive")
+
+
+@hookspec
+def hive_harness() -> Identity:
+    """Identity plane: return this plugin's :class:`Identity` (name, aliases, binaries, config
+    folders, version probe, which stdin fields and environment variables carry the session id
+    and working folder). Called once per plugin; the result names the harness for every other hook.
+    """
+
+
+@hookspec(firstresult=True)
+def hive_hook_points(harness: str) -> list[HookPoint] | None:
+    """Observe and inject planes: for ``harness``, return every native hook event hive listens
+    to, each mapped to a normalized event (see ``descriptor.EVENTS``) with the way text can reach
+    the model from it. Return None for another harness.
+    """
+
+
+@hookspec(firstresult=True)
+def hive_presence(harness: str) -> Presence | None:
+    """Presence plane: for ``harness``, return which normalized events mean busy, idle or
+    waiting for approval, and where its transcripts and todo lists live. None for another harness.
+    """
+
+
+@hookspec(firstresult=True)
+def hive_tiers(harness: str) -> Tiers | None:
+    """Inject plane: for ``harness``, return the delivery tiers it offers (push mechanism if any,
+    turn, pull) and its default. None for another harness.
+    """
+
+
+@hookspec(firstresult=True)
+def hive_native_files(harness: str, context: InstallContext) -> list[NativeFile] | None:
+    """Install plane: for ``harness``, return the native files hive writes (MCP config, hooks
+    file, plugin, skills) for ``context.scope``, each with the part hive owns. Paths are
+    relative to the home folder (user scope) or project root (project scope). None for another
+    harness.
+    """
+
+
+@hookspec(firstresult=True)
+def hive_reply(harness: str, point: HookPoint, text: str, payload: dict[str, Any]) -> str | None:
+    """Inject plane: return the exact stdout that puts ``text`` into the model's context at
+    ``point`` of ``harness`` (``payload`` is the hook's stdin). A built-in fallback handles the
+    standard shapes named by ``point.inject``; implement this only for a shape of your own.
+    """
+
+
+@hookspec(firstresult=True)
+def hive_deny(harness: str, point: HookPoint, reason: str) -> str | None:
+    """Gate plane: return the exact stdout that refuses the action at ``point`` with ``reason``,
+    or None when the harness cannot refuse there. hive never denies on its own failure: a failed
+    hive call always answers ``point.no_opinion``.
+    """
+
+
+@hookspec(firstresult=True)
+def hive_identify_caller(payload: dict[str, Any], env: dict[str, str]) -> str | None:
+    """Identity plane: given a hook's stdin ``payload`` and environment, return this harness's
+    name if the evidence shows it is the one really calling (Cursor, for one, also runs Claude
+    Code's hooks from ``~/.claude/settings.json``), else None.
+    """

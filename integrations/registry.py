@@ -1,0 +1,109 @@
+"""Loading harness plugins and looking harnesses up by name.
+
+Built-in harnesses are registered first, then anything under the entry point group
+``hive.harnesses``. ``HIVE_LOAD_PLUGINS`` (a comma-separated list of plugin names, empty for
+none) restricts the third-party ones, which keeps tests independent of what else is installed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass
+from functools import cache
+from importlib.metadata import entry_points
+from typing import Any
+
+import pluggy
+
+from . import hookspecs
+from .descriptor import HookPoint, Identity, InstallContext, NativeFile, Presence, Tiers
+
+BUILTIN = (
+    "hive.integrations.claude_code",
+    "hive.integrations.codex",
+    "hive.integrations.cursor",
+    "hive.integrations.gemini",
+    "hive.integrations.opencode",
+    "hive.integrations.pi",
+    "hive.integrations.replies",  # the standard reply shapes, as the fallback implementation
+)
+ENTRY_POINT_GROUP = "hive.harnesses"
+
+
+@cache
+def plugin_manager() -> pluggy.PluginManager:
+    pm = pluggy.PluginManager("hive")
+    pm.add_hookspecs(hookspecs)
+    for name in BUILTIN:
+        pm.register(importlib.import_module(name), name=name)
+    allowed = os.environ.get("HIVE_LOAD_PLUGINS")
+    wanted = None if allowed is None else {n.strip() for n in allowed.split(",") if n.strip()}
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if wanted is not None and ep.name not in wanted:
+            continue
+        if pm.get_plugin(ep.name) is None:
+            pm.register(ep.load(), name=ep.name)
+    return pm
+
+
+@dataclass(frozen=True)
+class Harness:
+    """One harness's descriptor, read through the plugin hooks."""
+
+    identity: Identity
+
+    @property
+    def name(self) -> str:
+        return self.identity.name
+
+    @property
+    def hook(self) -> Any:
+        return plugin_manager().hook
+
+    def hook_points(self) -> list[HookPoint]:
+        return self.hook.hive_hook_points(harness=self.name) or []
+
+    def point(self, native: str) -> HookPoint | None:
+        return next((p for p in self.hook_points() if p.native == native), None)
+
+    def presence(self) -> Presence:
+        return self.hook.hive_presence(harness=self.name) or Presence()
+
+    def tiers(self) -> Tiers:
+        return self.hook.hive_tiers(harness=self.name) or Tiers(default="pull", turn=False)
+
+    def native_files(self, context: InstallContext) -> list[NativeFile]:
+        return self.hook.hive_native_files(harness=self.name, context=context) or []
+
+    def reply(self, point: HookPoint, text: str, payload: dict[str, Any]) -> str:
+        return self.hook.hive_reply(harness=self.name, point=point, text=text, payload=payload) or point.no_opinion
+
+    def deny(self, point: HookPoint, reason: str) -> str | None:
+        result: str | None = self.hook.hive_deny(harness=self.name, point=point, reason=reason)
+        return result
+
+
+def harnesses() -> dict[str, Harness]:
+    """Every registered harness by canonical name, in registration order."""
+    found: dict[str, Harness] = {}
+    for identity in plugin_manager().hook.hive_harness():
+        found.setdefault(identity.name, Harness(identity))
+    return found
+
+
+def harness(name: str) -> Harness:
+    """Look a harness up by canonical name or alias. Raises KeyError with the known names."""
+    table = harnesses()
+    if name in table:
+        return table[name]
+    for candidate in table.values():
+        if name in candidate.identity.aliases:
+            return candidate
+    raise KeyError(f"unknown harness {name!r}; known: {', '.join(table)}")
+
+
+def identify_caller(claimed: str, payload: dict[str, Any], env: dict[str, str]) -> Harness:
+    """The harness really running a hook: the evidence wins over the name in the command line."""
+    actual = plugin_manager().hook.hive_identify_caller(payload=payload, env=env)
+    return harness(actual or claimed)
