@@ -97,13 +97,17 @@ class Store:
         old_umask = os.umask(0o077)
         try:
             db = await aiosqlite.connect(path)
-            await db.execute("PRAGMA journal_mode=WAL")
-            await db.execute("PRAGMA synchronous=FULL")
-            await db.execute("PRAGMA secure_delete=ON")
-            await db.execute("PRAGMA foreign_keys=ON")
-            await db.execute("PRAGMA busy_timeout=5000")
-            db.row_factory = aiosqlite.Row
-            await db._execute(migrate, db._conn)  # type: ignore[attr-defined]  # run on its thread
+            try:
+                await db.execute("PRAGMA journal_mode=WAL")
+                await db.execute("PRAGMA synchronous=FULL")
+                await db.execute("PRAGMA secure_delete=ON")
+                await db.execute("PRAGMA foreign_keys=ON")
+                await db.execute("PRAGMA busy_timeout=5000")
+                db.row_factory = aiosqlite.Row
+                await db._execute(migrate, db._conn)  # type: ignore[attr-defined]  # run on its thread
+            except BaseException:
+                await db.close()  # its worker thread would otherwise keep the process alive
+                raise
         finally:
             os.umask(old_umask)
         _chmod_database_files(path)
