@@ -1,0 +1,101 @@
+"""Codex CLI (`codex`): MCP in config.toml, hooks in hooks.json, skills in .agents/skills.
+
+Measured contract: ../shared/notes/harnesses.md §2 (Codex 0.171.0), push.md §2 and
+mcp-session-identity.md (Codex). The hooks file has Claude Code's shape; SessionStart,
+UserPromptSubmit and PostToolUse inject through ``hookSpecificOutput.additionalContext`` (each
+arrives as a developer message) and Stop blocks with ``{"decision": "block", "reason"}``, which
+Codex hands back as a user message and answers in a new model call. Codex has no SessionEnd.
+
+Two switches Codex needs, both the user's own decision and neither a bypass of Codex's prompts:
+the MCP table carries ``default_tools_approval_mode = "approve"`` (the per-server setting; without
+it a hive tool call fails under ``approval_policy = "never"``), and Codex runs a non-managed hook
+only once the person has trusted it in ``/hooks``; until then it is silently skipped, so setup
+must say so. Project ``.codex/`` files load only in trusted projects.
+
+Push: the TUI runs on a local app-server; the sidecar steers a busy turn (``turn/steer``) or
+starts one when idle (``turn/start``) over its control socket, with ``codex queue`` as fallback.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from ..descriptor import HookPoint, Identity, InstallContext, NativeFile, Presence, Tiers
+from ..hookspecs import hookimpl
+
+NAME = "codex"
+
+IDENTITY = Identity(
+    name=NAME,
+    title="Codex CLI",
+    aliases=("codex-cli", "openai-codex"),
+    binaries=("codex",),
+    config_dirs=(".codex",),
+    # Hooks get the parent env plus these two, which only the npm launcher sets.
+    caller_env=("CODEX_MANAGED_BY_NPM", "CODEX_MANAGED_PACKAGE_ROOT"),
+    mcp_client_names=("codex-mcp-client",),
+)
+
+# No matcher: an absent matcher matches every tool, as in Claude Code's shape.
+POINTS = [
+    HookPoint("SessionStart", "session.start", inject="additional_context"),
+    HookPoint("UserPromptSubmit", "prompt.submitted", inject="additional_context"),
+    HookPoint("PostToolUse", "tool.after", inject="additional_context", wakes_only=True),
+    HookPoint("Stop", "turn.stop", inject="stop_block"),
+]
+
+
+@hookimpl
+def hive_harness() -> Identity:
+    return IDENTITY
+
+
+@hookimpl
+def hive_hook_points(harness: str) -> list[HookPoint] | None:
+    return POINTS if harness == NAME else None
+
+
+@hookimpl
+def hive_presence(harness: str) -> Presence | None:
+    if harness != NAME:
+        return None
+    return Presence(transcripts=(".codex/sessions/*/*/*/rollout-*.jsonl",))
+
+
+@hookimpl
+def hive_tiers(harness: str) -> Tiers | None:
+    return Tiers(default="push", push="app_server") if harness == NAME else None
+
+
+@hookimpl
+def hive_identify_caller(payload: dict[str, Any], env: dict[str, str]) -> str | None:
+    # Codex's stdin carries a turn id and a rollout transcript; no other harness writes either.
+    transcript = str(payload.get("transcript_path") or "")
+    if "turn_id" in payload and os.path.basename(transcript).startswith("rollout-"):
+        return NAME
+    return None
+
+
+@hookimpl
+def hive_native_files(harness: str, context: InstallContext) -> list[NativeFile] | None:
+    if harness != NAME:
+        return None
+    hooks: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for point in POINTS:
+        group: dict[str, Any] = {"hooks": [{"type": "command", "command": context.hook_command(NAME, point.native),
+                                            "timeout": point.timeout}]}
+        if point.matcher:
+            group["matcher"] = point.matcher
+        hooks["hooks", point.native] = [group]
+    command, *args = context.mcp_command
+    # The same relative paths serve both scopes: ~/.codex/... for the user, <project>/.codex/... for a project.
+    files = [
+        NativeFile(role="mcp", path=".codex/config.toml", format="toml",
+                   owned={("mcp_servers", "hive"): {"command": command, "args": args,
+                                                    "default_tools_approval_mode": "approve"}}),
+        NativeFile(role="hooks", path=".codex/hooks.json", format="json", owned=dict(hooks)),
+    ]
+    for skill in context.skills:
+        files.append(NativeFile(role="skill", path=f".agents/skills/{skill}/SKILL.md", format="text"))
+    return files

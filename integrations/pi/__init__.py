@@ -1,0 +1,88 @@
+"""pi (`pi`): no MCP at all; a TypeScript extension registers hive's tools and delivers mail.
+
+Measured contract: ../shared/notes/harnesses.md §5 (pi 0.73.1), push.md §5 and
+mcp-session-identity.md (pi). pi has no MCP by design, so the extension in
+``{~/.pi/agent,.pi}/extensions/`` registers hive's tools with ``pi.registerTool`` bridged to
+the sidecar, injects at ``before_agent_start`` (a message) and ``tool_result`` (appended
+content), and pushes with ``pi.sendUserMessage``: ``deliverAs: "steer"`` while busy, a new turn
+when idle. The extension is ``extension_template.ts`` with ``__HIVE_COMMAND__`` filled in.
+Project extensions and ``.agents/skills`` load only once the person trusts the project.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+
+from ..descriptor import HookPoint, Identity, InstallContext, NativeFile, Presence, Tiers
+from ..hookspecs import hookimpl
+
+NAME = "pi"
+TEMPLATE = Path(__file__).with_name("extension_template.ts")
+PLACEHOLDER = "__HIVE_COMMAND__"
+
+IDENTITY = Identity(
+    name=NAME,
+    title="pi",
+    aliases=("pi-coding-agent", "pi-agent"),
+    binaries=("pi",),
+    config_dirs=(".pi/agent",),
+    stdin_session="sessionId",
+    stdin_cwd="cwd",
+    caller_env=("PI_CODING_AGENT",),
+    transcript_field="",
+)
+
+# Extension events, not command hooks: the extension injects, so no reply shape applies.
+POINTS = [
+    HookPoint("session_start", "session.start"),
+    HookPoint("before_agent_start", "prompt.submitted", inject="plugin"),
+    HookPoint("tool_result", "tool.after", inject="plugin", wakes_only=True),
+    HookPoint("agent_end", "turn.stop"),
+    HookPoint("session_shutdown", "session.end"),
+]
+
+
+@cache
+def render_extension(hive_command: tuple[str, ...]) -> str:
+    """The extension source for a hive argv: the template with its one placeholder filled."""
+    template = TEMPLATE.read_text(encoding="utf-8")
+    if template.count(PLACEHOLDER) != 1:
+        raise ValueError(f"{TEMPLATE.name} must hold {PLACEHOLDER} exactly once")
+    return template.replace(PLACEHOLDER, json.dumps(list(hive_command)))
+
+
+@hookimpl
+def hive_harness() -> Identity:
+    return IDENTITY
+
+
+@hookimpl
+def hive_hook_points(harness: str) -> list[HookPoint] | None:
+    return POINTS if harness == NAME else None
+
+
+@hookimpl
+def hive_presence(harness: str) -> Presence | None:
+    if harness != NAME:
+        return None
+    # pi's docs/session-format.md: ~/.pi/agent/sessions/--<path>--/<timestamp>_<uuid>.jsonl
+    return Presence(transcripts=(".pi/agent/sessions/*/*.jsonl",))
+
+
+@hookimpl
+def hive_tiers(harness: str) -> Tiers | None:
+    # No MCP, so pull goes through the extension's own tools rather than an MCP server.
+    return Tiers(default="push", push="plugin") if harness == NAME else None
+
+
+@hookimpl
+def hive_native_files(harness: str, context: InstallContext) -> list[NativeFile] | None:
+    if harness != NAME:
+        return None
+    extension = ".pi/agent/extensions/hive.ts" if context.scope == "user" else ".pi/extensions/hive.ts"
+    files = [NativeFile(role="plugin", path=extension, format="text", content=render_extension(context.hive_command))]
+    for skill in context.skills:
+        files.append(NativeFile(role="skill", path=f".agents/skills/{skill}/SKILL.md", format="text"))
+    return files
