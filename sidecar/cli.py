@@ -188,6 +188,15 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return mcp_main()
 
 
+def cmd_integrations(args: argparse.Namespace) -> int:
+    from hive.integrations.build import build  # pluggy and every harness plugin: only this command needs them
+
+    differing = build(check=args.check)
+    for path in differing:
+        print(path)
+    return 1 if args.check and differing else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hive", description="Your team's coding agents, as one network.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -222,6 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--from", dest="sender")
     p.add_argument("--json", action="store_true")
     add("mcp", cmd_mcp, "serve hive's tools to an agent over MCP on stdin/stdout")
+    p = add("integrations", cmd_integrations, "regenerate the harnesses' reference files from their descriptors")
+    p.add_argument("action", choices=["build"])
+    p.add_argument("--check", action="store_true", help="change nothing; list files that differ and exit 1 if any")
     return parser
 
 
