@@ -4,6 +4,15 @@ A harness is a plugin that implements these hooks. The six built-in harnesses ar
 this same contract; a third party adds one by registering a module under the entry point group
 ``hive.harnesses``. Every hook but :func:`hive_harness` takes the canonical harness name and
 returns ``None`` when it is about another harness, so one call reaches the right plugin.
+
+Hooks, by plane (each documented below with its arguments and what it returns):
+
+- identity: ``hive_harness()``, ``hive_identify_caller(payload, env)``
+- observe and inject: ``hive_hook_points(harness)``, ``hive_tiers(harness)``,
+  ``hive_reply(harness, point, text, payload)``
+- presence: ``hive_presence(harness)``
+- install: ``hive_native_files(harness, context)``
+- gate: ``hive_deny(harness, point, reason)``
 """
 
 from __future__ import annotations
@@ -67,15 +76,15 @@ def hive_reply(harness: str, point: HookPoint, text: str, payload: dict[str, Any
 
 @hookspec(firstresult=True)
 def hive_deny(harness: str, point: HookPoint, reason: str) -> str | None:
-    """Gate plane: return the exact stdout that refuses the action at ``point`` with ``reason``,
-    or None when the harness cannot refuse there. hive never denies on its own failure: a failed
-    hive call always answers ``point.no_opinion``.
+    """Gate plane: return the exact stdout that refuses the action at ``point`` of ``harness``
+    with ``reason``, or None when the harness cannot refuse there (or it is another harness).
+    hive never denies on its own failure: a failed hive call always answers ``point.no_opinion``.
     """
 
 
 @hookspec(firstresult=True)
 def hive_identify_caller(payload: dict[str, Any], env: dict[str, str]) -> str | None:
-    """Identity plane: given a hook's stdin ``payload`` and environment, return this harness's
+    """Identity plane: given a hook's stdin ``payload`` and environment ``env``, return this harness's
     name if the evidence shows it is the one really calling (Cursor, for one, also runs Claude
     Code's hooks from ``~/.claude/settings.json``), else None.
     """
