@@ -87,7 +87,8 @@ class Harness:
 def harnesses() -> dict[str, Harness]:
     """Every registered harness by canonical name, in registration order."""
     found: dict[str, Harness] = {}
-    for identity in plugin_manager().hook.hive_harness():
+    # pluggy calls the most recently registered plugin first: reverse to registration order.
+    for identity in reversed(plugin_manager().hook.hive_harness()):
         found.setdefault(identity.name, Harness(identity))
     return found
 

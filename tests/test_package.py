@@ -21,7 +21,8 @@ def test_the_wheel_installs_only_the_hive_namespace_with_its_skills_and_console_
     top_level = {name.split("/")[0] for name in names if not name.startswith("hive_agents-")}
     assert top_level == {"hive"}
     for expected in ("hive/sidecar/server.py", "hive/sidecar/cli.py", "hive/integrations/__init__.py",
-                     "hive/installer/__init__.py", "hive/skills/hive/SKILL.md"):
+                     "hive/installer/__init__.py", "hive/skills/hive/SKILL.md",
+                     "hive/integrations/opencode/plugin_template.ts", "hive/integrations/pi/extension_template.ts"):
         assert expected in names, expected
     entry_points = zipfile.ZipFile(wheel).read(
         next(n for n in names if n.endswith("entry_points.txt"))).decode()
