@@ -13,6 +13,8 @@ again from those replies, so callers on both sides catch the same classes:
     ├── Refused             allowed syntax, refused by policy                (refused)
     │   └── GroupRefused    a group address from an agent                    (group_refused)
     ├── Conflict            a name is taken, a lock is held                  (conflict)
+    ├── NoDesktop           no desktop to show a pop-up on: ask in-session   (no_desktop)
+    │   └── ConfirmOnTerminal  no desktop; a person at this terminal may confirm (confirm_on_terminal)
     └── Unreachable         no sidecar answers and none could be started     (unreachable)
 """
 
@@ -66,6 +68,16 @@ class Conflict(HiveError):
     code = "conflict"
 
 
+class NoDesktop(HiveError):
+    code = "no_desktop"
+
+
+class ConfirmOnTerminal(NoDesktop):
+    """No desktop, but the client has a terminal: its message is the question to ask there."""
+
+    code = "confirm_on_terminal"
+
+
 class Unreachable(HiveError):
     code = "unreachable"
 
@@ -74,7 +86,7 @@ _BY_CODE: dict[str, type[HiveError]] = {
     cls.code: cls
     for cls in (
         HiveError, BadRequest, UnknownOp, TooLarge, NotFound, Ambiguous,
-        Refused, GroupRefused, Conflict, Unreachable,
+        Refused, GroupRefused, Conflict, NoDesktop, ConfirmOnTerminal, Unreachable,
     )
 }
 
