@@ -58,6 +58,44 @@ MIGRATIONS: list[str] = [
     CREATE INDEX messages_sender_key ON messages(sender_key);
     ALTER TABLE sessions ADD COLUMN transcript TEXT NOT NULL DEFAULT '';
     """,
+    # 3: mail between machines. The sender's outbox keeps every remote message with the state
+    # its recipient reported (pending until acknowledged, then receipts); inbound records what
+    # teammates' machines sent here (duplicates, held mail, receipts owed); threads and
+    # thread_runs count consecutive agent messages in a reply chain for the loop guard.
+    """
+    CREATE TABLE outbox (
+        id TEXT PRIMARY KEY,
+        peer TEXT NOT NULL,
+        recipient TEXT NOT NULL,
+        sender TEXT NOT NULL,
+        sender_key TEXT,
+        frame TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        pending INTEGER NOT NULL DEFAULT 1,
+        state TEXT NOT NULL DEFAULT 'queued',
+        note TEXT NOT NULL DEFAULT '',
+        updated_at REAL NOT NULL,
+        read_at REAL
+    );
+    CREATE INDEX outbox_pending ON outbox(peer, id) WHERE pending = 1;
+    CREATE INDEX outbox_sender ON outbox(sender_key, sender);
+    CREATE TABLE inbound (
+        id TEXT PRIMARY KEY,
+        peer TEXT NOT NULL,
+        sender TEXT NOT NULL,
+        recipient TEXT NOT NULL,
+        state TEXT NOT NULL,
+        note TEXT NOT NULL DEFAULT '',
+        frame TEXT,
+        received_at REAL NOT NULL,
+        due TEXT NOT NULL DEFAULT '',
+        reported TEXT NOT NULL DEFAULT ''
+    );
+    CREATE INDEX inbound_unread ON inbound(peer) WHERE state = 'accepted' AND reported != 'read';
+    CREATE INDEX inbound_held ON inbound(received_at) WHERE state = 'held';
+    CREATE TABLE threads (id TEXT PRIMARY KEY, root TEXT NOT NULL, at REAL NOT NULL);
+    CREATE TABLE thread_runs (root TEXT PRIMARY KEY, agents INTEGER NOT NULL, at REAL NOT NULL);
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
