@@ -19,7 +19,7 @@ from .render import Message
 from .store import Store
 
 _COLUMNS = (
-    "id, sender, sender_kind, sender_agent, sender_repo, recipient, reply_to, body, wake, sent_at, read_at"
+    "id, sender, sender_kind, sender_agent, sender_repo, recipient, reply_to, body, wake, sent_at, read_at, approval"
 )
 
 
@@ -41,9 +41,9 @@ class Mailbox:
         await self.store.write(
             (
                 f"INSERT OR IGNORE INTO messages ({_COLUMNS}, sender_key) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (m.id, m.sender, m.sender_kind, m.sender_agent, m.sender_repo, m.recipient,
-                 m.reply_to, m.body, int(m.wake), m.sent_at, None, sender_key),
+                 m.reply_to, m.body, int(m.wake), m.sent_at, None, m.approval, sender_key),
             )
             for m in messages
         )

@@ -1,7 +1,12 @@
-"""How mail looks to an agent: peer input in a ``<hive-message>`` frame, never the user's voice."""
+"""How mail looks to an agent: peer input in a ``<hive-message>`` frame, never the user's voice.
+
+A message may carry an approval its sidecar verified (see ``approvals.py``): it follows the
+message as a ``<hive-approval … verified>`` frame, which no message body can produce.
+"""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from .defang import attr, defang
@@ -20,6 +25,7 @@ class Message:
     wake: bool
     sent_at: float
     read_at: float | None = None
+    approval: str | None = None  # JSON {"record", "signer", "verified"}; stored only once verified
 
     def public(self) -> dict[str, object]:
         """The message as a client sees it, peer-controlled fields defanged."""
@@ -34,6 +40,7 @@ class Message:
             "body": defang(self.body),
             "fyi": not self.wake,
             "sent_at": self.sent_at,
+            "approval": verified_approval(self.approval),
         }
 
 
@@ -51,10 +58,35 @@ def frame(message: Message) -> str:
         who = f"Typed by {attr(person)} at a terminal."
     else:
         who = f"From {attr(person)}'s agent."
-    return (
-        f"<hive-message {' '.join(attrs)}>\n{defang(message.body)}\n</hive-message>\n"
-        f'{who} Reply with send_message to "{attr(message.sender)}" if useful.'
-    )
+    text = f"<hive-message {' '.join(attrs)}>\n{defang(message.body)}\n</hive-message>\n"
+    record = verified_approval(message.approval)
+    if record is not None:
+        text += approval_frame(record) + "\n"
+    return text + f'{who} Reply with send_message to "{attr(message.sender)}" if useful.'
+
+
+def verified_approval(raw: str | None) -> dict[str, object] | None:
+    """The approval record a message carries, if its sidecar verified it."""
+    if not raw:
+        return None
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    record = data.get("record") if isinstance(data, dict) and data.get("verified") is True else None
+    return record if isinstance(record, dict) else None
+
+
+def approval_frame(record: dict[str, object]) -> str:
+    # Attributes carry the facts an agent checks (who approved, which request); the texts the
+    # pop-up showed are peer-influenced, so they are defanged like any body.
+    attrs = (f'from="{attr(record.get("approver"))}" asker="{attr(record.get("asker"))}" '
+             f'about="{attr(record.get("about"))}" decision="{attr(record.get("decision"))}"')
+    lines = [f"Request, as shown: {defang(str(record.get('request') or ''))}",
+             f"Question, as shown: {defang(str(record.get('question') or ''))}"]
+    if record.get("note"):
+        lines.append(f"Note: {defang(str(record['note']))}")
+    return f"<hive-approval {attrs} verified>\n" + "\n".join(lines) + "\n</hive-approval>"
 
 
 def frames(messages: list[Message]) -> str:

@@ -96,6 +96,11 @@ MIGRATIONS: list[str] = [
     CREATE TABLE threads (id TEXT PRIMARY KEY, root TEXT NOT NULL, at REAL NOT NULL);
     CREATE TABLE thread_runs (root TEXT PRIMARY KEY, agents INTEGER NOT NULL, at REAL NOT NULL);
     """,
+    # 4: an approval that came with a message (JSON: the record, who signed it, verified), so the
+    # agent sees it framed as <hive-approval>, which no message body can produce.
+    """
+    ALTER TABLE messages ADD COLUMN approval TEXT;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
