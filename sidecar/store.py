@@ -101,6 +101,15 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE messages ADD COLUMN approval TEXT;
     """,
+    # 5: the team this machine is in (one at most): its signed roster as JSON (hive.sidecar.roster).
+    """
+    CREATE TABLE team (
+        slot INTEGER PRIMARY KEY CHECK (slot = 1),
+        team_id TEXT NOT NULL,
+        state TEXT NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
