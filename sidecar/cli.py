@@ -1,7 +1,7 @@
 """The ``hive`` command line.
 
 Exit codes: 0 success, 1 a user error (the one-line reason is printed), 2 the sidecar cannot be
-reached or started.
+reached or started, 3 ``hive ask`` got no approval (denied, closed, expired or no answer yet).
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from typing import Any
 import anyio
 
 from .client import Client
-from .errors import HiveError, Unreachable
+from .dialog import desktop_env
+from .errors import ConfirmOnTerminal, HiveError, Unreachable
 from .paths import state_paths
 
 Command = Callable[[argparse.Namespace], int]
@@ -132,13 +133,50 @@ def cmd_send(args: argparse.Namespace) -> int:
         request["from"] = args.sender
     if args.reply_to:
         request["reply_to"] = args.reply_to
-    result = _call("send", **request)
+    if args.notify:
+        request["notify"] = True
+    request["desktop"] = desktop_env(os.environ)  # a group send is confirmed in a pop-up on this desktop
+    try:
+        result = _call("send", **request)
+    except ConfirmOnTerminal as exc:
+        # No desktop: the sidecar lets the person confirm here, at this process's own terminal.
+        if not _confirm_on_terminal(exc.message):
+            print("hive: not sent", file=sys.stderr)
+            return 1
+        result = _call("send", **request, confirmed_on_terminal=exc.message)
     if args.json:
         _print_json(result)
         return 0
     for r in result["results"]:
         print(f"{r['to']}: {r['note']} (id {r['id']})")
+    if args.notify:
+        print(result.get("notify_note") or "no desktop notification was shown")
     return 0
+
+
+def _confirm_on_terminal(question: str) -> bool:
+    """Ask on the controlling terminal itself: standard input may be a pipe carrying the message."""
+    try:
+        with open("/dev/tty", "r+", encoding="utf-8") as tty:
+            tty.write(f"{question} [y/N] ")
+            tty.flush()
+            return tty.readline().strip().lower() in ("y", "yes")
+    except OSError:
+        return False
+
+
+def cmd_ask(args: argparse.Namespace) -> int:
+    request: dict[str, Any] = {"question": " ".join(args.question), "desktop": desktop_env(os.environ)}
+    if args.about:
+        request["about"] = args.about
+    if args.as_:
+        request["session"] = args.as_
+    result = _call("ask", **request)
+    if args.json:
+        _print_json(result)
+    else:
+        print(result["note"])
+    return 0 if result["answer"] == "approved" else 3
 
 
 def cmd_inbox(args: argparse.Namespace) -> int:
@@ -245,6 +283,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--from", dest="sender", help="send as this session of yours (name or key)")
     p.add_argument("--fyi", action="store_true", help="do not wake the recipient; it sees it at its next pause")
     p.add_argument("--reply-to", help="the id of the message this answers")
+    p.add_argument("--notify", action="store_true", help="also show it as a desktop notification to its person")
+    p.add_argument("--json", action="store_true")
+    p = add("ask", cmd_ask, "ask your person a yes/no question in a desktop pop-up; exits 0 only if approved")
+    p.add_argument("question", nargs="+", help="the question, shown with Approve and Deny")
+    p.add_argument("--about", help="the id of the teammate's message this is about; they get the answer, signed")
+    p.add_argument("--as", dest="as_", help="ask as this session of yours (name or key)")
     p.add_argument("--json", action="store_true")
     p = add("inbox", cmd_inbox, "show and confirm unread messages (yours, or a session's with --as)")
     p.add_argument("--wait", type=float, default=0, help="wait up to N seconds (at most 600) for mail")
