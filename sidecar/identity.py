@@ -67,6 +67,13 @@ class Identity:
     def public_key(self) -> bytes:
         return bytes(self.signing_key.verify_key)
 
+    def public_hex(self) -> str:
+        return self.key_id
+
+    def seed(self) -> bytes:
+        """The 32-byte private seed, for the QUIC certificate. Never log or send it."""
+        return bytes(self.signing_key)
+
     def sign_bytes(self, data: bytes) -> bytes:
         """The 64-byte detached signature of ``data``."""
         return self.signing_key.sign(data).signature
@@ -220,7 +227,7 @@ def load_identity(home: Path, *, timeout: float = PROBE_TIMEOUT) -> Identity:
     key_path = home / KEY_FILE
     where_path = home / WHERE_FILE
     if key_path.exists():
-        return Identity(_read_key_file(key_path), "file", f"{key_path}")
+        return Identity(_read_key_file(key_path), "file", f"the key is kept in {key_path}")
     backend, reason = keyring_backend()
     in_keyring = where_path.exists()
     if backend is not None:

@@ -42,6 +42,7 @@ from .peer import has_terminal, peer_pid
 from .render import Message, frames
 from .sessions import Session, Sessions
 from .store import Store
+from .team import attach as attach_team
 from .ulid import new_ulid
 
 MAX_LINE = 1 << 20
@@ -82,7 +83,10 @@ ModuleOp = Callable[["Sidecar", Connection, dict[str, Any]], Awaitable[dict[str,
 
 # Modules that add ops of their own, each exposing ``OPS: dict[str, ModuleOp]``; a concern that
 # is not mail or sessions (hooks, MCP attachment, the team) lives in its own module.
-OP_MODULES: tuple[str, ...] = ("hive.sidecar.attach",)
+OP_MODULES: tuple[str, ...] = (
+    "hive.sidecar.attach",
+    "hive.sidecar.team",
+)
 
 
 class Sidecar:
@@ -115,6 +119,7 @@ class Sidecar:
             self.sessions = Sessions(self.store, self.settings)
             await self.sessions.load()
             self.mailbox = Mailbox(self.store, self.settings)
+            await attach_team(self)  # sidecar.team; in a team, the roster's names replace config's
             # Building the look-alike bracket table scans all of Unicode (~0.1 s): do it before
             # the first client waits on it, and off the event loop.
             await anyio.to_thread.run_sync(brackets)
