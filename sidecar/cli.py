@@ -20,7 +20,7 @@ import anyio
 
 from .client import Client
 from .dialog import desktop_env
-from .errors import ConfirmOnTerminal, HiveError, Unreachable
+from .errors import ConfirmOnTerminal, HiveError, UnknownOp, Unreachable
 from .paths import state_paths
 
 Command = Callable[[argparse.Namespace], int]
@@ -260,6 +260,114 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return doctor_main(args)
 
 
+def _print_invite(invite: dict[str, Any] | None) -> None:
+    if invite:
+        print(invite["line"])
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    result = _call("team_init", team=args.team, person=args.as_, **({"machine": args.machine} if args.machine else {}))
+    if args.json:
+        _print_json(result)
+        return 0
+    me = result["me"]
+    print(f"founded team {result['team']['name']}: you are {me['person']} on {me['machine']}")
+    print("invite teammates with this line (anyone who has it can join; `hive link --new` replaces it):")
+    _print_invite(result.get("invite"))
+    return 0
+
+
+def cmd_invite(args: argparse.Namespace) -> int:
+    result = _call("team_invite", own_machine=args.own_machine, once=args.once)
+    if args.json:
+        _print_json(result)
+        return 0
+    _print_invite(result)
+    return 0
+
+
+def cmd_team(args: argparse.Namespace) -> int:
+    result = _call("team_show")
+    if args.json:
+        _print_json(result)
+        return 0
+    team = result["team"]
+    if team is None:
+        print("this machine is in no team: `hive init <team> --as <you>` or `hive join '<invite>' --as <you>`")
+        return 0
+    machines = sum(len(p["machines"]) for p in result["people"])
+    people = len(result["people"])
+    print(f"team {team['name']}: {people} {'person' if people == 1 else 'people'}, "
+          f"{machines} machine{'' if machines == 1 else 's'}"
+          + ("" if team["link"] else " (no team link: `hive link --new`)"))
+    for person in result["people"]:
+        for i, m in enumerate(person["machines"]):
+            if m["me"]:
+                state = "this machine"
+            elif m["online"]:
+                state = f"online, {m['path']}" if m["path"] else "online"
+            elif m["last_seen"]:
+                state = "last seen " + time.strftime("%Y-%m-%d %H:%M", time.localtime(m["last_seen"]))
+            else:
+                state = "offline" if m["online"] is False else ""
+            role = "" if m["role"] == "member" else m["role"]
+            print(f"  {person['person'] if i == 0 else '':<16} {m['machine']:<20} {role:<7} {state}".rstrip())
+    if result["departed"]:
+        print("departed: " + ", ".join(f"{d['person']}@{d['machine']}" for d in result["departed"]))
+    return 0
+
+
+def cmd_remove(args: argparse.Namespace) -> int:
+    result = _call("team_remove", target=args.target)
+    if args.json:
+        _print_json(result)
+        return 0
+    print(f"removed {', '.join(result['removed'])}; the team link was replaced:")
+    _print_invite(result.get("invite"))
+    return 0
+
+
+def cmd_leave(args: argparse.Namespace) -> int:
+    result = _call("team_leave", force=args.force)
+    if args.json:
+        _print_json(result)
+        return 0
+    print(f"left team {result['left']}; this machine is on its own again")
+    return 0
+
+
+def cmd_link(args: argparse.Namespace) -> int:
+    result = _call("team_link_new") if args.new else _call("team_invite")
+    if args.json:
+        _print_json(result)
+        return 0
+    if args.new:
+        print("the old team link no longer works; the new one:")
+    _print_invite(result)
+    return 0
+
+
+def cmd_join(args: argparse.Namespace) -> int:
+    request: dict[str, Any] = {"link": args.link}
+    if args.as_:
+        request["person"] = args.as_
+    if args.machine:
+        request["machine"] = args.machine
+    try:
+        result = _call("team_join", **request)
+    except UnknownOp:
+        print("hive: joining needs the mesh transport (the team_join op), which this sidecar does not serve yet",
+              file=sys.stderr)
+        return 1
+    if args.json:
+        _print_json(result)
+        return 0
+    me = result["me"]
+    print(f"joined team {result['team']['name']}: you are {me['person']} on {me['machine']}")
+    _print_invite(result.get("invite"))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hive", description="Your team's coding agents, as one network.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -316,6 +424,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--remove", action="store_true", help="undo setup: restore or clean every file hive changed")
     p.add_argument("--service", action="store_true", help="also run the sidecar as a login service (systemd/launchd)")
     p = add("doctor", cmd_doctor, "check the sidecar, the team and every harness; print the fix for each problem")
+    p.add_argument("--json", action="store_true")
+    p = add("init", cmd_init, "found a team with this machine as its first member")
+    p.add_argument("team", help="the team's name: a-z, 0-9 and -")
+    p.add_argument("--as", dest="as_", required=True, help="your name in the team: a-z, 0-9 and -")
+    p.add_argument("--machine", help="this machine's name in the team (default: from config.toml or the hostname)")
+    p.add_argument("--json", action="store_true")
+    p = add("invite", cmd_invite, "print the invite line with the team link")
+    p.add_argument("--own-machine", action="store_true", help="a one-time invite for another machine of yours")
+    p.add_argument("--once", action="store_true", help="a one-time invite instead of the reusable team link")
+    p.add_argument("--json", action="store_true")
+    p = add("join", cmd_join, "join a team with an invite link")
+    p.add_argument("link", help="the invite (hive1:…), or the whole invite line")
+    p.add_argument("--as", dest="as_", help="your name in the team (an own-machine invite sets it)")
+    p.add_argument("--machine", help="this machine's name in the team")
+    p.add_argument("--json", action="store_true")
+    p = add("team", cmd_team, "the team: people, machines, roles, online or last seen")
+    p.add_argument("--json", action="store_true")
+    p = add("remove", cmd_remove, "remove a person (all their machines) or a machine from the team")
+    p.add_argument("target", help="a person, a machine, or person@machine")
+    p.add_argument("--json", action="store_true")
+    p = add("leave", cmd_leave, "leave the team on this machine")
+    p.add_argument("--force", action="store_true", help="even if no teammate is online to hear it")
+    p.add_argument("--json", action="store_true")
+    p = add("link", cmd_link, "show the team link, or replace it with --new")
+    p.add_argument("--new", action="store_true", help="replace the team link; the old one stops working")
     p.add_argument("--json", action="store_true")
     return parser
 
