@@ -24,8 +24,12 @@ def hive_argv() -> tuple[str, ...]:
 
 
 def hook_command(harness: str, event: str) -> str:
-    """The shell command line a harness runs for one hook event."""
-    return shlex.join([*hive_argv(), "hook", harness, event])
+    """The shell command line a harness runs for one hook event: the hook client's own, when present."""
+    try:
+        from hive.integrations.hook_command import hook_command as client_command
+    except ImportError:  # an installation from before the stdlib-only hook client
+        return shlex.join([*hive_argv(), "hook", harness, event])
+    return client_command(harness, event)
 
 
 def install_context(scope: Scope) -> InstallContext:

@@ -165,10 +165,20 @@ def _toml_value(value: Any) -> Any:
     return value
 
 
+def _last_table(table: Table) -> Table:
+    nested = [value for value in table.value.values() if isinstance(value, Table)]
+    return _last_table(nested[-1]) if nested else table
+
+
+def _trailing_newlines(text: str) -> int:
+    return len(text) - len(text.rstrip("\n"))
+
+
 @dataclass
 class TomlDocument:
     path: Path
     doc: tomlkit.TOMLDocument
+    trailing: int = 1  # newlines the file ended with: tomlkit's own blank-line bookkeeping may add some
 
     @classmethod
     def parse(cls, path: Path, text: str) -> TomlDocument:
@@ -179,7 +189,7 @@ class TomlDocument:
             raise ConfigParseError(path, exc.line, exc.col, message,
                                    "fix the TOML there (an unclosed string or table header, or a key set twice, "
                                    "is the usual cause)") from exc
-        return cls(path, doc)
+        return cls(path, doc, _trailing_newlines(text) if text.strip() else 1)
 
     def _node(self, path: Key) -> Any:
         node: Any = self.doc
@@ -213,8 +223,12 @@ class TomlDocument:
             item = inline
         if path[-1] in parent:
             parent[path[-1]] = item
-        else:
-            parent.add(path[-1], item)
+            return
+        if isinstance(item, Table):
+            # A blank line after the new table keeps it apart from a table that follows it; at the
+            # end of the file render() trims it again.
+            _last_table(item).add(tomlkit.nl())
+        parent.add(path[-1], item)
 
     def delete(self, path: Key) -> None:
         parent = self._node(path[:-1])
@@ -222,7 +236,9 @@ class TomlDocument:
             del parent[path[-1]]
 
     def render(self) -> str:
-        return tomlkit.dumps(self.doc)
+        text = tomlkit.dumps(self.doc)
+        body = text.rstrip("\n")
+        return body + "\n" * self.trailing if body else ""
 
 
 def parse(fmt: str, path: Path, text: str) -> Document:
