@@ -37,6 +37,7 @@ from .config import HOUR, Settings, load_settings
 from .defang import brackets, one_line
 from .errors import BadRequest, Conflict, HiveError, NotFound, TooLarge, UnknownOp
 from .mailbox import Mailbox
+from .mesh import Mesh
 from .paths import StatePaths, ensure_home
 from .peer import has_terminal, peer_pid
 from .render import Message, frames
@@ -85,6 +86,7 @@ ModuleOp = Callable[["Sidecar", Connection, dict[str, Any]], Awaitable[dict[str,
 # is not mail or sessions (hooks, MCP attachment, the team) lives in its own module.
 OP_MODULES: tuple[str, ...] = (
     "hive.sidecar.attach",
+    "hive.sidecar.mesh",
     "hive.sidecar.team",
 )
 
@@ -109,6 +111,7 @@ class Sidecar:
         self.store: Store
         self.sessions: Sessions
         self.mailbox: Mailbox
+        self.mesh: Mesh
         self._stop = anyio.Event()
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -119,6 +122,7 @@ class Sidecar:
             self.sessions = Sessions(self.store, self.settings)
             await self.sessions.load()
             self.mailbox = Mailbox(self.store, self.settings)
+            self.mesh = Mesh(self)  # links to teammates' sidecars; idle until this machine is in a team
             await attach_team(self)  # sidecar.team; in a team, the roster's names replace config's
             # Building the look-alike bracket table scans all of Unicode (~0.1 s): do it before
             # the first client waits on it, and off the event loop.
@@ -135,6 +139,7 @@ class Sidecar:
             async with listener, anyio.create_task_group() as tg:
                 tg.start_soon(self._watch_signals, tg.cancel_scope)
                 tg.start_soon(listener.serve, self._serve_connection, tg)
+                await tg.start(self.mesh.run)
                 if ready is not None:
                     ready()
                 await self._stop.wait()
@@ -180,6 +185,7 @@ class Sidecar:
             del self.connections[conn.id]
             with anyio.CancelScope(shield=True):
                 await self.sessions.release(conn.id)
+                self.mesh.poke()
                 await stream.aclose()
 
     async def _handle_line(self, conn: Connection, line: bytes) -> None:
@@ -198,6 +204,7 @@ class Sidecar:
             if handler is None:
                 raise UnknownOp(f"unknown op {op!r}; this sidecar serves: {', '.join(sorted(self.handlers))}")
             result = await handler(conn, request)
+            self.mesh.poke()  # presence, receipts or the roster may have changed: the mesh looks
             reply: dict[str, Any] = {"id": request_id, "ok": True, "result": result}
         except HiveError as exc:
             reply = _error(request_id, exc)
@@ -246,7 +253,7 @@ class Sidecar:
                 tier=s.tier, live=self.sessions.is_live(s, now), key=s.key,
             )
             for s in self.sessions.by_key.values()
-        ]
+        ] + self.mesh.entries()
 
     async def _maybe_forget(self) -> None:
         now = time.time()
@@ -383,7 +390,7 @@ class Sidecar:
         else:
             sender, agent, repo = self.terminal, "", ""
             kind = "person" if conn.at_terminal else "agent"
-        targets = resolve(to, self.directory(), {self.settings.person}, sender,
+        targets = resolve(to, self.directory(), {self.settings.person} | self.mesh.people(), sender,
                           may_use_groups=kind == "person")
         if is_group(to) and not targets:
             raise NotFound(f"no live session matches {to}")
@@ -395,9 +402,15 @@ class Sidecar:
             for t in targets
         ]
         waiting = {t.address for t in targets if self.parked[t.address] > 0}
-        await self.mailbox.deposit(messages, sender_session.key if sender_session else None)
+        sender_key = sender_session.key if sender_session else None
+        remote = await self.mesh.send(
+            [(t, m) for t, m in zip(targets, messages, strict=True) if self.mesh.is_remote(t)], sender_key)
+        await self.mailbox.deposit([m for m in messages if m.id not in remote], sender_key)
         results = []
         for target, message in zip(targets, messages, strict=True):
+            if message.id in remote:
+                results.append(remote[message.id])
+                continue
             state, note = await self._after_deposit(target, wake, target.address in waiting)
             results.append({"to": target.address, "id": message.id, "state": state, "note": note})
         return {"from": sender, "results": results}
@@ -493,9 +506,12 @@ class Sidecar:
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
             raise BadRequest("ids must be a list of message ids")
         if ref in (None, "", "terminal", self.terminal):
-            return {"messages": await self.mailbox.sent_by(None, self.terminal, ids)}
-        session = self._session_ref(ref)
-        return {"messages": await self.mailbox.sent_by(session.key, self._address_of(session), ids)}
+            key, address = None, self.terminal
+        else:
+            session = self._session_ref(ref)
+            key, address = session.key, self._address_of(session)
+        messages = await self.mailbox.sent_by(key, address, ids) + await self.mesh.sent_by(key, address, ids)
+        return {"messages": sorted(messages, key=lambda m: m["id"], reverse=not ids)}
 
     async def op_shutdown(self, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
         return {"stopping": True, "pid": os.getpid()}
