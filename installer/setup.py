@@ -354,6 +354,7 @@ def _empty(doc: Document) -> bool:
 
 
 def apply_remove(removals: list[Removal], manifest: Manifest, backups: Backups) -> None:
+    emptied: list[Path] = []  # folders hive created; removed at the end, when all their files are gone
     for removal in removals:
         entry = removal.entry
         if removal.problem is not None:
@@ -377,8 +378,9 @@ def apply_remove(removals: list[Removal], manifest: Manifest, backups: Backups) 
             entry.written = fileops.sha256(removal.after)
             continue
         if removal.after is None:
-            fileops.remove_empty_dirs([Path(d) for d in entry.dirs])
+            emptied += [Path(d) for d in entry.dirs]
         del manifest.files[entry.path]
+    fileops.remove_empty_dirs(emptied)
 
 
 # ---- the command ----------------------------------------------------------------------------------------
