@@ -368,6 +368,40 @@ def cmd_join(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_held(args: argparse.Namespace) -> int:
+    result = _call("held")
+    if args.json:
+        _print_json(result)
+        return 0
+    if not result["held"]:
+        print("no held messages")
+        return 0
+    for m in result["held"]:
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(m["received_at"]))
+        first = (m["body"].splitlines() or [""])[0][:100]
+        print(f"{m['id']}  {when}  {m['from']} -> {m['to']}: {first}")
+    print("approve with `hive approve <id>...`, or drop with `hive drop <id>...`")
+    return 0
+
+
+def _settle(op: str, args: argparse.Namespace) -> int:
+    result = _call(op, ids=args.ids)
+    if args.json:
+        _print_json(result)
+        return 0
+    for r in result["settled"]:
+        print(f"{r['id']}: {r['state'].replace('_', ' ')}" + (f" ({r['note']})" if r.get("note") else ""))
+    return 0
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    return _settle("approve", args)
+
+
+def cmd_drop(args: argparse.Namespace) -> int:
+    return _settle("drop", args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hive", description="Your team's coding agents, as one network.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -439,6 +473,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--as", dest="as_", help="your name in the team (an own-machine invite sets it)")
     p.add_argument("--machine", help="this machine's name in the team")
     p.add_argument("--json", action="store_true")
+    p = add("held", cmd_held, "messages from teammates held by your inbound policy, waiting for you")
+    p.add_argument("--json", action="store_true")
+    for name, func, what in (("approve", cmd_approve, "deliver held messages to their sessions"),
+                             ("drop", cmd_drop, "drop held messages; their senders are told")):
+        p = add(name, func, what)
+        p.add_argument("ids", nargs="+", help="message ids from `hive held`")
+        p.add_argument("--json", action="store_true")
     p = add("team", cmd_team, "the team: people, machines, roles, online or last seen")
     p.add_argument("--json", action="store_true")
     p = add("remove", cmd_remove, "remove a person (all their machines) or a machine from the team")

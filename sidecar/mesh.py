@@ -379,6 +379,7 @@ class Mesh:
         self._state_dirty = False
         self._addresses_dirty = False
         self._expelling: set[int] = set()
+        self.eager: set[str] = set()  # dial these at once (the inviter, right after a join)
         self.started = anyio.Event()
 
     # ---- lifecycle -----------------------------------------------------------------------
@@ -553,7 +554,7 @@ class Mesh:
                     continue
                 # Both sides dial; the larger key holds back a little so that usually only one
                 # link is made (the smaller key's), instead of two that are then deduplicated.
-                if not first or peer < self.team.my_key():
+                if not first or (peer < self.team.my_key() and peer not in self.eager):
                     with anyio.move_on_after(backoff if not first else BACKOFF_START):
                         await wake.wait()
                     if peer in self.links:
@@ -1454,8 +1455,9 @@ async def op_team_join(sidecar: Sidecar, conn: Connection, request: dict[str, An
     team = team_of(sidecar)
     prepared = await team.prepare_join(link.strip(), person, machine, ())
     answer = await sidecar.mesh.join(prepared["addresses"], prepared["keys"], prepared["frame"])
-    result = await team.finish_join(link.strip(), answer["state"], answer["peer"])
     sidecar.mesh.learn(answer["peer"], [answer["address"]], front=True)
+    sidecar.mesh.eager.add(answer["peer"])
+    result = await team.finish_join(link.strip(), answer["state"], answer["peer"])
     sidecar.mesh.roster_changed()
     return dict(result)
 
