@@ -86,6 +86,7 @@ ModuleOp = Callable[["Sidecar", Connection, dict[str, Any]], Awaitable[dict[str,
 # is not mail or sessions (hooks, MCP attachment, the team) lives in its own module.
 OP_MODULES: tuple[str, ...] = (
     "hive.sidecar.attach",
+    "hive.sidecar.hooks",
     "hive.sidecar.mesh",
     "hive.sidecar.team",
 )

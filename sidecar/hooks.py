@@ -1,0 +1,333 @@
+"""The ``hook`` and ``watch`` ops: what harness hook commands ask the sidecar.
+
+The hook client (``hive.integrations.hook_client``) does no parsing; this module does the rest.
+It tells which harness really calls (Cursor also runs Claude Code's hooks), finds the hook point,
+registers or refreshes the session from the hook's stdin, and answers with the exact stdout that
+puts waiting mail into the model's context in that harness's shape.
+
+``hook`` request: ``{"harness", "event", "stdin": <raw text> | "payload": <object>, "env": {...},
+"ppid", "cwd"}``; reply ``{"stdout", "ids", "session"}``. The client prints ``stdout`` as is and
+confirms ``ids`` with ``delivered`` once it is written; until then they are in flight.
+
+- Mid-turn points (``wakes_only``) inject waking mail only; stop, prompt and start points inject
+  everything. A stop point injects nothing when the harness says this stop already follows a
+  block (``stop_hook_active``; Cursor's ``loop_count``), so hive never keeps an agent running.
+- ``session.end`` ends the session. Busy and idle are kept in memory (:func:`activity`).
+- The session's pid is the harness process (the hook's parent, or the process above the shell
+  it ran the hook through), so the MCP ``attach`` op can find the session by ancestry.
+
+``watch`` is the Claude Code push watcher's long poll: the same caller fields plus ``wait`` and
+``peek``; it registers the session only if unknown, waits for waking mail and answers
+``{"session", "ids", "text", "ended"}``. While it waits the mailbox counts as read by a waiting
+reader, so senders are told the message is delivered.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from hive.integrations import registry
+from hive.integrations.descriptor import HookPoint
+from hive.integrations.hook_client import ENV_FILE, ENV_NAMES, harness_pid
+
+from .config import slug
+from .errors import BadRequest
+from .render import Message, frames
+from .sessions import Session
+
+if TYPE_CHECKING:
+    from .server import Connection, Sidecar
+
+MAX_WAIT = 600.0
+MAX_KEY = 200
+
+# Session key -> ("busy" | "idle" | "waiting", since). Memory only: presence proper comes later.
+ACTIVITY: dict[str, tuple[str, float]] = {}
+_published: set[str] = set()
+
+# Loading the plugins scans entry points (tens of ms): pay it when the sidecar starts, not at
+# the first hook, which has 150 ms in all.
+registry.plugin_manager()
+
+
+@dataclass(frozen=True)
+class Caller:
+    """One hook call, understood: who really calls, at which point, for which session."""
+
+    harness: registry.Harness
+    point: HookPoint | None
+    payload: dict[str, Any]
+    env: dict[str, str]
+    key: str | None
+
+
+def activity(key: str) -> tuple[str, float] | None:
+    """What the session's hooks last said it was doing, and since when."""
+    return ACTIVITY.get(key)
+
+
+def _payload(request: dict[str, Any]) -> dict[str, Any]:
+    raw = request.get("stdin")
+    if isinstance(raw, str):
+        try:
+            value = json.loads(raw) if raw.strip() else {}
+        except ValueError:
+            value = {}
+    else:
+        value = request.get("payload")
+    return value if isinstance(value, dict) else {}
+
+
+def _env(request: dict[str, Any]) -> dict[str, str]:
+    env = request.get("env")
+    if not isinstance(env, dict):
+        return {}
+    return {k: v for k, v in env.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def _point(harness: registry.Harness, claimed: str, native: str, payload: dict[str, Any]) -> HookPoint | None:
+    own = claimed == harness.name or claimed in harness.identity.aliases
+    told = payload.get("hook_event_name")
+    # Another harness running this hook names its own event in stdin; ours is in argv.
+    for name in (native, told) if own else (told, native):
+        if isinstance(name, str) and (point := harness.point(name)) is not None:
+            return point
+    if not own:
+        with contextlib.suppress(KeyError):
+            theirs = registry.harness(claimed).point(native)
+            if theirs is not None:
+                return next((p for p in harness.hook_points() if p.event == theirs.event), None)
+    return None
+
+
+def _session_key(harness: registry.Harness, payload: dict[str, Any], env: dict[str, str]) -> str | None:
+    identity = harness.identity
+    candidates = [payload.get(identity.stdin_session), *(env.get(name) for name in identity.session_env)]
+    for value in candidates:
+        if isinstance(value, str) and 0 < len(value.strip()) <= MAX_KEY:
+            return value.strip()
+    return None
+
+
+def understand(request: dict[str, Any]) -> Caller:
+    """The caller of a ``hook`` or ``watch`` request. Raises BadRequest for an unknown harness."""
+    claimed = request.get("harness")
+    native = request.get("event")
+    if not isinstance(claimed, str) or not isinstance(native, str):
+        raise BadRequest("a hook request names its 'harness' and native 'event'")
+    payload = _payload(request)
+    env = _env(request)
+    try:
+        harness = registry.identify_caller(claimed, payload, env)
+    except KeyError as exc:
+        raise BadRequest(str(exc.args[0])) from exc
+    return Caller(harness, _point(harness, claimed, native, payload), payload, env,
+                  _session_key(harness, payload, env))
+
+
+def _cwd(caller: Caller, request: dict[str, Any]) -> str:
+    value = caller.payload.get(caller.harness.identity.stdin_cwd)
+    if isinstance(value, list):  # Cursor: workspace_roots, the first is the working folder
+        value = next((v for v in value if isinstance(v, str) and v), None)
+    if isinstance(value, str) and value:
+        return value
+    fallback = request.get("cwd")
+    return fallback if isinstance(fallback, str) else ""
+
+
+def remote_project(url: str) -> str:
+    """``host/owner/name`` for a git remote URL (ssh, scp-like or https), without credentials."""
+    url = url.strip()
+    if "://" in url:
+        host, _, path = url.split("://", 1)[1].partition("/")
+    elif ":" in url and not url.startswith("/") and "/" not in url.split(":", 1)[0]:
+        host, _, path = url.partition(":")
+    else:
+        return url.rstrip("/").removesuffix(".git").rpartition("/")[2]
+    host = host.rpartition("@")[2].split(":")[0].lower()
+    path = path.strip("/").removesuffix(".git")
+    return f"{host}/{path}" if host else path
+
+
+def git_facts(cwd: str) -> dict[str, str]:
+    """The repository around ``cwd``: its root, current branch and origin project, as far as known."""
+    if not cwd or not os.path.isabs(cwd):
+        return {}
+    start = Path(cwd)
+    for folder in (start, *start.parents):
+        dotgit = folder / ".git"
+        try:
+            if dotgit.is_dir():
+                gitdir = common = dotgit
+            elif dotgit.is_file():  # a worktree or submodule: "gitdir: <path>"
+                gitdir = (folder / dotgit.read_text(encoding="utf-8").split(":", 1)[1].strip()).resolve()
+                commondir = gitdir / "commondir"
+                common = (gitdir / commondir.read_text(encoding="utf-8").strip()).resolve() \
+                    if commondir.is_file() else gitdir
+            else:
+                continue
+            facts = {"repo_root": str(folder)}
+            head = (gitdir / "HEAD").read_text(encoding="utf-8").strip()
+            if head.startswith("ref: refs/heads/"):
+                facts["branch"] = head.removeprefix("ref: refs/heads/")
+            origin = _origin_url(common / "config")
+            if origin:
+                facts["repo"] = remote_project(origin)
+            return facts
+        except (OSError, IndexError, UnicodeDecodeError):
+            return {"repo_root": str(folder)}
+    return {}
+
+
+def _origin_url(config: Path) -> str:
+    section = ""
+    for line in config.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if line.startswith("["):
+            section = line
+        elif section == '[remote "origin"]' and line.split("=", 1)[0].strip() == "url":
+            return line.split("=", 1)[1].strip()
+    return ""
+
+
+async def _harness_pid(ppid: int) -> int:
+    if sys.platform.startswith("linux"):
+        return harness_pid(ppid)  # a few /proc reads
+    return await anyio.to_thread.run_sync(harness_pid, ppid)  # `ps` elsewhere
+
+
+async def refresh(sidecar: Sidecar, caller: Caller, request: dict[str, Any], force: bool = False) -> Session:
+    """Register the caller's session, or only note a sign of life when nothing changed."""
+    assert caller.key is not None
+    session = sidecar.sessions.by_key.get(caller.key)
+    cwd = _cwd(caller, request)
+    transcript = caller.payload.get(caller.harness.identity.transcript_field)
+    transcript = transcript if isinstance(transcript, str) else ""
+    if (session is not None and not force and session.ended_at is None and session.pid
+            and session.agent == slug(caller.harness.name) and session.cwd == (cwd or session.cwd)
+            and session.transcript == (transcript or session.transcript)):
+        sidecar.sessions.seen(session)
+        return session
+    info: dict[str, Any] = {"key": caller.key, "agent": caller.harness.name, "cwd": cwd, "transcript": transcript,
+                            "tier": caller.harness.tiers().default}
+    ppid = request.get("ppid")
+    if isinstance(ppid, int) and not isinstance(ppid, bool) and ppid > 1:
+        info["pid"] = await _harness_pid(ppid)
+    info.update(git_facts(cwd))
+    session, _ = await sidecar.sessions.register(info, None)
+    return session
+
+
+def _note_activity(caller: Caller, point: HookPoint, key: str) -> None:
+    presence = caller.harness.presence()
+    for state, events in (("busy", presence.busy), ("idle", presence.idle), ("waiting", presence.waiting_approval)):
+        if point.event in events:
+            ACTIVITY[key] = (state, time.time())
+            return
+
+
+def _continuing(payload: dict[str, Any]) -> bool:
+    """This stop follows one hive (or anything) already blocked: let the agent stop now."""
+    loops = payload.get("loop_count")
+    return payload.get("stop_hook_active") is True or (isinstance(loops, int) and loops > 0)
+
+
+async def _mail_for(sidecar: Sidecar, session: Session, point: HookPoint, payload: dict[str, Any]) -> list[Message]:
+    if point.inject is None or point.event == "session.end":
+        return []
+    if point.event == "turn.stop" and _continuing(payload):
+        return []
+    messages = await sidecar.mailbox.unread(sidecar.sessions.address(session))
+    return [m for m in messages if m.wake] if point.wakes_only else messages
+
+
+def _publish_env_names(sidecar: Sidecar) -> None:
+    """Tell hook clients the environment variables third-party harnesses name (see ENV_NAMES)."""
+    home = str(sidecar.paths.home)
+    if home in _published:
+        return
+    _published.add(home)
+    wanted = {name for h in registry.harnesses().values()
+              for name in (*h.identity.session_env, *h.identity.caller_env)}
+    extra = sorted(wanted - set(ENV_NAMES))
+    path = sidecar.paths.home / ENV_FILE
+    with contextlib.suppress(OSError):
+        if not extra:
+            path.unlink(missing_ok=True)
+            return
+        temporary = path.with_suffix(".tmp")
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with open(fd, "w", encoding="utf-8") as out:
+            out.write("\n".join(extra) + "\n")
+        os.replace(temporary, path)
+
+
+async def hook(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    _publish_env_names(sidecar)
+    caller = understand(request)
+    point = caller.point
+    if point is None or caller.key is None:
+        return {"stdout": point.no_opinion if point else "", "ids": [], "session": caller.key}
+    session = await refresh(sidecar, caller, request, force=point.event == "session.start")
+    nothing = {"stdout": point.no_opinion, "ids": [], "session": session.key}
+    if point.event == "session.end":
+        await sidecar.sessions.end(session)
+        ACTIVITY.pop(session.key, None)
+        return nothing
+    _note_activity(caller, point, session.key)
+    messages = await _mail_for(sidecar, session, point, caller.payload)
+    if not messages:
+        return nothing
+    stdout = caller.harness.reply(point, frames(messages), caller.payload)
+    if stdout == point.no_opinion:
+        return nothing  # this point cannot carry text to the model (a plugin's, say)
+    sidecar.mailbox.mark_shown(messages)
+    return {"stdout": stdout, "ids": [m.id for m in messages], "session": session.key}
+
+
+async def watch(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    caller = understand(request)
+    if caller.key is None:
+        raise BadRequest("the watcher's stdin and environment carry no session id")
+    try:
+        wait = min(max(float(request.get("wait") or 0), 0.0), MAX_WAIT)
+    except (TypeError, ValueError) as exc:
+        raise BadRequest("wait is a number of seconds, at most 600") from exc
+    session = sidecar.sessions.by_key.get(caller.key)
+    if session is None:  # the watcher may start before the session-start hook registers it
+        session = await refresh(sidecar, caller, request, force=True)
+    answer: dict[str, Any] = {"session": session.key, "ended": False, "ids": [], "text": ""}
+    if session.ended_at is not None:
+        return {**answer, "ended": True}
+    sidecar.sessions.seen(session)
+    if request.get("peek"):
+        return answer
+    address = sidecar.sessions.address(session)
+    deadline = time.monotonic() + wait
+    while True:
+        arrival = sidecar.mailbox.watch(address)
+        messages = [m for m in await sidecar.mailbox.unread(address) if m.wake]
+        remaining = deadline - time.monotonic()
+        if messages or remaining <= 0 or session.ended_at is not None:
+            break
+        sidecar.parked[address] += 1
+        try:
+            await sidecar.mailbox.wait(address, arrival, remaining)
+        finally:
+            sidecar.parked[address] -= 1
+    if session.ended_at is not None:
+        return {**answer, "ended": True}
+    sidecar.mailbox.mark_shown(messages)
+    return {**answer, "ids": [m.id for m in messages], "text": frames(messages)}
+
+
+OPS = {"hook": hook, "watch": watch}
