@@ -1,0 +1,286 @@
+"""Team ops through real sidecars: found, invite, join (both halves), show, remove, leave, link."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hive.sidecar import roster
+from hive.sidecar.config import load_settings
+from hive.sidecar.mailbox import Mailbox
+from hive.sidecar.paths import StatePaths, ensure_home
+from hive.sidecar.server import Sidecar
+from hive.sidecar.sessions import Sessions
+from hive.sidecar.store import Store
+from hive.sidecar.team import Team, TeamChange, attach
+from tests.conftest import Hive
+
+MakeHive = Callable[..., Hive]
+
+
+@pytest.fixture(autouse=True)
+def no_keyring(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HIVE_KEYRING", "off")  # test machines must not write to the desktop keyring
+
+
+def call(hive: Hive, op: str, **args: Any) -> dict[str, Any]:
+    reply = hive.request({"id": 1, "op": op, **args}, timeout=30)
+    assert reply["ok"], reply
+    return reply["result"]
+
+
+def error(hive: Hive, op: str, **args: Any) -> dict[str, str]:
+    reply = hive.request({"id": 1, "op": op, **args}, timeout=30)
+    assert not reply["ok"], reply
+    return reply["error"]
+
+
+def started(make_hive: MakeHive, person: str) -> Hive:
+    hive = make_hive(person=person)
+    hive.start()
+    return hive
+
+
+def join(inviter: Hive, joiner: Hive, link: str, **prepare: Any) -> dict[str, Any]:
+    """Both halves of a join, as the mesh runs them on hive-join/1, minus the QUIC link."""
+    ready = call(joiner, "team_join_prepare", link=link, **prepare)
+    joiner_key = ready["frame"]["hello"]["by"]
+    answer = call(inviter, "team_join_accept", frame=ready["frame"], peer=joiner_key)
+    inviter_key = call(inviter, "team_show")["me"]["key"]
+    return call(joiner, "team_join_finish", link=link, state=answer["state"], peer=inviter_key)
+
+
+def refused_join(inviter: Hive, joiner: Hive, link: str, **prepare: Any) -> dict[str, str]:
+    ready = call(joiner, "team_join_prepare", link=link, **prepare)
+    return error(inviter, "team_join_accept", frame=ready["frame"])
+
+
+def labels(show: dict[str, Any]) -> set[str]:
+    return {f"{p['person']}@{m['machine']}" for p in show["people"] for m in p["machines"]}
+
+
+def test_init_founds_a_team_whose_roster_names_replace_config_toml(make_hive: MakeHive) -> None:
+    hive = started(make_hive, "alice")
+    result = call(hive, "team_init", team="acme", person="carol", machine="lap")
+    assert result["team"]["name"] == "acme" and labels(result) == {"carol@lap"}
+    assert result["invite"]["line"].startswith("Join my hive team acme: hive join 'hive1:")
+    status = call(hive, "status")
+    assert (status["person"], status["machine"]) == ("carol", "lap")
+    registered = call(hive, "register", session={"key": "s1", "agent": "codex", "cwd": "/src/api"})
+    assert registered["address"] == "carol/api-codex"
+    # After a restart the names still come from the roster, which the database kept.
+    hive.stop()
+    hive.start()
+    assert call(hive, "status")["person"] == "carol"
+    assert call(hive, "team_show")["team"]["id"] == result["team"]["id"]
+    # Leaving restores the configured names and forgets the team, row and all.
+    assert call(hive, "team_leave", force=True) == {"left": "acme"}
+    assert call(hive, "status")["person"] == "alice"
+    assert call(hive, "team_show")["team"] is None
+    hive.stop()
+    with sqlite3.connect(hive.paths.database) as db:
+        assert db.execute("SELECT count(*) FROM team").fetchone()[0] == 0
+
+
+def test_one_team_per_machine_and_names_are_checked(make_hive: MakeHive) -> None:
+    hive = started(make_hive, "alice")
+    assert error(hive, "team_init", team="Acme Corp", person="alice")["code"] == "bad_request"
+    assert error(hive, "team_init", team="acme", person="x" * 65)["code"] == "bad_request"
+    assert error(hive, "team_invite")["code"] == "not_found"  # no team yet
+    call(hive, "team_init", team="acme", person="alice")
+    assert error(hive, "team_init", team="other", person="alice")["code"] == "conflict"
+
+
+def test_a_machine_joins_with_the_team_link_and_both_sides_keep_the_same_roster(make_hive: MakeHive) -> None:
+    alice, bob = started(make_hive, "alice"), started(make_hive, "bob")
+    link = call(alice, "team_init", team="acme", person="alice")["invite"]["link"]
+    joined = join(alice, bob, link, person="bob")
+    assert joined["team"]["name"] == "acme" and labels(joined) == {"alice@m1", "bob@m2"}
+    # The joiner can hand out the same team link, naming itself as the machine to dial first.
+    shared = roster.decode_ticket(joined["invite"]["link"])
+    assert shared.secret == roster.decode_ticket(link).secret and shared.inviter == joined["me"]["key"]
+    assert labels(call(alice, "team_show")) == {"alice@m1", "bob@m2"}
+    assert call(bob, "status")["person"] == "bob"
+    # The team link is reusable: a third machine joins with the same one.
+    carol = started(make_hive, "carol")
+    join(alice, carol, link, person="carol")
+    assert labels(call(alice, "team_show")) == {"alice@m1", "bob@m2", "carol@m3"}
+    # Joining twice is refused on the joiner's side before anything is sent.
+    assert error(bob, "team_join_prepare", link=link)["code"] == "conflict"
+
+
+def test_an_own_machine_invite_adds_a_machine_of_the_same_person_once(make_hive: MakeHive) -> None:
+    alice = started(make_hive, "alice")
+    call(alice, "team_init", team="acme", person="alice")
+    invite = call(alice, "team_invite", own_machine=True)
+    assert invite["kind"] == "own_machine" and invite["expires"] > 0
+    assert "hive join 'hive1:" in invite["line"] and "--as" not in invite["line"]
+    second = started(make_hive, "someone-else")
+    assert error(second, "team_join_prepare", link=invite["link"], person="bob")["code"] == "bad_request"
+    joined = join(alice, second, invite["link"], machine="m1")
+    assert joined["me"]["person"] == "alice"
+    assert joined["me"]["machine"] == "m1-2"  # alice already has an m1
+    # A one-time invite works once.
+    third = started(make_hive, "alice")
+    assert refused_join(alice, third, invite["link"])["code"] == "refused"
+
+
+def test_a_name_held_by_an_active_machine_cannot_be_taken_with_the_team_link(make_hive: MakeHive) -> None:
+    alice, mallory = started(make_hive, "alice"), started(make_hive, "mallory")
+    link = call(alice, "team_init", team="acme", person="alice")["invite"]["link"]
+    refusal = refused_join(alice, mallory, link, person="alice")
+    assert refusal["code"] == "conflict" and "own-machine" in refusal["message"]
+    assert labels(call(alice, "team_show")) == {"alice@m1"}
+
+
+def test_a_one_time_invite_for_someone_else(make_hive: MakeHive) -> None:
+    alice, bob, carol = (started(make_hive, p) for p in ("alice", "bob", "carol"))
+    call(alice, "team_init", team="acme", person="alice")
+    once = call(alice, "team_invite", once=True, ttl_hours=1)
+    assert once["kind"] == "once" and "(one use)" in once["line"]
+    join(alice, bob, once["link"], person="bob")
+    assert refused_join(alice, carol, once["link"], person="carol")["code"] == "refused"
+
+
+def test_removing_someone_replaces_the_link_and_the_old_one_stops_working(make_hive: MakeHive) -> None:
+    alice, bob, carol = (started(make_hive, p) for p in ("alice", "bob", "carol"))
+    old = call(alice, "team_init", team="acme", person="alice")["invite"]["link"]
+    join(alice, bob, old, person="bob")
+    result = call(alice, "team_remove", target="bob")
+    assert result["removed"] == ["bob@m2"] and result["link_replaced"]
+    new = result["invite"]["link"]
+    assert new != old
+    show = call(alice, "team_show")
+    assert labels(show) == {"alice@m1"} and show["departed"][0]["person"] == "bob"
+    assert refused_join(alice, carol, old, person="carol")["code"] == "refused"
+    join(alice, carol, new, person="carol")
+    assert error(alice, "team_remove", target="alice")["code"] == "refused"  # that is `hive leave`
+    assert error(alice, "team_remove", target="nobody")["code"] == "not_found"
+
+
+def test_a_remove_target_may_be_a_machine_or_person_at_machine(make_hive: MakeHive) -> None:
+    alice, bob, laptop = (started(make_hive, p) for p in ("alice", "bob", "bob"))
+    link = call(alice, "team_init", team="acme", person="alice")["invite"]["link"]
+    join(alice, bob, link, person="bob", machine="desk")
+    own = call(bob, "team_invite", own_machine=True)["link"]
+    join(bob, laptop, own, machine="desk")
+    show = call(bob, "team_show")
+    assert labels(show) == {"alice@m1", "bob@desk", "bob@desk-2"}
+    assert call(bob, "team_remove", target="bob@desk-2")["removed"] == ["bob@desk-2"]
+    assert call(bob, "team_remove", target="m1")["removed"] == ["alice@m1"]
+
+
+def test_a_join_frame_that_was_altered_or_comes_from_another_key_is_refused(make_hive: MakeHive) -> None:
+    alice, bob = started(make_hive, "alice"), started(make_hive, "bob")
+    link = call(alice, "team_init", team="acme", person="alice")["invite"]["link"]
+    ready = call(bob, "team_join_prepare", link=link, person="bob")
+    frame = json.loads(json.dumps(ready["frame"]))
+    frame["hello"]["body"]["person"] = "boss"
+    assert error(alice, "team_join_accept", frame=frame)["code"] == "refused"
+    assert error(alice, "team_join_accept", frame=ready["frame"], peer="ab" * 32)["code"] == "refused"
+    assert error(alice, "team_join_accept", frame={"t": "join"})["code"] == "refused"
+    # The joiner checks the answer too: a state that does not list it is not kept.
+    state = call(alice, "team_show")
+    assert error(bob, "team_join_finish", link=link, state={"id": state["team"]["id"]})["code"] == "refused"
+
+
+def test_a_damaged_or_expired_invite_is_refused_before_dialing(make_hive: MakeHive) -> None:
+    alice, bob = started(make_hive, "alice"), started(make_hive, "bob")
+    link = call(alice, "team_init", team="acme", person="alice")["invite"]["link"]
+    assert error(bob, "team_join_prepare", link=link[:-4])["code"] == "bad_request"
+    ticket = roster.decode_ticket(link)
+    expired = roster.encode_ticket(roster.Ticket(**{**ticket.__dict__, "expires": 1}))
+    assert error(bob, "team_join_prepare", link=expired)["code"] == "refused"
+
+
+def test_the_cli_prints_the_invite_line_and_the_team(make_hive: MakeHive) -> None:
+    hive = started(make_hive, "alice")
+    out = hive.cli("init", "acme", "--as", "alice", check=True).stdout
+    assert "founded team acme: you are alice on m1" in out and "hive join 'hive1:" in out
+    assert hive.cli("invite", check=True).stdout.startswith("Join my hive team acme: hive join 'hive1:")
+    assert "hive join 'hive1:" in hive.cli("invite", "--own-machine", check=True).stdout
+    team = hive.cli("team", check=True).stdout
+    assert "team acme: 1 person, 1 machine" in team and "this machine" in team
+    assert hive.cli_json("team")["people"][0]["person"] == "alice"
+    old = hive.cli_json("link")["link"]
+    assert hive.cli_json("link", "--new")["link"] != old
+    failed = hive.cli("remove", "nobody")
+    assert failed.returncode == 1 and "[not_found]" in failed.stderr
+    assert "left team acme" in hive.cli("leave", "--force", check=True).stdout
+
+
+# ---- merging what the mesh delivers, on a sidecar object with its real database ----------------
+
+
+async def sidecar_at(home: Path, person: str) -> Sidecar:
+    ensure_home(home)
+    (home / "config.toml").write_text(f'person = "{person}"\nmachine = "box"\n')
+    paths = StatePaths(home)
+    sidecar = Sidecar(paths, load_settings(paths.config))
+    sidecar.store = await Store.open(paths.database)
+    sidecar.sessions = Sessions(sidecar.store, sidecar.settings)
+    sidecar.mailbox = Mailbox(sidecar.store, sidecar.settings)
+    await attach(sidecar)
+    return sidecar
+
+
+@pytest.mark.anyio
+async def test_a_removed_machine_gets_no_secrets_learns_it_was_removed_and_forgets_the_team(tmp_path: Path) -> None:
+    alice_sc, bob_sc = await sidecar_at(tmp_path / "a", "alice"), await sidecar_at(tmp_path / "b", "bob")
+    try:
+        alice, bob = alice_sc.team, bob_sc.team  # type: ignore[attr-defined]
+        assert isinstance(alice, Team) and isinstance(bob, Team)
+        changes: list[TeamChange] = []
+
+        async def record(change: TeamChange) -> None:
+            changes.append(change)
+
+        bob.subscribe(record)
+        link = (await alice.init("acme", "alice", "box"))["invite"]["link"]
+        ready = await bob.prepare_join(link, "bob")
+        state = await alice.accept_join(ready["frame"], bob.my_key())
+        await bob.finish_join(link, state, alice.my_key())
+        assert bob_sc.settings.person == "bob" and changes[-1].reason == "joined"
+        assert alice.state_for(bob.my_key()) is not None and alice.state_for("cd" * 32) is None  # a stranger
+
+        await alice.remove("bob")
+        bare = alice.state_for(bob.my_key())
+        assert bare is not None and bare["link"] is None and bare["invites"] == {}
+        assert await bob.merge(bare, alice.my_key())
+        assert bob.team_id() is None and changes[-1].reason == "removed"
+        assert bob_sc.settings.person == "bob"  # config.toml's name again (it is bob there too)
+        assert await bob_sc.store.fetchone("SELECT * FROM team") is None
+        # A state from another team, or garbage, changes nothing and raises nothing.
+        assert not await alice.merge({"id": "00" * 16, "founder": "11" * 32}, bob.my_key())
+        assert not await alice.merge("garbage", None)
+    finally:
+        await alice_sc.store.close()
+        await bob_sc.store.close()
+
+
+@pytest.mark.anyio
+async def test_merging_tells_subscribers_who_stopped_being_active(tmp_path: Path) -> None:
+    alice_sc, bob_sc = await sidecar_at(tmp_path / "a", "alice"), await sidecar_at(tmp_path / "b", "bob")
+    try:
+        alice, bob = alice_sc.team, bob_sc.team  # type: ignore[attr-defined]
+        link = (await alice.init("acme", "alice", "box"))["invite"]["link"]
+        ready = await bob.prepare_join(link, "bob")
+        await bob.finish_join(link, await alice.accept_join(ready["frame"]), None)
+        seen: list[TeamChange] = []
+
+        async def record(change: TeamChange) -> None:
+            seen.append(change)
+
+        alice.subscribe(record)
+        departed = roster.departures(bob.state, bob.identity, [bob.my_key()])
+        assert await alice.merge(departed.to_wire(), bob.my_key())
+        assert seen[-1].reason == "merge" and seen[-1].removed == (bob.my_key(),)
+        assert not await alice.merge(departed.to_wire(), bob.my_key())  # nothing new the second time
+    finally:
+        await alice_sc.store.close()
+        await bob_sc.store.close()
