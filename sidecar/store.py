@@ -110,6 +110,67 @@ MIGRATIONS: list[str] = [
         updated_at REAL NOT NULL
     );
     """,
+    # 6: the gate (hive.sidecar.gate): every proactive item offered with its current state, the
+    # ledger of every decision (the item, the rule that decided, the time), the records urgency
+    # is computed from (test and CI state, deadlines, who is blocked, security findings), and the
+    # signals the measures count (acted on, asked about, escalated).
+    """
+    CREATE TABLE gate_items (
+        id TEXT PRIMARY KEY,
+        fingerprint TEXT NOT NULL,
+        source TEXT NOT NULL,
+        proposer TEXT NOT NULL DEFAULT '',
+        person TEXT NOT NULL,
+        session TEXT NOT NULL DEFAULT '',
+        title TEXT NOT NULL,
+        body TEXT NOT NULL DEFAULT '',
+        evidence TEXT NOT NULL DEFAULT '[]',
+        data TEXT NOT NULL DEFAULT '{}',
+        urgency TEXT NOT NULL,
+        state TEXT NOT NULL,
+        would TEXT NOT NULL DEFAULT '',
+        due REAL,
+        channel TEXT NOT NULL DEFAULT '',
+        spent TEXT NOT NULL DEFAULT '',
+        offered_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    CREATE INDEX gate_items_open ON gate_items(due) WHERE state IN ('pending', 'held');
+    CREATE INDEX gate_items_fingerprint ON gate_items(fingerprint, offered_at);
+    CREATE INDEX gate_items_person ON gate_items(person, offered_at);
+    CREATE TABLE gate_ledger (
+        seq INTEGER PRIMARY KEY,
+        item TEXT NOT NULL,
+        person TEXT NOT NULL,
+        source TEXT NOT NULL,
+        at REAL NOT NULL,
+        outcome TEXT NOT NULL,
+        rule TEXT NOT NULL,
+        reason TEXT NOT NULL,
+        channel TEXT NOT NULL DEFAULT ''
+    );
+    CREATE INDEX gate_ledger_at ON gate_ledger(at);
+    CREATE INDEX gate_ledger_item ON gate_ledger(item);
+    CREATE INDEX gate_ledger_person ON gate_ledger(person, at);
+    CREATE TABLE gate_facts (
+        kind TEXT NOT NULL,
+        ref TEXT NOT NULL,
+        state TEXT NOT NULL,
+        since REAL NOT NULL,
+        at REAL NOT NULL,
+        runs INTEGER NOT NULL DEFAULT 1,
+        due REAL,
+        detail TEXT NOT NULL DEFAULT '',
+        PRIMARY KEY (kind, ref)
+    );
+    CREATE TABLE gate_signals (
+        item TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        detail TEXT NOT NULL DEFAULT '',
+        at REAL NOT NULL
+    );
+    CREATE INDEX gate_signals_item ON gate_signals(item);
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
