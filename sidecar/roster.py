@@ -466,12 +466,31 @@ def _prune(state: TeamState, now: int) -> None:
             del state.invites[h]  # the invite of a replaced team link
 
 
+def _held(state: TeamState, entry: Entry) -> bool:
+    """Whether this exact entry is already in ``state`` (so it was checked when it arrived)."""
+    s, body = entry.signed, entry.signed.body
+    kind = entry.kind
+    if kind == "meta":
+        return state.meta == s
+    if kind == "link":
+        return state.link == s
+    if kind == "admission" and isinstance(body, Member):
+        return state.admissions.get(f"{body.key}/{s.by}") == s
+    if kind == "member" and isinstance(body, Member):
+        return state.members.get(body.key) == s or state.updates.get(body.key) == s
+    if kind == "invite" and isinstance(body, Invite):
+        return state.invites.get(body.hash) == s
+    return False
+
+
 def absorb(state: TeamState, incoming: Iterable[Entry], now: int | None = None) -> tuple[TeamState, list[Refusal]]:
     """A new state holding ``state``'s entries plus every acceptable one of ``incoming``."""
     now = now_ms() if now is None else now
     result = state.copy()
     refused: list[Refusal] = []
     for entry in incoming:
+        if _held(result, entry):
+            continue  # gossip resends the whole state: skip re-verifying what we hold
         reason = _refusal(result, entry, now)
         if reason is None:
             _put(result, entry)
@@ -725,7 +744,11 @@ def new_invite(state: TeamState, identity: Identity, *, own_machine: bool = Fals
 
 
 def departures(state: TeamState, identity: Identity, keys: Iterable[str], now: int | None = None) -> TeamState:
-    """Mark machines inactive (a removal, or this machine's own departure)."""
+    """Mark machines inactive (a removal, or this machine's own departure).
+
+    Raises:
+        KeyError: a key the roster does not list as a member.
+    """
     now = now_ms() if now is None else now
     current = view(state, now).members
     made = []

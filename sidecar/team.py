@@ -60,9 +60,18 @@ JOIN_MAX_AGE_MS = roster.MAX_SKEW_MS  # a join frame older than a day is stale
 
 @dataclass(frozen=True)
 class TeamChange:
-    """What changed, for subscribers. ``state`` is None once the team is forgotten."""
+    """What changed, for subscribers. ``state`` is None once the team is forgotten.
 
-    reason: str  # init | joined | join | invite | link | remove | leave | merge | removed | cleared
+    Reasons: ``init`` (founded here), ``joined`` (this machine joined), ``join`` (this machine
+    admitted ``joined``), ``invite``, ``link`` (replaced), ``remove`` (this machine removed
+    ``removed``: drop their links once they had the news), ``merge`` (a peer's state changed
+    ours), ``leave`` (this machine signed its departure; the team is forgotten as soon as the
+    subscribers return, so send the state before returning), ``removed`` (a merge showed this
+    machine removed) and ``cleared`` (after ``leave``). Subscribers are awaited in order, under
+    the team's lock: they must not call back into ops that take it.
+    """
+
+    reason: str
     state: TeamState | None
     removed: tuple[str, ...] = ()  # machines that just stopped being active
     joined: tuple[str, ...] = ()  # machines that just became active
