@@ -18,8 +18,9 @@ confirms ``ids`` with ``delivered`` once it is written; until then they are in f
 
 ``watch`` is the Claude Code push watcher's long poll: the same caller fields plus ``wait`` and
 ``peek``; it registers the session only if unknown, waits for waking mail and answers
-``{"session", "ids", "text", "ended"}``. While it waits the mailbox counts as read by a waiting
-reader, so senders are told the message is delivered.
+``{"session", "ids", "text", "ended"}``; ``ended`` tells the watcher to exit: the session ended,
+or the harness really calling has no watcher push. While it waits the mailbox counts as read by
+a waiting reader, so senders are told the message is delivered.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
 
 MAX_WAIT = 600.0
 MAX_KEY = 200
+WATCHER = "async_rewake"  # the push mechanism (Tiers.push) the watch op serves
 
 # Session key -> ("busy" | "idle" | "waiting", since). Memory only: presence proper comes later.
 ACTIVITY: dict[str, tuple[str, float]] = {}
@@ -302,10 +304,14 @@ async def watch(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> 
         wait = min(max(float(request.get("wait") or 0), 0.0), MAX_WAIT)
     except (TypeError, ValueError) as exc:
         raise BadRequest("wait is a number of seconds, at most 600") from exc
+    answer: dict[str, Any] = {"session": caller.key, "ended": False, "ids": [], "text": ""}
+    if caller.harness.tiers().push != WATCHER:
+        # Another harness running Claude Code's hooks (Cursor) may run the watcher as a plain,
+        # blocking hook: let it go at once.
+        return {**answer, "ended": True}
     session = sidecar.sessions.by_key.get(caller.key)
     if session is None:  # the watcher may start before the session-start hook registers it
         session = await refresh(sidecar, caller, request, force=True)
-    answer: dict[str, Any] = {"session": session.key, "ended": False, "ids": [], "text": ""}
     if session.ended_at is not None:
         return {**answer, "ended": True}
     sidecar.sessions.seen(session)

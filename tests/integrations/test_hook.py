@@ -338,13 +338,21 @@ def test_cursor_running_claude_code_hooks_answers_in_cursor_shape(peer_hive: Hiv
     assert unread(peer_hive, sid) == 0
 
 
-def test_plugin_points_leave_mail_for_the_plugin(peer_hive: Hive, workdir: Path) -> None:
-    payload = {"sessionID": "ses_opencode1", "directory": str(workdir)}
-    done, _ = run_hook(peer_hive.home, "opencode", "session.created", payload, {"OPENCODE": "1"})
+@pytest.mark.parametrize(("harness", "start", "tool", "payload", "env"), [
+    ("opencode", "session.created", "tool.execute.after", {"sessionID": "ses_opencode1"}, {"OPENCODE": "1"}),
+    ("pi", "session_start", "tool_result", {"sessionId": "019a7c1e-pi"}, {"PI_CODING_AGENT": "true"}),
+])
+def test_plugin_points_leave_mail_for_the_plugin(peer_hive: Hive, workdir: Path, harness: str, start: str,
+                                                 tool: str, payload: dict[str, str], env: dict[str, str]) -> None:
+    # opencode and pi deliver through their own plugins; a hook call there only registers.
+    key = next(iter(payload.values()))
+    payload = {**payload, "directory": str(workdir), "cwd": str(workdir)}
+    done, _ = run_hook(peer_hive.home, harness, start, payload, env)
     assert done.stdout == b""
-    send(peer_hive, "ses_opencode1", "for the plugin")
-    done, _ = run_hook(peer_hive.home, "opencode", "tool.execute.after", payload, {"OPENCODE": "1"})
-    assert done.stdout == b"" and unread(peer_hive, "ses_opencode1") == 1
+    assert session_entry(peer_hive, key)["agent"] == harness
+    send(peer_hive, key, "for the plugin")
+    done, _ = run_hook(peer_hive.home, harness, tool, payload, env)
+    assert done.stdout == b"" and unread(peer_hive, key) == 1
 
 
 def test_the_session_is_registered_under_the_harness_process_behind_the_shell(hive: Hive, workdir: Path) -> None:
@@ -693,6 +701,24 @@ def test_one_watcher_per_session(hive: Hive, workdir: Path) -> None:
         finish(first, 10)
 
 
+def test_no_watcher_in_a_headless_claude_run(hive: Hive, workdir: Path) -> None:
+    # `claude -p` would wait for a pending background hook instead of exiting.
+    payload, env = claude_payload("SessionStart", "claude-headless", str(workdir))
+    start = time.monotonic()
+    done, _ = run_hook(hive.home, "claude-code", "watch", payload, {**env, "CLAUDE_CODE_ENTRYPOINT": "sdk-cli"})
+    assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
+    assert time.monotonic() - start < 2
+    assert not (hive.home / "watchers").exists()
+
+
+def test_cursor_running_the_claude_watcher_lets_it_go_at_once(hive: Hive, workdir: Path) -> None:
+    payload, env = cursor_payload("sessionStart", "cursor-watch", str(workdir))
+    start = time.monotonic()
+    done, _ = run_hook(hive.home, "claude-code", "watch", payload, env)
+    assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
+    assert time.monotonic() - start < 2
+
+
 def test_the_watcher_exits_when_its_session_ends(hive: Hive, workdir: Path) -> None:
     watcher = start_watcher(hive.home, "claude-ending", str(workdir))
     try:
@@ -741,3 +767,14 @@ def test_the_watcher_exits_when_its_claude_process_dies(hive: Hive, workdir: Pat
     assert statuses.pop(report["claude"]) == -signal.SIGKILL
     assert statuses and set(statuses.values()) == {0}, "the shell and the watcher exit cleanly"
     assert report["seconds"] < hook_client.WATCH_POLL + 5
+
+
+def test_the_benchmark_runs() -> None:
+    bench = Path(__file__).resolve().parents[1] / "bench" / "bench_hook.py"
+    done = subprocess.run([sys.executable, str(bench), "--quick"], capture_output=True, text=True, timeout=240,
+                          check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for figure in ("python -I -S -c pass (floor)", "python -c pass", "hook, no mail", "hook, mail waiting"):
+        assert re.search(rf"^{re.escape(figure)}\s+\d+\.\d+\s+\d+\.\d+\s+\d+\.\d+x$", done.stdout, re.MULTILINE), \
+            done.stdout
+    assert "removed" in done.stdout.splitlines()[-1]
