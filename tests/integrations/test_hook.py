@@ -29,6 +29,7 @@ import pytest
 
 from hive.integrations import hook_client, hook_command, registry
 from hive.sidecar import paths as sidecar_paths
+from hive.sidecar.config import slug
 from tests.conftest import Hive
 
 HOOK = hook_command.HOOK_SCRIPT
@@ -385,7 +386,7 @@ def test_a_session_in_a_git_checkout_is_listed_with_its_project_and_branch(hive:
     fire(hive, "claude-code", "SessionStart", "claude-git", str(workdir / "src"))
     entry = session_entry(hive, "claude-git")
     assert (entry["repo"], entry["branch"], entry["name"]) == ("github.com/acme/api", "feature-x",
-                                                              f"{workdir.name}-claude-code")
+                                                              slug(f"{workdir.name}-claude-code"))
 
 
 def test_people_get_the_same_answer_from_hive_hook(peer_hive: Hive, workdir: Path) -> None:
