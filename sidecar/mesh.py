@@ -127,6 +127,7 @@ class MeshConfig:
     mdns_interfaces: tuple[str, ...] = ()
     ack_wait: float = 5.0
     rate_limit: int = 60
+    rate_window: float = RATE_WINDOW
     loop_limit: int = 12
     connect_timeout: float = 10.0
     inbound_default: str = "accept"
@@ -164,6 +165,7 @@ def load_mesh_config(path: Path) -> MeshConfig:
         mdns_interfaces=strings(mesh.get("mdns_interfaces")),
         ack_wait=float(mesh.get("ack_wait", base.ack_wait)),
         rate_limit=int(mesh.get("rate_limit", base.rate_limit)),
+        rate_window=float(mesh.get("rate_window", base.rate_window)),
         loop_limit=int(mesh.get("loop_limit", base.loop_limit)),
         connect_timeout=float(mesh.get("connect_timeout", base.connect_timeout)),
         inbound_default=default if default in POLICIES else "accept",
@@ -1056,7 +1058,7 @@ class Mesh:
 
     async def sent_by(self, sender_key: str | None, sender: str, ids: Sequence[str] = ()) -> list[dict[str, Any]]:
         """What was sent to teammates' machines, with the latest state each recipient reported."""
-        columns = "id, recipient, created_at, read_at, state, note"
+        columns = "id, recipient, created_at, read_at, state, note, pending"
         if ids:
             marks = ", ".join("?" for _ in ids)
             rows = await self.sc.store.fetchall(f"SELECT {columns} FROM outbox WHERE id IN ({marks})", tuple(ids))
@@ -1067,8 +1069,9 @@ class Mesh:
             rows = await self.sc.store.fetchall(
                 f"SELECT {columns} FROM outbox WHERE sender = ? AND sender_key IS NULL ORDER BY id DESC LIMIT 50",
                 (sender,))
+        # in_outbox: the recipient's machine has not acknowledged it yet (or asked to retry later).
         return [{"id": r[0], "to": r[1], "sent_at": r[2], "read_at": r[3], "state": r[4], "note": r[5],
-                 "remote": True} for r in rows]
+                 "remote": True, "in_outbox": bool(r[6])} for r in rows]
 
     # ---- the loop guard ------------------------------------------------------------------
 
@@ -1107,10 +1110,10 @@ class Mesh:
         """0 when a message from ``peer`` may pass now, else seconds until one may."""
         now = time.monotonic()
         window = self._rates.setdefault(peer, deque())
-        while window and now - window[0] >= RATE_WINDOW:
+        while window and now - window[0] >= self.config.rate_window:
             window.popleft()
         if len(window) >= self.config.rate_limit:
-            return RATE_WINDOW - (now - window[0]) + 0.05
+            return self.config.rate_window - (now - window[0]) + 0.05
         window.append(now)
         return 0.0
 
