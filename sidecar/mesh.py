@@ -382,6 +382,9 @@ class Mesh:
         self._addresses_dirty = False
         self._expelling: set[int] = set()
         self.eager: set[str] = set()  # dial these at once (the inviter, right after a join)
+        self._digest: tuple[Any, str] = (object(), "")
+        self._presence_dirty: set[str] = set()
+        self._sent_peers = ""
         self.started = anyio.Event()
 
     # ---- lifecycle -----------------------------------------------------------------------
@@ -410,8 +413,22 @@ class Mesh:
 
     async def _on_team_change(self, change: Any) -> None:
         # Called under the team's lock: only note it; the flusher and the team loop act on it.
-        self._state_dirty = True
+        # Only a change made here is broadcast: the mesh is full, so every linked member hears it
+        # from its origin, and a member linked later gets it in the state exchange at link-up.
+        # (The reference rebroadcast every merge that changed anything: N² frames per change.)
+        if getattr(change, "reason", "") != "merge":
+            self._state_dirty = True
         self.roster_changed()
+
+    def _state_digest(self) -> str:
+        """A short hash of the roster, so two machines that agree skip the state exchange."""
+        fingerprint = self.team.fingerprint()
+        if self._digest[0] != fingerprint:
+            team = getattr(self.sc, "team", None)
+            state = getattr(team, "state", None)
+            wire = json.dumps(state.to_wire(), sort_keys=True) if state is not None else ""
+            self._digest = (fingerprint, hashlib.sha256(wire.encode()).hexdigest()[:32])
+        return self._digest[1]
 
     def _link_info(self, key: str) -> dict[str, Any]:
         online = key in self.links
@@ -428,10 +445,11 @@ class Mesh:
         if saved:
             with contextlib.suppress(ValueError, TypeError):
                 self.addresses = {k: [a for a in v if valid_address(a)] for k, v in json.loads(saved).items()}
-        saved = await self.sc.store.get_kv("mesh.presence")
-        if saved:
+        for key, value in await self.sc.store.fetchall("SELECT key, value FROM kv WHERE key LIKE 'mesh.presence.%'"):
             with contextlib.suppress(ValueError, TypeError):
-                self.presence = {k: sanitise_presence(v) for k, v in json.loads(saved).items()}
+                presence = sanitise_presence(json.loads(value))
+                presence["at"] = json.loads(value).get("at")
+                self.presence[key.removeprefix("mesh.presence.")] = presence
 
     async def _follow_team(self) -> None:
         """While in a team, serve it; when the team changes or goes, start over."""
@@ -618,7 +636,8 @@ class Mesh:
             await self._run_link(link)
 
     def _hello(self) -> dict[str, Any]:
-        return {"t": "hello", "team": self.team.team_id, "proto": PROTO, "features": list(FEATURES)}
+        return {"t": "hello", "team": self.team.team_id, "proto": PROTO, "features": list(FEATURES),
+                "roster": self._state_digest()}
 
     async def _run_link(self, link: Link) -> bool:
         """Greet, keep one link per peer, then read frames until the link ends.
@@ -649,7 +668,7 @@ class Mesh:
         except (LinkClosed, TimeoutError, FrameError):
             return False
         try:
-            await self._link_up(link)
+            await self._link_up(link, same_roster=first.get("roster") == self._state_digest())
             async for frame in link:
                 member = self.team.member(peer)
                 if member is None or not member.active:
@@ -684,13 +703,15 @@ class Mesh:
         self._wake(peer).set()
         return True
 
-    async def _link_up(self, link: Link) -> None:
+    async def _link_up(self, link: Link, same_roster: bool) -> None:
         peer = link.peer
         log.info("linked with %s (%s, %s)", peer[:12], link.address, "dialed" if link.outbound else "accepted")
-        state = self.team.state_for(peer)
+        state = None if same_roster else self.team.state_for(peer)
         if state is not None:
             await link.send({"t": "state", "state": state})
-        await link.send({"t": "presence", "presence": self._presence()})
+        # The first presence on a link carries the addresses this machine knows for other members,
+        # so a machine that just joined through one inviter can dial everyone else.
+        await link.send({"t": "presence", "presence": self._presence(with_peers=True)})
         self.poke()  # the directory changed: the peer's sessions are live again
         assert self._team_tg is not None
         self._team_tg.start_soon(self._replay, peer)
@@ -758,7 +779,7 @@ class Mesh:
 
     # ---- presence ------------------------------------------------------------------------
 
-    def _presence(self) -> dict[str, Any]:
+    def _presence(self, *, with_peers: bool = False) -> dict[str, Any]:
         now = time.time()
         sessions, known = [], []
         for s in self.sc.sessions.by_key.values():
@@ -771,17 +792,27 @@ class Mesh:
             else:
                 known.append(s.name)
         sessions.sort(key=lambda d: d["name"])
-        peers = {peer: self.addresses[peer][:MAX_ADDRESSES] for peer in sorted(self.links)
-                 if self.addresses.get(peer)}
-        return {"sessions": sessions[:MAX_SESSIONS], "known": sorted(known)[:MAX_KNOWN],
-                "features": list(FEATURES), "addresses": self.my_addresses, "peers": peers}
+        presence: dict[str, Any] = {"sessions": sessions[:MAX_SESSIONS], "known": sorted(known)[:MAX_KNOWN],
+                                    "features": list(FEATURES), "addresses": self.my_addresses}
+        if with_peers:
+            presence["peers"] = self._peer_addresses()
+        return presence
 
-    async def _send_presence_if_changed(self) -> None:
+    def _peer_addresses(self) -> dict[str, list[str]]:
+        return {peer: self.addresses[peer][:MAX_ADDRESSES] for peer in sorted(self.links) if self.addresses.get(peer)}
+
+    async def _send_presence_if_changed(self, *, refresh: bool = False) -> None:
+        """Send presence when it changed. Peers' addresses change with every link while a mesh
+        forms, so they go out at link-up and with the once-a-minute refresh, never per change."""
         presence = self._presence()
         encoded = json.dumps(presence, sort_keys=True)
-        if encoded == self._sent_presence:
+        peers = json.dumps(self._peer_addresses(), sort_keys=True) if refresh else self._sent_peers
+        if encoded == self._sent_presence and peers == self._sent_peers:
             return
         self._sent_presence = encoded
+        if peers != self._sent_peers:
+            self._sent_peers = peers
+            presence["peers"] = json.loads(peers)
         for link in list(self.links.values()):
             with contextlib.suppress(LinkClosed, FrameError):
                 await link.send({"t": "presence", "presence": presence})
@@ -797,10 +828,8 @@ class Mesh:
             member = self.team.member(other)
             if other != me and member is not None and member.active:
                 self.learn(other, addresses)
-        await self.sc.store.write([
-            ("INSERT OR REPLACE INTO kv(key, value) VALUES (?, ?)", ("mesh.presence", json.dumps(self.presence))),
-            ("INSERT OR REPLACE INTO kv(key, value) VALUES (?, ?)", ("mesh.addresses", json.dumps(self.addresses))),
-        ])
+        self._presence_dirty.add(peer)
+        self.poke()  # stored by the flusher, coalesced: one write for a burst of presence frames
 
     def entries(self) -> list[Entry]:
         """Teammates' sessions for the directory: person and machine from the roster, never the peer."""
@@ -853,9 +882,18 @@ class Mesh:
                 if self._state_dirty:
                     self._state_dirty = False
                     await self._broadcast_state()
+                statements: list[tuple[str, Sequence[Any]]] = []
                 if self._addresses_dirty:
                     self._addresses_dirty = False
-                    await self.sc.store.set_kv("mesh.addresses", json.dumps(self.addresses))
+                    statements.append(("INSERT OR REPLACE INTO kv(key, value) VALUES (?, ?)",
+                                       ("mesh.addresses", json.dumps(self.addresses))))
+                for peer in self._presence_dirty:
+                    if peer in self.presence:
+                        statements.append(("INSERT OR REPLACE INTO kv(key, value) VALUES (?, ?)",
+                                           (f"mesh.presence.{peer}", json.dumps(self.presence[peer]))))
+                self._presence_dirty.clear()
+                if statements:
+                    await self.sc.store.write(statements)
                 if self.links:
                     await self._send_presence_if_changed()
                     await self._flush_receipts(None)
@@ -863,10 +901,12 @@ class Mesh:
                 log.exception("mesh flush failed")
 
     async def _refresher(self) -> None:
-        """Liveness changes with time alone (a session goes stale): look at most once a minute."""
+        """Liveness changes with time alone (a session goes stale): look at most once a minute,
+        and pass on the addresses of members linked since the last look."""
         while True:
             await anyio.sleep(PRESENCE_REFRESH)
-            self.poke()
+            with contextlib.suppress(Exception):
+                await self._send_presence_if_changed(refresh=True)
 
     # ---- sending mail --------------------------------------------------------------------
 
