@@ -216,17 +216,22 @@ def check_codex_trust(detection: Detection, hooks_file: Path) -> Check:
     return Check("codex", "hooks trusted", "ok", f"all {len(ours)} of hive's hooks")
 
 
-def _gemini_trust(settings: Path) -> Check | None:
+def _gemini_trust(settings: Path, home: Path) -> Check | None:
+    """Gemini CLI's folder trust (on unless its settings turn it off) hides hive in untrusted folders."""
     try:
         data = json.loads(settings.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    enabled = ((data.get("security") or {}).get("folderTrust") or {}).get("enabled")
-    if enabled:
-        return Check("gemini", "folder trust", "info",
-                     "folder trust is on: Gemini CLI uses hive only in folders you trust",
-                     "trust your project folders when `gemini` asks (or with `/permissions`)")
-    return None
+    if ((data.get("security") or {}).get("folderTrust") or {}).get("enabled") is False:
+        return None
+    try:
+        folders = json.loads((home / ".gemini" / "trustedFolders.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        folders = {}
+    trusted = [path for path, level in folders.items() if level in ("TRUST_FOLDER", "TRUST_PARENT")]
+    return Check("gemini", "folder trust", "info",
+                 f"Gemini CLI uses hive only in folders you trust ({len(trusted)} trusted so far)",
+                 "trust a project folder when `gemini` asks there (or with `/permissions`)")
 
 
 def check_harness(harness: registry.Harness, detection: Detection, manifest: Manifest, home: Path) -> list[Check]:
@@ -251,6 +256,7 @@ def check_harness(harness: registry.Harness, detection: Detection, manifest: Man
     unparsed: list[str] = []
     missing: list[str] = []
     outdated: list[str] = []
+    traces = 0  # files (skills aside: others share them) holding any part of hive's for this harness
     for path, group in by_path.items():
         data = fileops.read_or_none(path)
         if data is None:
@@ -259,6 +265,7 @@ def check_harness(harness: registry.Harness, detection: Detection, manifest: Man
         fmt = group[0].format
         if fmt == "text":
             wanted = skill_source(group[0]) if group[0].role == "skill" else group[0].content
+            traces += group[0].role != "skill"
             if data.decode("utf-8", errors="replace") != wanted:
                 outdated.append(display(path))
             continue
@@ -270,6 +277,7 @@ def check_harness(harness: registry.Harness, detection: Detection, manifest: Man
         owned: dict[Any, Any] = {}
         for native in group:
             owned.update(native.owned)
+        traces += ownership.any_parts(doc, owned)
         if not ownership.has_parts(doc, owned):
             outdated.append(display(path))
     if unparsed:
@@ -278,7 +286,10 @@ def check_harness(harness: registry.Harness, detection: Detection, manifest: Man
     else:
         present = len(by_path) - len(missing)
         checks.append(Check(name, "config parses", "ok", f"{present} of its {len(by_path)} files present, all parse"))
-    if missing or outdated:
+    if not traces and not unparsed:
+        # Never wired (or removed): the person may have left it out on purpose, so not a failure.
+        checks.append(Check(name, "wired", "warn", "not wired: hive is not set up for it", fix))
+    elif missing or outdated:
         detail = "; ".join(filter(None, [missing and "missing " + ", ".join(missing),
                                          outdated and "not as setup writes it: " + ", ".join(outdated)]))
         checks.append(Check(name, "wired", "fail", detail, fix))
@@ -290,7 +301,7 @@ def check_harness(harness: registry.Harness, detection: Detection, manifest: Man
             checks.append(check_codex_trust(detection, hooks_file))
     if name == "gemini":
         settings = next(iter(by_path), None)
-        trust = _gemini_trust(settings) if settings else None
+        trust = _gemini_trust(settings, home) if settings else None
         if trust:
             checks.append(trust)
     return checks

@@ -178,3 +178,15 @@ def has_parts(doc: Document, owned: dict[Key, Any]) -> bool:
         elif current != value:
             return False
     return True
+
+
+def any_parts(doc: Document, owned: dict[Key, Any]) -> bool:
+    """Whether any of hive's ``owned`` parts (in any version) is in ``doc``."""
+    for path, value in owned.items():
+        current = doc.get(path)
+        if isinstance(value, list):
+            if isinstance(current, list) and any(is_hive_item(item, value) for item in current):
+                return True
+        elif isinstance(value, dict) and current is not MISSING:
+            return True  # hive's own key (an MCP entry named hive), whatever it holds now
+    return False

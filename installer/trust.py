@@ -20,8 +20,8 @@ _STEPS: dict[str, dict[Scope, tuple[str, ...]]] = {
                     "then type `/hooks` in Codex and trust hive's hook entries"),
     },
     "gemini": {
-        "user": ("with folder trust on, Gemini CLI loads MCP servers and hooks only in trusted folders: trust "
-                 "your project folders when `gemini` asks (or with `/permissions`)",),
+        "user": ("Gemini CLI loads MCP servers and hooks only in folders you trust: trust each project folder "
+                 "when `gemini` asks there (or with `/permissions`)",),
         "project": ("Gemini CLI reads a project's .gemini/settings.json only in a trusted folder: trust it when "
                     "`gemini` asks (or with `/permissions`)",),
     },

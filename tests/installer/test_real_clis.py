@@ -222,7 +222,7 @@ def test_gemini_still_asks_for_folder_trust_hive_did_not_bypass_it(real: RealRun
     assert done is not None
     assert "hive: " in done.stdout and "- Disabled" in done.stdout, explain("gemini", done)
     assert "folder is untrusted" in done.stdout
-    assert "gemini: with folder trust on" in real.setup_out
+    assert "gemini: Gemini CLI loads MCP servers and hooks only in folders you trust" in real.setup_out
 
 
 def test_codex_lists_hive_with_the_persons_server(real: RealRun) -> None:

@@ -1,0 +1,123 @@
+"""``hive doctor`` on a real machine: a real sidecar, ``hive mcp`` spoken to over MCP, Codex asked itself."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.installer.conftest import Machine, machine_context, require_cli
+from tests.installer.test_real_clis import codex_hooks
+
+
+def doctor(machine: Machine, expect: int) -> dict[tuple[str, str], dict[str, Any]]:
+    done = machine.hive("doctor", "--json", timeout=120)
+    assert done.returncode == expect, f"hive doctor exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    report = json.loads(done.stdout)
+    assert report["ok"] is (expect == 0)
+    return {(c["area"], c["name"]): c for c in report["checks"]}
+
+
+def test_a_wired_machine_is_all_good(machine: Machine) -> None:
+    machine.setup()
+    checks = doctor(machine, expect=0)
+
+    running = checks["sidecar", "running"]
+    assert running["status"] == "ok" and "it was not running; doctor started it" in running["detail"]
+    assert checks["sidecar", "version"]["status"] == "ok"
+    assert checks["sidecar", "socket"] == {**checks["sidecar", "socket"], "status": "ok"}
+    assert checks["sidecar", "socket"]["detail"].endswith("hive.sock, mode 0600")
+    assert checks["team", "state"] == {"area": "team", "name": "state", "status": "info",
+                                       "detail": "no team yet: this machine only (alice on m1)", "fix": None}
+    mcp = checks["mcp", "hive mcp"]
+    assert mcp["status"] == "ok" and "list_team" in mcp["detail"] and "send_message" in mcp["detail"]
+    for harness in ("claude-code", "codex", "cursor", "gemini", "opencode", "pi"):
+        assert checks[harness, "wired"]["status"] == "ok", checks[harness, "wired"]
+        assert checks[harness, "config parses"]["status"] == "ok"
+    assert checks["codex", "hooks trusted"]["status"] == "info"  # no codex binary here to ask
+    assert checks["gemini", "folder trust"]["status"] == "info"
+
+    text = machine.hive("doctor")
+    assert text.returncode == 0 and text.stdout.rstrip().endswith("all good")
+    # The sidecar was already running this time.
+    assert "doctor started it" not in doctor(machine, expect=0)["sidecar", "running"]["detail"]
+
+
+def test_each_problem_comes_with_the_command_that_fixes_it(machine: Machine) -> None:
+    machine.setup()
+    claude = json.loads(machine.read(".claude.json"))
+    del claude["mcpServers"]["hive"]
+    machine.write(".claude.json", json.dumps(claude, indent=2) + "\n")
+    machine.write(".gemini/settings.json", '{\n  "mcpServers": {\n    "hive": 1,\n  }\n}\n')
+    machine.write(".pi/agent/extensions/hive.ts", "// edited by hand\n")
+    (machine.home / ".cursor/hooks.json").unlink()
+
+    checks = doctor(machine, expect=1)
+    assert checks["claude-code", "wired"]["status"] == "fail"
+    assert "not as setup writes it: ~/.claude.json" in checks["claude-code", "wired"]["detail"]
+    assert checks["claude-code", "wired"]["fix"] == "`hive setup --only claude-code`"
+    parses = checks["gemini", "config parses"]
+    assert parses["status"] == "fail" and "~/.gemini/settings.json: line 4, column 3:" in parses["detail"]
+    assert parses["fix"] == "fix the file as described, then `hive setup --only gemini`"
+    assert checks["pi", "wired"]["detail"] == "not as setup writes it: ~/.pi/agent/extensions/hive.ts"
+    assert checks["cursor", "wired"]["detail"] == "missing ~/.cursor/hooks.json"
+    assert checks["codex", "wired"]["status"] == "ok"
+
+    text = machine.hive("doctor").stdout
+    assert "FAIL  wired" in text and "fix: `hive setup --only claude-code`" in text
+    assert text.rstrip().endswith("4 problems found")
+
+    # Left out altogether, a harness is only a warning: the person may not want hive there.
+    machine.setup("--remove", "--only", "pi")
+    assert doctor(machine, expect=1)["pi", "wired"] == {
+        "area": "pi", "name": "wired", "status": "warn", "detail": "not wired: hive is not set up for it",
+        "fix": "`hive setup --only pi`"}
+
+
+def test_a_socket_others_can_reach_is_a_failure(machine: Machine) -> None:
+    status = json.loads(machine.hive("status", "--json").stdout)
+    socket = status["socket"]
+    import os
+
+    os.chmod(socket, 0o666)
+    checks = doctor(machine, expect=1)
+    assert checks["sidecar", "socket"]["status"] == "fail"
+    assert "mode 0666: other users may reach your sidecar" in checks["sidecar", "socket"]["detail"]
+    assert checks["sidecar", "socket"]["fix"].startswith("`hive stop`")
+
+
+def test_harnesses_that_are_not_there_are_information_not_failures(bare_machine: Machine) -> None:
+    checks = doctor(bare_machine, expect=0)
+    assert checks["cursor", "installed"] == {"area": "cursor", "name": "installed", "status": "info",
+                                             "detail": "not found on this machine", "fix": None}
+    assert checks["service", "sidecar service"]["detail"] == "not installed: the sidecar starts on demand"
+
+
+@pytest.fixture
+def codex_machine() -> Iterator[Machine]:
+    require_cli("codex")
+    with machine_context(with_clis=True) as machine:
+        yield machine
+
+
+def test_codex_hooks_are_reported_untrusted_until_the_person_trusts_them_in_codex(codex_machine: Machine) -> None:
+    machine = codex_machine
+    machine.setup("--only", "codex")
+    checks = doctor(machine, expect=1)
+    trust = checks["codex", "hooks trusted"]
+    assert trust["status"] == "fail" and trust["detail"].startswith("4 of hive's 4 hooks are not trusted yet")
+    assert trust["fix"] == "start `codex`, type `/hooks` and trust hive's entries"
+
+    # What Codex's /hooks writes when the person trusts each entry: the hash of what they reviewed.
+    approvals = "".join(f'\n[hooks.state."{h["key"]}"]\ntrusted_hash = "{h["currentHash"]}"\n'
+                        for h in codex_hooks(machine) if "hive_hook.py" in h["command"])
+    machine.write(".codex/config.toml", machine.read(".codex/config.toml") + approvals)
+    checks = doctor(machine, expect=0)
+    assert checks["codex", "hooks trusted"] == {**checks["codex", "hooks trusted"], "status": "ok",
+                                                "detail": "all 4 of hive's hooks"}
+    # A later setup keeps the person's approvals.
+    assert "nothing to change" in machine.setup("--only", "codex")
+    assert len(tomllib.loads(machine.read(".codex/config.toml"))["hooks"]["state"]) == 4
