@@ -112,15 +112,17 @@ def cmd_who(args: argparse.Namespace) -> int:
     if not sessions:
         print("no live sessions" + ("" if args.all else " (add --all for recent ones)"))
         return 0
-    rows = [("ADDRESS", "AGENT", "REPO@BRANCH", "TIER", "STATE", "DOING")]
+    # Sorted by person, then machine (the sidecar's order): teammates' sessions group together.
+    rows = [("ADDRESS", "MACHINE", "AGENT", "REPO@BRANCH", "TIER", "STATE", "DOING")]
     for s in sessions:
         where = s["repo"] or s["folder"]
         if s["branch"]:
             where = f"{where}@{s['branch']}"
-        rows.append((s["address"], s["agent"], where, s["tier"], "live" if s["live"] else "gone", s["doing"]))
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+        rows.append((s["address"], s["machine"], s["agent"], where, s["tier"], "live" if s["live"] else "gone",
+                     s["doing"]))
+    widths = [max(len(r[i]) for r in rows) for i in range(6)]
     for row in rows:
-        print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:5])) + "  " + row[5])
+        print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:6])) + "  " + row[6])
     return 0
 
 

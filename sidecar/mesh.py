@@ -395,10 +395,43 @@ class Mesh:
         self._subscribe()
         async with anyio.create_task_group() as tg:
             self._tg = tg
+            # Listen from the start, in a team or not (the pin refuses everyone while in none), so
+            # the invite that `hive init` prints already carries this machine's address.
+            await self._listen(tg)
             tg.start_soon(self._flusher)
             tg.start_soon(self._refresher)
             task_status.started()
             await self._follow_team()
+
+    async def _listen(self, tg: TaskGroup) -> None:
+        try:
+            seed = await self._seed()
+        except Exception as exc:  # no key store answers: the machine cannot be a member anyway
+            log.error("no machine key (%s); the mesh stays off", exc)
+            return
+        host, port = split_address(self.config.listen)
+        if port == 0:
+            saved = await self.sc.store.get_kv("mesh.port")
+            port = int(saved) if saved and saved.isdigit() else 0
+        cert = machine_cert(seed)
+        self._cert = cert
+        try:
+            self.listener = await tg.start(listen, host, port, cert, self._check, self._serve_link)
+        except OSError:  # the last port is taken now: any port will do, peers learn the new one
+            self.listener = await tg.start(listen, host, 0, cert, self._check, self._serve_link)
+        assert self.listener is not None
+        await self.sc.store.set_kv("mesh.port", str(self.listener.port))
+        self.my_addresses = list(self.config.advertise) or local_addresses(host, self.listener.port)
+
+    async def _seed(self) -> bytes:
+        team = getattr(self.sc, "team", None)
+        if team is not None:
+            identity = await team.ensure_identity()  # the key the team signs with, loaded once
+        else:
+            from .identity import load_identity
+
+            identity = await anyio.to_thread.run_sync(load_identity, self.sc.paths.home)
+        return bytes(identity.signing_key.encode())
 
     def _subscribe(self) -> None:
         """Follow the sidecar's team object: its changes, and the hooks it asks the mesh for."""
@@ -474,24 +507,9 @@ class Mesh:
             self.links.clear()
 
     async def _serve_team(self, team_id: str) -> None:
-        seed = self.team.identity_seed()
-        assert seed is not None
-        self._cert = machine_cert(seed)
-        host, port = split_address(self.config.listen)
-        if port == 0:
-            saved = await self.sc.store.get_kv("mesh.port")
-            port = int(saved) if saved and saved.isdigit() else 0
-        assert self._team_tg is not None
+        assert self._team_tg is not None and self.listener is not None
         tg = self._team_tg
-        try:
-            self.listener = await tg.start(listen, host, port, self._cert, self._check, self._serve_link)
-        except OSError:
-            self.listener = await tg.start(listen, host, 0, self._cert, self._check, self._serve_link)
-        assert self.listener is not None
-        await self.sc.store.set_kv("mesh.port", str(self.listener.port))
-        self.my_addresses = list(self.config.advertise) or local_addresses(host, self.listener.port)
-        log.info("mesh listening on %s:%d for team %s as %s", host, self.listener.port, team_id[:8],
-                 self.team.my_key()[:12])
+        log.info("mesh on port %d for team %s as %s", self.listener.port, team_id[:8], self.team.my_key()[:12])
         if self.config.mdns:
             tg.start_soon(self._mdns, self.listener.port)
         for address in self.config.static:
