@@ -233,13 +233,13 @@ def _record(manifest: Manifest, plan: FilePlan, scope: Scope, backup: str | None
 def apply_setup(options: Options, manifest: Manifest, harness_plans: list[HarnessPlan],
                 files: dict[Path, FilePlan], backups: Backups) -> None:
     by_name = {h.name: h for h in harness_plans}
-    written: dict[Path, tuple[FilePlan, list[Path]]] = {}
+    written: dict[Path, tuple[FilePlan, list[Path], str | None]] = {}
+    unchanged: list[FilePlan] = []
     for plan in files.values():
         if not plan.writers or any(by_name[name].failed for name in plan.writers):
             continue
         if not plan.changed:
-            if plan.path not in manifest.files or not set(plan.writers) <= set(manifest.files[plan.path].harnesses):
-                _record(manifest, plan, options.scope, None, [])
+            unchanged.append(plan)
             continue
         try:
             backup = backups.save(plan.path, plan.before) if plan.before is not None else None
@@ -249,11 +249,19 @@ def apply_setup(options: Options, manifest: Manifest, harness_plans: list[Harnes
             problem = NotWritable(plan.path, f"writing it failed ({exc.strerror})", "check the folder's permissions")
             for name in plan.writers:
                 by_name[name].problems.append(problem)
-            _roll_back(written, set(plan.writers))
+            _roll_back(written, by_name, backups)
             continue
         backups.note(plan.path, "created" if plan.before is None else "changed", backup, plan.writers)
-        written[plan.path] = (plan, dirs)
+        written[plan.path] = (plan, dirs, backup)
+    # Recorded only now: a harness refused half-way must leave no trace in the manifest either.
+    for plan, dirs, backup in written.values():
+        plan.writers = [name for name in plan.writers if not by_name[name].failed]
         _record(manifest, plan, options.scope, backup, dirs)
+    for plan in unchanged:
+        plan.writers = [name for name in plan.writers if not by_name[name].failed]
+        entry = manifest.files.get(plan.path)
+        if plan.writers and (entry is None or not set(plan.writers) <= set(entry.harnesses)):
+            _record(manifest, plan, options.scope, None, [])
     for hplan in harness_plans:
         if not hplan.selected or hplan.failed:
             continue
@@ -261,16 +269,18 @@ def apply_setup(options: Options, manifest: Manifest, harness_plans: list[Harnes
         hplan.done = f"wired ({len(changed)} of {len(hplan.files)} files changed)" if changed else "up to date"
 
 
-def _roll_back(written: dict[Path, tuple[FilePlan, list[Path]]], harnesses: set[str]) -> None:
-    """Put back the files a failed harness already got in this run, so it is never half wired."""
-    for path, (plan, dirs) in list(written.items()):
-        if not harnesses & set(plan.writers):
-            continue
+def _roll_back(written: dict[Path, tuple[FilePlan, list[Path], str | None]], by_name: dict[str, HarnessPlan],
+               backups: Backups) -> None:
+    """Put back the files only refused harnesses got in this run, so none is left half wired."""
+    for path, (plan, dirs, _) in list(written.items()):
+        if not all(by_name[name].failed for name in plan.writers):
+            continue  # still wanted by a harness that is fine
         if plan.before is None:
             fileops.remove_file(path)
             fileops.remove_empty_dirs(dirs)
         else:
             fileops.write_atomic(path, plan.before)
+        backups.note(path, "rolled back", None, plan.writers)
         del written[path]
 
 
@@ -440,6 +450,13 @@ def run(options: Options, out: TextIO = sys.stdout) -> int:
 
     if options.dry_run:
         diffs = [_diff(plan.path, plan.before, plan.after) for plan in files.values() if plan.changed]
+        if options.service:
+            from . import service
+
+            unit, text = service.unit_path(), service.unit_text().encode("utf-8")
+            before = fileops.read_or_none(unit)
+            if before != text:
+                diffs.append(_diff(unit, before, text))
         print("\n" + ("".join(diffs) if diffs else "no changes\n"), end="", file=out)
     else:
         with locked(folder):
@@ -503,6 +520,8 @@ def _run_remove(options: Options, folder: Path, out: TextIO) -> int:
         return 1
     if not removals:
         print("hive setup --remove: nothing of hive's is recorded for this scope", file=out)
+    elif options.dry_run:
+        print("\nhive setup --remove --dry-run: nothing was changed; this would happen:", file=out)
     for removal in removals:
         state = f"refused: {removal.problem}" if removal.problem else removal.action
         print(f"  {display(removal.entry.path)}: {state}", file=out)

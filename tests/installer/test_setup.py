@@ -129,6 +129,7 @@ def test_dry_run_prints_unified_diffs_and_writes_nothing(machine: Machine) -> No
     out = machine.setup("--remove", "--dry-run")
     assert machine.snapshot() == wired
     assert "--- a/~/.claude.json\n+++ b/~/.claude.json\n" in out and '-    "hive": {\n' in out
+    assert "hive setup --remove --dry-run: nothing was changed; this would happen:" in out
 
 
 def test_broken_json_is_refused_with_file_and_line_and_the_other_harnesses_are_wired(machine: Machine) -> None:
