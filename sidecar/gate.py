@@ -1,0 +1,1318 @@
+"""The gate: the one place where a proactive item becomes an interruption, and the ledger of why.
+
+Sessions and watchers *propose* items (overlap notices, lesson recalls, review requests, notify
+pop-ups, held mail); only the gate decides whether and when one reaches its person, and every
+decision is written down with the rule that made it (constraint 4 of the design).
+
+Using it (the API the sources call)
+-----------------------------------
+
+In the sidecar process::
+
+    from hive.sidecar.gate import Evidence, Item, gate_of
+
+    gate = gate_of(sidecar)
+    decision = await gate.offer(Item(
+        source="overlap",                     # a-z0-9-; new sources start in shadow, overlap starts live
+        person="alice",                       # the owner: who it is for
+        session="alice/api",                  # optional: the one session it is for
+        title="bob/web is editing src/auth.py too",
+        body="…",                             # optional detail, shown with the title
+        evidence=(Evidence("file", "acme/api:src/auth.py"), Evidence("ci", "acme/api@main")),
+        key="overlap:acme/api:src/auth.py:bob/web",   # optional stable name: the dedupe fingerprint
+        proposer="alice/api",                 # optional: the proposing session or watcher (its own share)
+        data={"other": "bob/web"},            # optional: handed back to the source's deliverer
+    ))
+    decision.outcome   # deliver | wait | hold | digest | silence | shadow
+    decision.rule, decision.reason, decision.item_id, decision.due
+
+    gate.register("overlap", deliver)   # async deliver(item, decision): show it (else the default:
+                                        # a message into the session's mailbox, or a desktop pop-up)
+    await gate.breakpoint("alice", "alice/api", "commit")   # commit | test | idle | turn | pr
+    await gate.record("ci", "acme/api@main", "failing")     # a record urgency is computed from
+    await gate.acted(decision.item_id, "cited")             # cited | replied | changed | asked | wanted
+
+Out of process, the same over the socket: ``gate_offer {"item": {...}}``, ``gate_breakpoint
+{"session", "kind", "person"?}``, ``gate_fact {"kind", "ref", "state", "due"?, "detail"?}``,
+``gate_acted {"item", "how"}``; and for people ``gate_ledger``, ``gate_why``, ``gate_prefs``,
+``gate_shadow``, ``gate_promote``, ``gate_measures`` and ``digest``. Sessions are named by
+address (``person/name``); the ops also take a session key or name on this machine.
+
+Breakpoints come from the hooks and presence: a commit, a test run finishing, a session idle for
+60 s, a turn ending, a pull request opened. Report only real ones: a false breakpoint costs more
+than a missed one, because the bound below delivers a waiting item anyway.
+
+Urgency
+-------
+
+``info``, ``attention`` or ``alarm``, computed only from *facts*: records hive's own observers
+write with :meth:`Gate.record` (a test or CI run's state, a deadline, a person or session
+blocked, an open security finding). An item's evidence points at facts; the item cannot carry
+its own urgency, and its wording counts for nothing, so an item that says URGENT is ``info``
+unless a fact says otherwise. The rules are :func:`fact_urgency`.
+
+The decision procedure
+----------------------
+
+Each step writes a ledger row (item, rule, reason, time) when it decides::
+
+    floor            a security finding (an open ``security`` fact in the evidence) reaches its
+                     person at once, on their alarm channel: no preference, shadow, quiet hours
+                     or budget stops it ......................................... floor.security
+    preferences      the person muted the source .............................. pref.mute
+    dedupe           the same fingerprint within the window, unless more urgent ... duplicate
+    channel          the person takes everything as a digest ...................... pref.digest
+    urgency          an alarm, with the person's alarms on, goes out at once ...... urgency.alarm
+    quiet hours      held until they end, then decided again ...................... quiet
+    info             nothing checkable makes it urgent: the digest ................ urgency.info
+    budget           attention items per local day, split into per-source shares
+                     (and a proposer's part of its source's share) ... budget.daily/share/proposer
+    breakpoint       an item that fits the budget waits for its person's next breakpoint
+                     (wait), delivered there (breakpoint.<kind>) or at its bound (max-hold)
+
+The channel preference takes effect after dedupe so a digest never lists a duplicate. An item
+from a source in shadow goes through the same steps; where a live item would be delivered,
+wait, be held or go to the digest, a shadow item is recorded as ``shadow`` with what it would
+have done, and nothing reaches anyone. A delivery that fails puts the item in the digest.
+
+Time is the ``clock`` given to :class:`Gate` (default ``time.time``), so a replayed day with
+fixed timestamps decides the same way every time. Nothing polls: waiting and held items are
+decided again at breakpoints and at their own deadline (the end of quiet hours, the bound of a
+wait), for which :meth:`Gate.run` keeps one timer armed for the earliest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import hashlib
+import heapq
+import json
+import logging
+import re
+import time
+import weakref
+from collections import Counter, defaultdict
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.abc import TaskStatus
+
+from .config import DAY, HOUR, slug
+from .dialog import Answer, Prompt, backend_for, clean, clip, find_desktop
+from .errors import BadRequest, ConfirmOnTerminal, HiveError, NoDesktop, NotFound, Refused
+from .gate_prefs import Prefs, PrefsFile, format_quiet, parse_change, valid_source, write_changes
+from .render import Message
+from .store import Store
+from .ulid import is_ulid, new_ulid
+
+if TYPE_CHECKING:
+    from .server import Connection, Sidecar
+
+log = logging.getLogger("hive.sidecar.gate")
+
+URGENCIES = ("info", "attention", "alarm")
+RANK = {u: i for i, u in enumerate(URGENCIES)}
+BREAKPOINTS = {"commit": "a commit", "test": "a test run finished", "idle": "the session idle for 60 s",
+               "turn": "a turn ended", "pr": "a pull request opened"}
+# What each checkable record kind may say, and what its facts mean for urgency (fact_urgency).
+FACT_STATES = {"test": ("passing", "failing"), "ci": ("passing", "failing"), "deadline": ("open", "done"),
+               "blocked": ("blocked", "unblocked"), "security": ("open", "fixed")}
+ACTED = ("cited", "replied", "changed", "asked", "wanted")
+OUTCOME_STATE = {"deliver": "delivered", "wait": "pending", "hold": "held", "digest": "digest",
+                 "silence": "silenced", "shadow": "shadow"}
+ESCALATE_RUNS = 3  # a test or CI failing this many runs in a row is an alarm
+ESCALATE_AFTER = 4 * HOUR  # ...and so is one failing this long
+DEADLINE_ALARM = HOUR  # a deadline this close (or past) is an alarm
+DEADLINE_ATTENTION = DAY  # ...this close, attention
+
+MAX_TITLE = 300
+MAX_BODY = 4000
+MAX_EVIDENCE = 32
+MAX_REF = 300
+MAX_DATA = 16 * 1024
+MAX_LEDGER = 5000
+DIGEST_DEFAULT = DAY  # a first digest looks back this far
+
+_KIND = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+
+
+# ---- items ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Evidence:
+    """A pointer hive can follow. ``test``/``ci``/``deadline``/``blocked``/``security`` name facts;
+    other kinds (``file``, ``message``, ``lesson``, ``commit``, ``session``, a URL) are pointers only."""
+
+    kind: str
+    ref: str
+    note: str = ""
+
+    def public(self) -> dict[str, str]:
+        return {"kind": self.kind, "ref": self.ref, **({"note": self.note} if self.note else {})}
+
+
+@dataclass(frozen=True)
+class Item:
+    """A proactive item as a source proposes it. It has no urgency field: the gate computes it."""
+
+    source: str
+    person: str
+    title: str
+    body: str = ""
+    session: str = ""
+    evidence: tuple[Evidence, ...] = ()
+    key: str = ""
+    proposer: str = ""
+    data: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def fingerprint(self) -> str:
+        """Stable across offers of the same thing: the key, else the evidence, else the normalised title."""
+        if self.key:
+            basis: Any = ["key", self.key]
+        elif self.evidence:
+            basis = ["evidence", sorted([e.kind, e.ref] for e in self.evidence)]
+        else:
+            basis = ["title", " ".join(re.findall(r"[a-z0-9]+", self.title.lower()))]
+        raw = json.dumps([self.source, self.person, self.session, basis], separators=(",", ":"), ensure_ascii=False)
+        return hashlib.blake2b(raw.encode(), digest_size=8).hexdigest()
+
+    def public(self) -> dict[str, Any]:
+        return {"source": self.source, "person": self.person, "session": self.session, "title": self.title,
+                "body": self.body, "evidence": [e.public() for e in self.evidence], "key": self.key,
+                "proposer": self.proposer, "data": dict(self.data)}
+
+    @classmethod
+    def from_wire(cls, raw: Any, default_person: str = "") -> Item:
+        """Validate an item from a request. Raises BadRequest."""
+        if not isinstance(raw, Mapping):
+            raise BadRequest("an item is an object: source, person, title, and optionally session, body, "
+                             "evidence, key, proposer, data")
+
+        def text(name: str, limit: int, required: bool = False) -> str:
+            value = raw.get(name, "")
+            if value is None:
+                value = ""
+            if not isinstance(value, str):
+                raise BadRequest(f"item.{name} must be a string")
+            value = clean(value)
+            if required and not value:
+                raise BadRequest(f"an item needs a non-empty {name}")
+            if len(value) > limit:
+                raise BadRequest(f"item.{name} is limited to {limit} characters")
+            return value
+
+        source = raw.get("source")
+        if not valid_source(source):
+            raise BadRequest("item.source is a source name: a-z, 0-9 and -, at most 32 characters")
+        person = slug(str(raw.get("person") or default_person))
+        if not person:
+            raise BadRequest("an item needs a person: who it is for")
+        evidence_raw = raw.get("evidence") or []
+        if not isinstance(evidence_raw, list) or len(evidence_raw) > MAX_EVIDENCE:
+            raise BadRequest(f"item.evidence is a list of at most {MAX_EVIDENCE} {{kind, ref}} objects")
+        evidence = []
+        for e in evidence_raw:
+            if not isinstance(e, Mapping) or not isinstance(e.get("kind"), str) or not _KIND.match(e["kind"]):
+                raise BadRequest("each piece of evidence has a kind (a-z, 0-9, - and _) and a ref")
+            ref, note = e.get("ref"), e.get("note", "")
+            if not isinstance(ref, str) or not ref or len(ref) > MAX_REF or not isinstance(note, str):
+                raise BadRequest(f"an evidence ref is a non-empty string of at most {MAX_REF} characters")
+            evidence.append(Evidence(e["kind"], ref, clip(clean(note), MAX_REF)))
+        data = raw.get("data") or {}
+        if not isinstance(data, Mapping) or len(json.dumps(data, ensure_ascii=False)) > MAX_DATA:
+            raise BadRequest(f"item.data is an object of at most {MAX_DATA} bytes as JSON")
+        return cls(source=str(source), person=person, title=text("title", MAX_TITLE, required=True),
+                   body=text("body", MAX_BODY), session=text("session", MAX_REF), evidence=tuple(evidence),
+                   key=text("key", MAX_REF), proposer=text("proposer", MAX_REF), data=dict(data))
+
+
+@dataclass(frozen=True)
+class Fact:
+    """The latest record hive holds about one thing: ``runs`` counts records in a row with this state."""
+
+    kind: str
+    ref: str
+    state: str
+    since: float
+    at: float
+    runs: int = 1
+    due: float | None = None
+    detail: str = ""
+
+    def public(self) -> dict[str, Any]:
+        return {"kind": self.kind, "ref": self.ref, "state": self.state, "since": self.since, "at": self.at,
+                "runs": self.runs, "due": self.due, "detail": self.detail}
+
+
+def fact_urgency(fact: Fact, now: float) -> tuple[str, str]:
+    """The urgency one fact gives an item that points at it, and the reason in words."""
+    name = f"{fact.kind} {fact.ref}"
+    if fact.kind in ("test", "ci") and fact.state == "failing":
+        if fact.runs >= ESCALATE_RUNS:
+            return "alarm", f"{name} failed {fact.runs} runs in a row"
+        if now - fact.since >= ESCALATE_AFTER:
+            return "alarm", f"{name} has been failing for {_span(now - fact.since)}"
+        return "attention", f"{name} is failing"
+    if fact.kind == "deadline" and fact.state == "open" and fact.due is not None:
+        left = fact.due - now
+        if left <= 0:
+            return "alarm", f"{name} passed {_span(-left)} ago"
+        if left <= DEADLINE_ALARM:
+            return "alarm", f"{name} is due in {_span(left)}"
+        if left <= DEADLINE_ATTENTION:
+            return "attention", f"{name} is due in {_span(left)}"
+    if fact.kind == "blocked" and fact.state == "blocked":
+        return "attention", f"{fact.ref} is blocked" + (f" ({fact.detail})" if fact.detail else "")
+    if fact.kind == "security" and fact.state == "open":
+        return "alarm", f"security finding {fact.ref} is open"
+    return "info", ""
+
+
+def _span(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 48 * HOUR:
+        return f"{seconds / HOUR:.1f} h".replace(".0 h", " h")
+    return f"{seconds / DAY:.0f} days"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One ledger row: what the gate did with an item, by which rule, when (and until when)."""
+
+    item_id: str
+    fingerprint: str
+    source: str
+    person: str
+    outcome: str  # deliver | wait | hold | digest | silence | shadow
+    rule: str
+    reason: str
+    urgency: str
+    at: float
+    due: float | None = None  # wait/hold: when it is decided again at the latest
+    channel: str = ""  # deliver: session | popup
+    session: str = ""  # deliver: the session it went to ("" for the person)
+    would: str = ""  # shadow: the outcome a live source would have had
+
+    def public(self) -> dict[str, Any]:
+        return {"item": self.item_id, "fingerprint": self.fingerprint, "source": self.source,
+                "person": self.person, "outcome": self.outcome, "rule": self.rule, "reason": self.reason,
+                "urgency": self.urgency, "at": self.at, "due": self.due, "channel": self.channel,
+                "session": self.session, "would": self.would}
+
+
+@dataclass
+class Entry:
+    """An offered item as the gate tracks it."""
+
+    id: str
+    item: Item
+    fingerprint: str
+    urgency: str
+    offered_at: float
+    state: str = "new"
+    would: str = ""
+    due: float | None = None
+    channel: str = ""
+    spent: str = ""  # the local day whose budget it spent a unit of
+    shadow: bool = False
+
+
+@dataclass
+class Seen:
+    """The last item with a fingerprint that was not itself a duplicate: what dedupe compares with."""
+
+    id: str
+    at: float
+    urgency: str
+    state: str
+
+
+Deliverer = Callable[[Item, Decision], Awaitable[None]]
+
+
+# ---- the gate ------------------------------------------------------------------------------
+
+class Gate:
+    """The decision procedure, its in-memory state and its ledger in the sidecar's database.
+
+    Call :meth:`load` (or run :meth:`run`) before the first offer. All state changes are made
+    synchronously between awaits, so concurrent callers see one order of decisions; the rows
+    are then committed in one batch (group commit) before any delivery and before callers return.
+    """
+
+    def __init__(self, store: Store, prefs: PrefsFile, *, clock: Callable[[], float] = time.time,
+                 deliver: Deliverer | None = None) -> None:
+        self.store = store
+        self.prefs_file = prefs
+        self.clock = clock
+        self.default_deliver = deliver
+        self.deliverers: dict[str, Deliverer] = {}
+        self.open: dict[str, Entry] = {}  # waiting and held items, by id
+        self.waiting: dict[str, dict[str, Entry]] = defaultdict(dict)  # person -> waiting items
+        self.seen: dict[str, Seen] = {}  # fingerprint -> last non-duplicate
+        self._seen_order: list[tuple[float, str]] = []  # (at, fingerprint) heap, to forget old fingerprints
+        self.spent: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)  # (person, day) -> counts
+        self.facts: dict[tuple[str, str], Fact] = {}
+        self._due: list[tuple[float, str]] = []  # (due, id) heap; stale pairs are skipped
+        self._rearm = anyio.Event()
+        self._armed: float | None = None
+        self._items: dict[str, tuple[Any, ...]] = {}  # rows to upsert, by id (the latest state wins)
+        self._ledger: list[tuple[Any, ...]] = []
+        self._signals: list[tuple[Any, ...]] = []
+        self._facts_rows: dict[tuple[str, str], tuple[Any, ...]] = {}
+        self._queued = 0
+        self._written = 0
+        self._write_lock = anyio.Lock()
+        self.loaded = False
+
+    # ---- start ---------------------------------------------------------------------------
+
+    async def load(self) -> None:
+        """Rebuild the in-memory state (open items, dedupe window, today's budgets, facts) from the database."""
+        now = self.clock()
+        window = self.prefs_file.settings.window
+        for row in await self.store.fetchall("SELECT * FROM gate_items WHERE state IN ('pending', 'held')"):
+            entry = _entry_from_row(row)
+            self.open[entry.id] = entry
+            if entry.state == "pending":
+                self.waiting[entry.item.person][entry.id] = entry
+            if entry.due is not None:
+                heapq.heappush(self._due, (entry.due, entry.id))
+        rows = await self.store.fetchall(
+            "SELECT i.id, i.fingerprint, i.offered_at, i.urgency, i.state FROM gate_items i WHERE i.offered_at >= ? "
+            "AND NOT EXISTS (SELECT 1 FROM gate_ledger l WHERE l.item = i.id AND l.rule = 'duplicate') "
+            "ORDER BY i.offered_at", (now - window,))
+        for row in rows:
+            self._remember(row["fingerprint"], Seen(row["id"], row["offered_at"], row["urgency"], row["state"]))
+        since = (dt.datetime.fromtimestamp(now, dt.UTC) - dt.timedelta(days=2)).date().isoformat()
+        for row in await self.store.fetchall(
+                "SELECT person, source, proposer, state, spent FROM gate_items WHERE spent >= ?", (since,)):
+            self._count(row["person"], row["spent"], row["source"], row["proposer"], row["state"] == "shadow", 1)
+        for row in await self.store.fetchall("SELECT * FROM gate_facts"):
+            fact = Fact(row["kind"], row["ref"], row["state"], row["since"], row["at"], row["runs"], row["due"],
+                        row["detail"])
+            self.facts[(fact.kind, fact.ref)] = fact
+        self.loaded = True
+
+    def register(self, source: str, deliver: Deliverer) -> None:
+        """Have ``deliver(item, decision)`` show this source's items instead of the default delivery."""
+        if not valid_source(source):
+            raise ValueError(f"not a source name: {source!r}")
+        self.deliverers[source] = deliver
+
+    def prefs(self, person: str) -> Prefs:
+        return self.prefs_file.prefs(person)
+
+    # ---- facts ---------------------------------------------------------------------------
+
+    async def record(self, kind: str, ref: str, state: str, *, due: float | None = None, detail: str = "",
+                     at: float | None = None) -> Fact:
+        """Record what hive's own observers saw (a test run's result, a deadline, who is blocked).
+
+        Raises:
+            BadRequest: an unknown kind or a state that kind does not have.
+        """
+        if kind not in FACT_STATES:
+            raise BadRequest(f"a fact's kind is one of {', '.join(FACT_STATES)}")
+        if state not in FACT_STATES[kind]:
+            raise BadRequest(f"a {kind} fact's state is one of {', '.join(FACT_STATES[kind])}")
+        if not isinstance(ref, str) or not ref or len(ref) > MAX_REF:
+            raise BadRequest(f"a fact's ref is a non-empty string of at most {MAX_REF} characters")
+        if kind == "deadline" and state == "open" and due is None:
+            raise BadRequest("an open deadline needs its due time")
+        now = self.clock() if at is None else at
+        before = self.facts.get((kind, ref))
+        same = before is not None and before.state == state
+        fact = Fact(kind, ref, state, before.since if same and before else now, now,
+                    before.runs + 1 if same and before else 1, due, clip(clean(detail), MAX_REF))
+        self.facts[(kind, ref)] = fact
+        self._facts_rows[(kind, ref)] = (kind, ref, state, fact.since, now, fact.runs, due, fact.detail)
+        self._queued += 1
+        if fact_urgency(fact, now)[0] == "alarm" and (before is None or fact_urgency(before, now)[0] != "alarm"):
+            await self._escalated(kind, ref, now)
+        await self._commit()
+        return fact
+
+    async def _escalated(self, kind: str, ref: str, now: float) -> None:
+        """A fact just became an alarm: items about it that were not delivered turned out to matter."""
+        rows = await self.store.fetchall(
+            "SELECT id, evidence FROM gate_items WHERE state IN ('pending', 'held', 'digest', 'silenced', 'shadow') "
+            "AND updated_at >= ? AND evidence LIKE ?", (now - 7 * DAY, f"%{json.dumps(ref)[1:-1]}%"))
+        for row in rows:
+            if any(e.get("kind") == kind and e.get("ref") == ref for e in json.loads(row["evidence"])):
+                self._signal(row["id"], "escalated", f"{kind} {ref}", now)
+
+    # ---- offers --------------------------------------------------------------------------
+
+    async def offer(self, item: Item) -> Decision:
+        """Decide what happens to ``item`` now; the decision is in the ledger when this returns."""
+        return (await self.offer_many([item]))[0]
+
+    async def offer_many(self, items: Iterable[Item]) -> list[Decision]:
+        """Offer several items at once: one commit for all their ledger rows."""
+        now = self.clock()
+        decided = [self._offer(item, now) for item in items]
+        await self._commit()
+        return await self._dispatch(decided)
+
+    def _offer(self, item: Item, now: float) -> tuple[Entry, Decision]:
+        fingerprint = item.fingerprint
+        prefs = self.prefs(item.person)
+        level, because = self._urgency(item, now)
+        entry = Entry(id=new_ulid(int(now * 1000)), item=item, fingerprint=fingerprint, urgency=level,
+                      offered_at=now, shadow=not prefs.is_live(item.source))
+        # 1. Floors, fixed in code: nothing below may lower them.
+        floor = self._floor(item)
+        prior = self._prior(fingerprint, now)
+        if floor:
+            if prior is not None and prior.state == "delivered":
+                return entry, self._silence_duplicate(entry, prior, now)
+            self._remember(fingerprint, Seen(entry.id, now, level, "delivered"))
+            return entry, self._decide(entry, "deliver", "floor.security",
+                                       f"a security finding always reaches its owner: {floor}", now,
+                                       channel=prefs.alarm_channel, session=item.session)
+        # 2. The person's preferences.
+        if item.source in prefs.mute:
+            return entry, self._decide(entry, "silence", "pref.mute",
+                                       f"{item.person} muted {item.source}", now)
+        # 3. Dedupe, unless the same thing became more urgent (which shows the first one mattered).
+        if prior is not None:
+            if RANK[level] <= RANK[prior.urgency]:
+                return entry, self._silence_duplicate(entry, prior, now)
+            if prior.state != "delivered":
+                self._signal(prior.id, "escalated", f"offered again as {level}: {because}", now)
+        self._remember(fingerprint, Seen(entry.id, now, level, "new"))
+        return entry, self._route(entry, prefs, now, because, fresh=True)
+
+    def _silence_duplicate(self, entry: Entry, prior: Seen, now: float) -> Decision:
+        prefs = self.prefs(entry.item.person)
+        return self._decide(entry, "silence", "duplicate",
+                            f"duplicate of {prior.id} ({prior.state}, offered {_when(prefs, prior.at, now)}), "
+                            f"within the {_span(self.prefs_file.settings.window)} window", now)
+
+    def _route(self, entry: Entry, prefs: Prefs, now: float, because: str, fresh: bool,
+               prefix: str = "") -> Decision:
+        """Steps from the channel on: for a new item, and again for a held one when its quiet hours end."""
+        item = entry.item
+        if not fresh:
+            entry.urgency, because = self._urgency(item, now)  # facts may have changed while it was held
+            if floor := self._floor(item):
+                return self._decide(entry, "deliver", "floor.security",
+                                    prefix + f"a security finding always reaches its owner: {floor}", now,
+                                    channel=prefs.alarm_channel, session=item.session)
+            if item.source in prefs.mute:
+                return self._decide(entry, "silence", "pref.mute", prefix + f"{item.person} muted {item.source}",
+                                    now)
+        if prefs.channel == "digest":
+            return self._decide(entry, "digest", "pref.digest",
+                                prefix + f"{item.person} takes everything but floors as a digest", now)
+        if entry.urgency == "alarm" and prefs.alarms:
+            return self._decide(entry, "deliver", "urgency.alarm", prefix + f"alarm: {because}; alarms are on",
+                                now, channel=prefs.alarm_channel, session=item.session)
+        until = prefs.quiet_until(now)
+        if until is not None:
+            return self._decide(entry, "hold", "quiet",
+                                prefix + f"quiet hours ({_quiet_text(prefs)}): held until {_when(prefs, until, now)}",
+                                now, due=until)
+        if entry.urgency == "info":
+            return self._decide(entry, "digest", "urgency.info",
+                                prefix + "info: no test, CI, deadline, block or finding hive can check makes it "
+                                "urgent; it goes to the digest", now)
+        settings = self.prefs_file.settings
+        if entry.urgency == "alarm":  # alarms off: it waits like attention, on a shorter bound, off-budget
+            due = now + settings.hold_alarm
+            return self._decide(entry, "wait", "wait",
+                                prefix + f"alarm ({because}) with alarms off: waits for a breakpoint, at most "
+                                f"until {_when(prefs, due, now)}", now, due=due)
+        taken, rule, why = self._take(entry, prefs, now)
+        if not taken:
+            return self._decide(entry, "digest", rule, prefix + why, now)
+        due = now + settings.hold_attention
+        return self._decide(entry, "wait", "wait",
+                            prefix + f"attention ({because}); {why}; waits for a breakpoint, at most until "
+                            f"{_when(prefs, due, now)}", now, due=due)
+
+    # ---- urgency, floors, budget ---------------------------------------------------------
+
+    def _urgency(self, item: Item, now: float) -> tuple[str, str]:
+        level, because = "info", ""
+        for evidence in item.evidence:
+            fact = self.facts.get((evidence.kind, evidence.ref))
+            if fact is not None:
+                found, why = fact_urgency(fact, now)
+                if RANK[found] > RANK[level]:
+                    level, because = found, why
+        return level, because
+
+    def _floor(self, item: Item) -> str:
+        for evidence in item.evidence:
+            fact = self.facts.get(("security", evidence.ref)) if evidence.kind == "security" else None
+            if fact is not None and fact.state == "open":
+                return f"security finding {fact.ref} is open"
+        return ""
+
+    def _count(self, person: str, day: str, source: str, proposer: str, shadow: bool, n: int) -> None:
+        counts = self.spent[(person, day)]
+        counts[f"shadow:{source}" if shadow else "live"] += n
+        counts[f"source:{source}"] += n
+        if proposer:
+            counts[f"proposer:{source}:{proposer}"] += n
+
+    def _take(self, entry: Entry, prefs: Prefs, now: float) -> tuple[bool, str, str]:
+        """Spend one unit of today's budget for ``entry`` if its source's share (and its proposer's) allow."""
+        item = entry.item
+        if entry.spent:
+            return True, "", "its budget was spent when it was first decided"
+        day = prefs.day(now)
+        counts = self.spent[(item.person, day)]
+        # A shadow source counts only against itself, so trying one out never costs live sources.
+        total = counts["live"] + (counts[f"shadow:{item.source}"] if entry.shadow else 0)
+        mine = counts[f"source:{item.source}"]
+        cap = prefs.cap(item.source)
+        if total >= prefs.budget:
+            return False, "budget.daily", f"the daily budget of {prefs.budget} attention items is spent; digest"
+        if mine >= cap:
+            return False, "budget.share", (f"{item.source}'s share of the daily budget ({cap} of {prefs.budget}) "
+                                           "is spent; digest")
+        if item.proposer:
+            theirs = counts[f"proposer:{item.source}:{item.proposer}"]
+            part = prefs.proposer_cap(item.source)
+            if theirs >= part:
+                return False, "budget.proposer", (f"{item.proposer}'s part of {item.source}'s share ({part} of "
+                                                  f"{cap}) is spent; digest")
+        self._count(item.person, day, item.source, item.proposer, entry.shadow, 1)
+        entry.spent = day
+        return True, "", f"budget: {item.source} {mine + 1} of {cap}, {total + 1} of {prefs.budget} today"
+
+    def _refund(self, entry: Entry) -> None:
+        if entry.spent:
+            self._count(entry.item.person, entry.spent, entry.item.source, entry.item.proposer, entry.shadow, -1)
+            entry.spent = ""
+
+    # ---- dedupe memory -------------------------------------------------------------------
+
+    def _prior(self, fingerprint: str, now: float) -> Seen | None:
+        seen = self.seen.get(fingerprint)
+        if seen is None or now - seen.at > self.prefs_file.settings.window:
+            return None
+        return seen
+
+    def _remember(self, fingerprint: str, seen: Seen) -> None:
+        self.seen[fingerprint] = seen
+        heapq.heappush(self._seen_order, (seen.at, fingerprint))
+        horizon = seen.at - self.prefs_file.settings.window
+        while self._seen_order and self._seen_order[0][0] < horizon:
+            at, old = heapq.heappop(self._seen_order)
+            if (found := self.seen.get(old)) is not None and found.at == at:
+                del self.seen[old]
+
+    # ---- recording -----------------------------------------------------------------------
+
+    def _decide(self, entry: Entry, outcome: str, rule: str, reason: str, now: float, *, due: float | None = None,
+                channel: str = "", session: str = "") -> Decision:
+        """Apply one decision to ``entry`` and queue its ledger row; shadow items only record it."""
+        would = ""
+        if entry.shadow and outcome in ("deliver", "wait", "hold", "digest") and rule != "floor.security":
+            would, outcome = outcome, "shadow"
+            reason = f"shadow ({entry.item.source} is not live for {entry.item.person}): would {would}: {reason}"
+            due, channel = None, ""
+        if outcome != "wait" and entry.id in self.open:
+            self._close(entry)
+        if outcome in ("silence", "digest") and entry.spent and rule != "deliver.failed":
+            self._refund(entry)
+        entry.state, entry.would, entry.due, entry.channel = OUTCOME_STATE[outcome], would, due, channel
+        if outcome in ("wait", "hold"):
+            self.open[entry.id] = entry
+            if outcome == "wait":
+                self.waiting[entry.item.person][entry.id] = entry
+            assert due is not None
+            heapq.heappush(self._due, (due, entry.id))
+            if self._armed is None or due < self._armed:
+                self._rearm.set()
+        seen = self.seen.get(entry.fingerprint)
+        if seen is not None and seen.id == entry.id:
+            seen.state = entry.state
+        decision = Decision(item_id=entry.id, fingerprint=entry.fingerprint, source=entry.item.source,
+                            person=entry.item.person, outcome=outcome, rule=rule, reason=reason,
+                            urgency=entry.urgency, at=now, due=due, channel=channel, session=session, would=would)
+        self._items[entry.id] = _item_row(entry, now)
+        self._ledger.append((entry.id, entry.item.person, entry.item.source, now, outcome, rule, reason, channel))
+        self._queued += 1
+        return decision
+
+    def _close(self, entry: Entry) -> None:
+        self.open.pop(entry.id, None)
+        self.waiting[entry.item.person].pop(entry.id, None)
+        if not self.waiting[entry.item.person]:
+            del self.waiting[entry.item.person]
+
+    def _signal(self, item_id: str, kind: str, detail: str, now: float) -> None:
+        self._signals.append((item_id, kind, detail, now))
+        self._queued += 1
+
+    async def _commit(self) -> None:
+        """Write every queued row in one transaction and wait for it to be on disk (group commit)."""
+        target = self._queued
+        async with self._write_lock:
+            if self._written >= target:
+                return
+            target = self._queued
+            items, ledger, signals = list(self._items.values()), self._ledger, self._signals
+            facts = list(self._facts_rows.values())
+            self._items, self._ledger, self._signals, self._facts_rows = {}, [], [], {}
+            db = self.store.db
+            if items:
+                await db.executemany(_UPSERT_ITEM, items)
+            if ledger:
+                await db.executemany(
+                    "INSERT INTO gate_ledger (item, person, source, at, outcome, rule, reason, channel) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", ledger)
+            if signals:
+                await db.executemany("INSERT INTO gate_signals (item, kind, detail, at) VALUES (?, ?, ?, ?)",
+                                     signals)
+            if facts:
+                await db.executemany(
+                    "INSERT OR REPLACE INTO gate_facts (kind, ref, state, since, at, runs, due, detail) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", facts)
+            await self.store.write([])  # commits the above with the sidecar's own group commit
+            self._written = target
+
+    # ---- delivery ------------------------------------------------------------------------
+
+    async def _dispatch(self, decided: list[tuple[Entry, Decision]]) -> list[Decision]:
+        """Hand delivered items to their deliverers, after their ledger rows are committed."""
+        results = []
+        failed = False
+        for entry, decision in decided:
+            if decision.outcome != "deliver":
+                results.append(decision)
+                continue
+            deliver = self.deliverers.get(entry.item.source, self.default_deliver)
+            try:
+                if deliver is not None:
+                    await deliver(entry.item, decision)
+            except Exception as exc:
+                message = exc.message if isinstance(exc, HiveError) else "see sidecar.log"
+                if not isinstance(exc, HiveError):
+                    log.exception("delivering gate item %s failed", entry.id)
+                failed = True
+                results.append(self._decide(entry, "digest", "deliver.failed",
+                                            f"delivery on {decision.channel} failed ({message}); in the digest "
+                                            "instead", self.clock()))
+                continue
+            results.append(decision)
+        if failed:
+            await self._commit()
+        return results
+
+    # ---- breakpoints and deadlines -------------------------------------------------------
+
+    async def breakpoint(self, person: str, session: str, kind: str) -> list[Decision]:
+        """A natural pause for ``person`` (in ``session``): deliver what waits for them there.
+
+        An item for one session waits for a breakpoint in that session; an item for the person
+        goes to the session where the breakpoint happened.
+
+        Raises:
+            BadRequest: an unknown breakpoint kind.
+        """
+        if kind not in BREAKPOINTS:
+            raise BadRequest(f"a breakpoint is one of {', '.join(BREAKPOINTS)}")
+        now = self.clock()
+        waiting = [e for e in self.waiting.get(person, {}).values() if e.item.session in ("", session)]
+        where = f" in {session}" if session else ""
+        decided = [(e, self._release(e, now, "breakpoint." + kind, f"at a breakpoint: {BREAKPOINTS[kind]}{where}",
+                                     session or e.item.session))
+                   for e in sorted(waiting, key=lambda e: e.offered_at)]
+        await self._commit()
+        return await self._dispatch(decided)
+
+    def _release(self, entry: Entry, now: float, rule: str, reason: str, session: str) -> Decision:
+        """A waiting item's moment came: deliver it, unless the person's preferences changed meanwhile."""
+        prefs = self.prefs(entry.item.person)
+        if entry.item.source in prefs.mute:
+            return self._decide(entry, "silence", "pref.mute", f"{entry.item.person} muted {entry.item.source} "
+                                "while it waited", now)
+        if prefs.channel == "digest":
+            return self._decide(entry, "digest", "pref.digest", f"{entry.item.person} switched to digest only "
+                                "while it waited", now)
+        until = prefs.quiet_until(now)
+        if until is not None:
+            return self._decide(entry, "hold", "quiet", f"{reason}, but in quiet hours ({_quiet_text(prefs)}): "
+                                f"held until {_when(prefs, until, now)}", now, due=until)
+        channel = prefs.alarm_channel if entry.urgency == "alarm" else prefs.channel
+        return self._decide(entry, "deliver", rule, f"{entry.urgency}: delivered {reason}", now, channel=channel,
+                            session=session)
+
+    def next_due(self) -> float | None:
+        """When the earliest waiting or held item must be decided again."""
+        while self._due:
+            due, entry_id = self._due[0]
+            entry = self.open.get(entry_id)
+            if entry is not None and entry.due == due:
+                return due
+            heapq.heappop(self._due)  # decided since: a stale reminder
+        return None
+
+    async def wake(self) -> list[Decision]:
+        """Decide again every item whose time came: quiet hours over, or a wait at its bound."""
+        now = self.clock()
+        decided = []
+        while (due := self.next_due()) is not None and due <= now:
+            _, entry_id = heapq.heappop(self._due)
+            entry = self.open[entry_id]
+            prefs = self.prefs(entry.item.person)
+            if entry.state == "held":
+                # The wait for quiet hours to end is over: the item is decided again from its channel on.
+                self._close(entry)
+                decided.append((entry, self._route(entry, prefs, now, "", fresh=False,
+                                                   prefix="quiet hours ended; decided again: ")))
+            else:
+                bound = _span(now - entry.offered_at)
+                decided.append((entry, self._release(entry, now, "max-hold",
+                                                     f"at its bound: no breakpoint came within {bound}",
+                                                     entry.item.session)))
+        if decided:
+            await self._commit()
+        return await self._dispatch(decided)
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Load, then keep one timer armed for the earliest deadline; wake up only for that."""
+        if not self.loaded:
+            await self.load()
+        task_status.started()
+        while True:
+            self._rearm = anyio.Event()
+            due = self.next_due()
+            self._armed = due
+            delay = None if due is None else due - self.clock()
+            if delay is not None and delay <= 0:
+                try:
+                    await self.wake()
+                except Exception:
+                    log.exception("the gate's wake-up failed")
+                    await anyio.sleep(1.0)  # do not spin on a broken database
+                continue
+            with anyio.move_on_after(delay if delay is not None else float("inf")):
+                await self._rearm.wait()  # an earlier deadline arrived: re-arm for it
+
+    # ---- signals -------------------------------------------------------------------------
+
+    async def acted(self, ref: str, how: str) -> dict[str, Any]:
+        """The person or their session acted on an item (cited it, replied, changed the file)."""
+        if how not in ACTED:
+            raise BadRequest(f"how is one of {', '.join(ACTED)}")
+        rows = await self._find(ref)
+        now = self.clock()
+        for row in rows:
+            self._signal(row["id"], how, "", now)
+        await self._commit()
+        return {"items": [row["id"] for row in rows], "how": how}
+
+    async def _find(self, ref: str) -> list[Any]:
+        if not isinstance(ref, str) or not ref or len(ref) > 64:
+            raise BadRequest("name an item by its id or its fingerprint")
+        if is_ulid(ref.upper()):
+            rows = await self.store.fetchall("SELECT * FROM gate_items WHERE id = ?", (ref.upper(),))
+        else:
+            rows = await self.store.fetchall(
+                "SELECT * FROM gate_items WHERE fingerprint = ? ORDER BY offered_at", (ref.lower(),))
+        if not rows:
+            raise NotFound(f"the gate has no item {ref!r}; ids and fingerprints are in `hive gate ledger`")
+        return rows
+
+    # ---- reading -------------------------------------------------------------------------
+
+    async def ledger(self, since: float | None = None, person: str | None = None, limit: int = 500,
+                     item: str | None = None) -> list[dict[str, Any]]:
+        """Ledger rows, oldest first, with each item's title."""
+        clauses, params = ["l.at >= ?"], [since or 0.0]
+        if person:
+            clauses.append("l.person = ?")
+            params.append(person)
+        if item:
+            clauses.append("l.item = ?")
+            params.append(item)
+        limit = max(1, min(int(limit), MAX_LEDGER))
+        rows = await self.store.fetchall(
+            "SELECT * FROM (SELECT l.seq, l.item, l.person, l.source, l.at, l.outcome, l.rule, l.reason, l.channel, "
+            "i.title, i.urgency, i.fingerprint FROM gate_ledger l JOIN gate_items i ON i.id = l.item "
+            f"WHERE {' AND '.join(clauses)} ORDER BY l.seq DESC LIMIT ?) ORDER BY seq", (*params, limit))
+        return [dict(row) for row in rows]
+
+    async def why(self, ref: str, asked: bool = False) -> dict[str, Any]:
+        """Every item with this id or fingerprint, its ledger rows, and the answer in one sentence each.
+
+        ``asked``: the person asked (not an agent): an item they were not told about mattered.
+        """
+        rows = await self._find(ref)
+        now = self.clock()
+        answers = []
+        for row in rows:
+            decisions = await self.ledger(item=row["id"], limit=MAX_LEDGER)
+            last = decisions[-1] if decisions else None
+            if row["state"] == "delivered":
+                answer = f"You were told because: {last['reason'] if last else '?'}"
+            elif row["state"] in ("pending", "held"):
+                answer = f"Not yet: {last['reason'] if last else '?'}"
+            else:
+                answer = f"You were not told because: {last['reason'] if last else '?'}"
+                if asked:
+                    self._signal(row["id"], "asked", "the person asked why", now)
+            signals = await self.store.fetchall("SELECT kind, detail, at FROM gate_signals WHERE item = ? ORDER BY at",
+                                                (row["id"],))
+            answers.append({"item": _item_public(row), "decisions": decisions, "answer": answer,
+                            "signals": [dict(s) for s in signals]})
+        await self._commit()
+        return {"items": answers}
+
+    async def digest(self, person: str, since: float | None = None, mark: bool = True) -> dict[str, Any]:
+        """What was held for ``person`` since the last digest, grouped and ordered by what it unblocks,
+        plus what the gate checked and how much it silenced (a silent gate is visibly working)."""
+        now = self.clock()
+        marker = f"gate.digest.{person}"
+        if since is None:
+            last = await self.store.get_kv(marker)
+            since = float(last) if last else now - DIGEST_DEFAULT
+        rows = await self.store.fetchall(
+            "SELECT * FROM gate_items WHERE person = ? AND state IN ('digest', 'held', 'pending') AND updated_at >= ? "
+            "ORDER BY offered_at", (person, since))
+        last = {r["item"]: r for r in await self.store.fetchall(
+            "SELECT item, rule, reason FROM gate_ledger WHERE seq IN (SELECT MAX(seq) FROM gate_ledger "
+            "WHERE person = ? AND at >= ? GROUP BY item)", (person, since))}
+        groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for row in rows:
+            public = _item_public(row)
+            public["unblocks"] = self._unblocks(row)
+            decided = last.get(row["id"])
+            public["rule"], public["reason"] = (decided["rule"], decided["reason"]) if decided else ("", "")
+            groups[row["source"]].append(public)
+        ordered = []
+        for source, entries in groups.items():
+            entries.sort(key=lambda e: (-e["unblocks"], -RANK[e["urgency"]], e["offered_at"]))
+            ordered.append({"source": source, "unblocks": sum(e["unblocks"] for e in entries), "items": entries})
+        ordered.sort(key=lambda g: (-g["unblocks"], -max(RANK[e["urgency"]] for e in g["items"]), g["source"]))
+        checked = await self._checked(person, since)
+        if mark:
+            await self.store.set_kv(marker, repr(now))
+        return {"person": person, "since": since, "until": now, "groups": ordered,
+                "held": sum(len(g["items"]) for g in ordered), **checked}
+
+    def _unblocks(self, row: Any) -> int:
+        """How many sessions, branches or obligations wait on this item: its evidence that a fact says is blocked."""
+        refs = {e["ref"] for e in json.loads(row["evidence"]) if e.get("kind") in ("blocked", "session", "branch",
+                                                                                     "obligation")}
+        return sum(1 for ref in refs if (f := self.facts.get(("blocked", ref))) is not None and f.state == "blocked")
+
+    async def _checked(self, person: str, since: float) -> dict[str, Any]:
+        rows = await self.store.fetchall(
+            "SELECT outcome, rule, source, COUNT(*) AS n, COUNT(DISTINCT item) AS items FROM gate_ledger "
+            "WHERE person = ? AND at >= ? GROUP BY outcome, rule, source", (person, since))
+        offered = await self.store.fetchone(
+            "SELECT COUNT(*) AS n, COUNT(DISTINCT source) AS sources FROM gate_items "
+            "WHERE person = ? AND offered_at >= ?", (person, since))
+        outcomes: Counter[str] = Counter()
+        silenced: Counter[str] = Counter()
+        sources: Counter[str] = Counter()
+        for row in rows:
+            outcomes[row["outcome"]] += row["items"]
+            if row["outcome"] == "silence":
+                silenced[row["rule"]] += row["items"]
+            sources[row["source"]] += row["n"]
+        evidence = await self.store.fetchall(
+            "SELECT evidence FROM gate_items WHERE person = ? AND offered_at >= ? AND evidence != '[]'",
+            (person, since))
+        kinds: Counter[str] = Counter()
+        for row in evidence:
+            for e in json.loads(row["evidence"]):
+                if e.get("kind") in FACT_STATES:  # looked up for urgency and floors
+                    kinds[e["kind"]] += 1
+        return {"checked": {"items": offered["n"] if offered else 0, "sources": offered["sources"] if offered else 0,
+                            "decisions": sum(r["n"] for r in rows), "facts_consulted": dict(kinds),
+                            "by_source": dict(sources)},
+                "delivered": outcomes["deliver"], "silenced": sum(silenced.values()),
+                "silenced_by": dict(silenced), "shadow": outcomes["shadow"]}
+
+    async def shadow(self, person: str, limit: int = 20) -> dict[str, Any]:
+        """For each source of ``person`` in shadow: what it would have done, and what the person wanted."""
+        prefs = self.prefs(person)
+        rows = await self.store.fetchall(
+            "SELECT i.source, i.would, i.state, COUNT(*) AS n, "
+            "SUM(EXISTS (SELECT 1 FROM gate_signals s WHERE s.item = i.id AND s.kind IN "
+            "('wanted', 'acted', 'cited', 'replied', 'changed', 'asked'))) AS wanted "
+            "FROM gate_items i WHERE i.person = ? GROUP BY i.source, i.would, i.state", (person,))
+        sources: dict[str, dict[str, Any]] = {}
+        for row in rows:
+            info = sources.setdefault(row["source"], {"source": row["source"], "live": prefs.is_live(row["source"]),
+                                                      "offered": 0, "would": Counter(), "silenced": 0,
+                                                      "wanted_when_delivered": 0, "missed": 0, "recent": []})
+            info["offered"] += row["n"]
+            if row["state"] == "shadow":
+                info["would"][row["would"]] += row["n"]
+                if row["would"] == "deliver" or row["would"] == "wait":
+                    info["wanted_when_delivered"] += row["wanted"] or 0
+                else:
+                    info["missed"] += row["wanted"] or 0  # held or digested, and the person wanted it
+            elif row["state"] == "silenced":
+                info["silenced"] += row["n"]
+        for source, info in sources.items():
+            info["would"] = dict(info["would"])
+            recent = await self.store.fetchall(
+                "SELECT * FROM gate_items WHERE person = ? AND source = ? AND state = 'shadow' "
+                "ORDER BY offered_at DESC LIMIT ?", (person, source, limit))
+            info["recent"] = [_item_public(r) for r in recent]
+        listed = sorted(sources.values(), key=lambda s: (s["live"], s["source"]))
+        return {"person": person, "live": sorted(prefs.live), "sources": listed}
+
+    async def measures(self, person: str | None = None, since: float | None = None) -> dict[str, Any]:
+        """From the ledger: items delivered per person per day, the share acted on, the share of held
+        items a later event showed mattered (asked about, escalated, acted on from the digest)."""
+        now = self.clock()
+        since = now - 7 * DAY if since is None else since
+        where, params = ("AND i.person = ?", (since, person)) if person else ("", (since,))
+        rows = await self.store.fetchall(
+            "SELECT i.id, i.person, i.state, i.would, l.at AS delivered_at, "
+            "EXISTS (SELECT 1 FROM gate_signals s WHERE s.item = i.id AND s.kind IN "
+            "('cited', 'replied', 'changed', 'wanted')) AS acted, "
+            "EXISTS (SELECT 1 FROM gate_signals s WHERE s.item = i.id AND s.kind IN "
+            "('asked', 'escalated', 'cited', 'replied', 'changed', 'wanted')) AS mattered "
+            "FROM gate_items i LEFT JOIN gate_ledger l ON l.item = i.id AND l.outcome = 'deliver' "
+            f"WHERE i.offered_at >= ? {where}", params)
+        per_day: dict[str, Counter[str]] = defaultdict(Counter)
+        delivered = acted = held = mattered = silenced = silenced_mattered = 0
+        for row in rows:
+            if row["state"] == "delivered":
+                delivered += 1
+                acted += row["acted"]
+                day = self.prefs(row["person"]).day(row["delivered_at"] or now)
+                per_day[row["person"]][day] += 1
+            elif row["state"] in ("digest", "held", "pending"):
+                held += 1
+                mattered += row["mattered"]
+            elif row["state"] == "silenced":
+                silenced += 1
+                silenced_mattered += row["mattered"]
+        return {
+            "since": since, "until": now, "person": person,
+            "delivered_per_day": {p: dict(sorted(days.items())) for p, days in sorted(per_day.items())},
+            "delivered": delivered, "acted_on": acted, "acted_share": _share(acted, delivered),
+            "held": held, "held_mattered": mattered, "held_mattered_share": _share(mattered, held),
+            "silenced": silenced, "silenced_mattered": silenced_mattered,
+            "silenced_mattered_share": _share(silenced_mattered, silenced),
+        }
+
+
+def _share(part: int, whole: int) -> float | None:
+    return round(part / whole, 4) if whole else None
+
+
+def _when(prefs: Prefs, at: float, now: float) -> str:
+    local = prefs.local(at)
+    if local.date() == prefs.local(now).date():
+        return local.strftime("%H:%M")
+    return local.strftime("%Y-%m-%d %H:%M")
+
+
+def _quiet_text(prefs: Prefs) -> str:
+    return f"{format_quiet(prefs.quiet)} {prefs.timezone}"
+
+
+_UPSERT_ITEM = (
+    "INSERT INTO gate_items (id, fingerprint, source, proposer, person, session, title, body, evidence, data, "
+    "urgency, state, would, due, channel, spent, offered_at, updated_at) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT(id) DO UPDATE SET urgency = excluded.urgency, state = excluded.state, would = excluded.would, "
+    "due = excluded.due, channel = excluded.channel, spent = excluded.spent, updated_at = excluded.updated_at"
+)
+
+
+def _item_row(entry: Entry, now: float) -> tuple[Any, ...]:
+    item = entry.item
+    return (entry.id, entry.fingerprint, item.source, item.proposer, item.person, item.session, item.title,
+            item.body, json.dumps([e.public() for e in item.evidence], ensure_ascii=False),
+            json.dumps(dict(item.data), ensure_ascii=False), entry.urgency, entry.state, entry.would, entry.due,
+            entry.channel, entry.spent, entry.offered_at, now)
+
+
+def _entry_from_row(row: Any) -> Entry:
+    item = Item(source=row["source"], person=row["person"], title=row["title"], body=row["body"],
+                session=row["session"], key="", proposer=row["proposer"], data=json.loads(row["data"]),
+                evidence=tuple(Evidence(e["kind"], e["ref"], e.get("note", "")) for e in json.loads(row["evidence"])))
+    # A restored item is not offered again, so its fingerprint is taken as stored, not recomputed.
+    return Entry(id=row["id"], item=item, fingerprint=row["fingerprint"], urgency=row["urgency"],
+                 offered_at=row["offered_at"], state=row["state"], would=row["would"], due=row["due"],
+                 channel=row["channel"], spent=row["spent"], shadow=False)
+
+
+def _item_public(row: Any) -> dict[str, Any]:
+    return {"id": row["id"], "fingerprint": row["fingerprint"], "source": row["source"], "person": row["person"],
+            "session": row["session"], "proposer": row["proposer"], "title": row["title"], "body": row["body"],
+            "evidence": json.loads(row["evidence"]), "urgency": row["urgency"], "state": row["state"],
+            "would": row["would"], "due": row["due"], "offered_at": row["offered_at"],
+            "updated_at": row["updated_at"]}
+
+
+# ---- in the sidecar ------------------------------------------------------------------------
+
+_gates: weakref.WeakKeyDictionary[Sidecar, Gate] = weakref.WeakKeyDictionary()
+GATE_SENDER = "hive/gate"
+
+
+def gate_of(sidecar: Sidecar) -> Gate:
+    """This sidecar's gate (it exists once the sidecar's task group has started it)."""
+    gate = _gates.get(sidecar)
+    if gate is None:
+        raise HiveError("the gate has not started yet")
+    return gate
+
+
+async def run_gate(sidecar: Sidecar, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+    """The sidecar's hook: build its gate, load it, and run its one timer in the sidecar's task group."""
+    gate = Gate(sidecar.store, PrefsFile(sidecar.paths.config),
+                deliver=lambda item, decision: deliver_in_sidecar(sidecar, item, decision))
+    _gates[sidecar] = gate
+    await gate.run(task_status=task_status)
+
+
+async def deliver_in_sidecar(sidecar: Sidecar, item: Item, decision: Decision) -> None:
+    """The default delivery: a desktop notification (popup channel), else a message into the session.
+
+    Raises:
+        HiveError: the person is not on this machine, or the session is unknown here.
+    """
+    from .ask import deliver_local
+
+    if item.person != sidecar.settings.person:
+        raise HiveError(f"{item.person} is not on this machine, and gate items do not travel between machines yet")
+    text = _delivery_text(item, decision)
+    if decision.channel == "popup":
+        prompt = Prompt(title=f"hive · {item.source}", body=clip(f"{item.title}\n{item.body}".strip(), 400),
+                        timeout=30.0, question=False)
+        shown = await _show_notification(sidecar, prompt)
+        if shown:
+            return
+    address = decision.session or item.session
+    if address:
+        session = sidecar.sessions.by_key.get(address)
+        if session is None:
+            name = address.split("/", 1)[1] if address.startswith(item.person + "/") else address
+            session = sidecar.sessions.by_name(name)
+        if session is None:
+            raise HiveError(f"no session {address} on this machine")
+        address = sidecar.sessions.address(session)
+    else:
+        address = sidecar.terminal
+    message = Message(id=new_ulid(), sender=GATE_SENDER, sender_kind="agent", sender_agent="hive-gate",
+                      sender_repo="", recipient=address, reply_to=None, body=text, wake=True, sent_at=time.time())
+    await deliver_local(sidecar, message, None)
+
+
+async def _show_notification(sidecar: Sidecar, prompt: Prompt) -> bool:
+    """Put up a notification without holding up the gate; False at once when there is no desktop."""
+    backend = backend_for(find_desktop(None))
+    try:
+        await backend.available(question=False)
+    except NoDesktop:
+        return False
+
+    async def show() -> None:
+        with contextlib.suppress(HiveError):
+            async with backend.show(prompt) as popup:
+                await popup.answer()
+
+    sidecar.tasks.start_soon(show)
+    return True
+
+
+def _delivery_text(item: Item, decision: Decision) -> str:
+    lines = [f"[hive gate · {item.source} · {decision.urgency}] {item.title}"]
+    if item.body:
+        lines.append(item.body)
+    if item.evidence:
+        lines.append("Evidence: " + "; ".join(f"{e.kind} {e.ref}" for e in item.evidence))
+    lines.append(f"Why now: {decision.reason}. (`hive gate why {decision.item_id}`)")
+    return "\n".join(lines)
+
+
+# ---- confirming a change of preferences ----------------------------------------------------
+
+class NeedsPerson(Refused):
+    """A preference change no person confirmed: only the person changes their own preferences."""
+
+    code = "needs_person"
+
+
+CONFIRM_TIME = 120.0
+
+
+async def confirm_person(conn: Connection, request: Mapping[str, Any], question: str) -> str:
+    """The group-send rule (``ask.confirm_group``) for preferences: the person confirms in a desktop
+    pop-up; with no desktop, at the client's own terminal (``confirm_on_terminal``, repeated with
+    ``confirmed_on_terminal``); with neither, refused. Returns "desktop" or "terminal"."""
+    desktop = request.get("desktop")  # the client's desktop variables, as for ask_user and group sends
+    if desktop is not None and not isinstance(desktop, dict):
+        raise BadRequest("desktop must be an object of the client's desktop variables")
+    prompt = Prompt(title="hive · confirm a change", body=question, timeout=CONFIRM_TIME)
+    try:
+        async with backend_for(find_desktop(desktop)).show(prompt) as popup:
+            answer = await popup.answer()
+    except NoDesktop as exc:
+        if not conn.at_terminal:
+            raise NeedsPerson(f"not changed: “{question}” needs your person's confirmation, and there is neither a "
+                              f"desktop to ask on ({exc.message}) nor a terminal. An agent can read the gate's "
+                              "preferences; only its person changes them, with `hive gate prefs` in a "
+                              "terminal.") from exc
+        if request.get("confirmed_on_terminal") == question:
+            return "terminal"
+        raise ConfirmOnTerminal(question) from exc
+    if answer is Answer.APPROVED:
+        return "desktop"
+    raise NeedsPerson(f"not changed: the person did not confirm “{question}” ({answer.value})")
+
+
+# ---- ops -----------------------------------------------------------------------------------
+
+def _person(sidecar: Sidecar, request: Mapping[str, Any]) -> str:
+    person = request.get("person") or sidecar.settings.person
+    if not isinstance(person, str) or not slug(person):
+        raise BadRequest("person is a person's name")
+    return slug(person)
+
+
+def _session_address(sidecar: Sidecar, ref: Any) -> str:
+    """A session named by key, name or address -> its address; an address on another machine as is."""
+    if ref in (None, ""):
+        return ""
+    if not isinstance(ref, str):
+        raise BadRequest("session is a session's address, name or key")
+    with contextlib.suppress(NotFound):
+        return sidecar.sessions.address(sidecar._session_ref(ref))
+    if "/" in ref:
+        return ref
+    raise NotFound(f"no session {ref!r} on this machine; see `hive who`")
+
+
+def _since(value: Any) -> float | None:
+    if value in (None, ""):
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise BadRequest("since is a time in seconds since the epoch")
+    return float(value)
+
+
+async def op_offer(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    raw = request.get("item")
+    item = Item.from_wire(raw, sidecar.settings.person)
+    if item.session:
+        item = _with_session(item, _session_address(sidecar, item.session))
+    decision = await gate_of(sidecar).offer(item)
+    result = decision.public()
+    if isinstance(raw, Mapping) and "urgency" in raw:
+        result["note"] = "the item's own urgency was ignored: the gate computes urgency from facts it can check"
+    return result
+
+
+def _with_session(item: Item, session: str) -> Item:
+    return Item(source=item.source, person=item.person, title=item.title, body=item.body, session=session,
+                evidence=item.evidence, key=item.key, proposer=item.proposer, data=item.data)
+
+
+async def op_breakpoint(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    session = _session_address(sidecar, request.get("session"))
+    person = _person(sidecar, request) if request.get("person") else (session.split("/", 1)[0] if session
+                                                                        else sidecar.settings.person)
+    decisions = await gate_of(sidecar).breakpoint(person, session, str(request.get("kind")))
+    return {"person": person, "session": session, "delivered": [d.public() for d in decisions]}
+
+
+async def op_fact(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    due = request.get("due")
+    if due is not None and (isinstance(due, bool) or not isinstance(due, int | float)):
+        raise BadRequest("due is a time in seconds since the epoch")
+    detail = request.get("detail") or ""
+    if not isinstance(detail, str):
+        raise BadRequest("detail is a string")
+    fact = await gate_of(sidecar).record(str(request.get("kind")), request.get("ref"),  # type: ignore[arg-type]
+                                         str(request.get("state")), due=due, detail=detail)
+    return fact.public()
+
+
+async def op_acted(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    return await gate_of(sidecar).acted(request.get("item"), str(request.get("how") or "cited"))  # type: ignore[arg-type]
+
+
+async def op_ledger(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    limit = request.get("limit") or 500
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise BadRequest("limit is a whole number")
+    person = request.get("person")
+    who = slug(person) if isinstance(person, str) and person else None
+    rows = await gate_of(sidecar).ledger(_since(request.get("since")), who, limit)
+    return {"rows": rows}
+
+
+async def op_why(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    return await gate_of(sidecar).why(request.get("item"), asked=conn.at_terminal)  # type: ignore[arg-type]
+
+
+async def op_prefs(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """Read a person's preferences; with ``set`` (``{"key": value}``), change them once the person confirms."""
+    gate = gate_of(sidecar)
+    person = _person(sidecar, request)
+    changes_raw = request.get("set")
+    if not changes_raw:
+        return {"prefs": gate.prefs(person).public(), "changed": []}
+    if not isinstance(changes_raw, Mapping):
+        raise BadRequest('set is an object of preference changes, such as {"budget": 8, "mute.lesson": true}')
+    changes = [parse_change(str(k), v) for k, v in changes_raw.items()]
+    return await _change_prefs(sidecar, conn, request, person, changes)
+
+
+async def _change_prefs(sidecar: Sidecar, conn: Connection, request: Mapping[str, Any], person: str,
+                        changes: list[Any]) -> dict[str, Any]:
+    if person != sidecar.settings.person:
+        raise NeedsPerson(f"{person}'s preferences are theirs to change, on their own machine")
+    described = "; ".join(c.describe() for c in changes)
+    how = await confirm_person(conn, request, f"Change your hive gate preferences: {described}?")
+    gate = gate_of(sidecar)
+    write_changes(sidecar.paths.config, person, changes, gate.prefs(person))
+    gate.prefs_file.reload()
+    return {"prefs": gate.prefs(person).public(), "changed": [c.describe() for c in changes], "confirmed": how}
+
+
+async def op_promote(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    source = request.get("source")
+    if not valid_source(source):
+        raise BadRequest("name the source to promote (a-z, 0-9 and -)")
+    change = parse_change(f"live.{source}", not request.get("demote"))
+    return await _change_prefs(sidecar, conn, request, _person(sidecar, request), [change])
+
+
+async def op_shadow(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    return await gate_of(sidecar).shadow(_person(sidecar, request))
+
+
+async def op_digest(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    return await gate_of(sidecar).digest(_person(sidecar, request), _since(request.get("since")),
+                                         mark=not request.get("peek"))
+
+
+async def op_measures(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    person = request.get("person")
+    return await gate_of(sidecar).measures(slug(person) if isinstance(person, str) and person else None,
+                                           _since(request.get("since")))
+
+
+OPS = {
+    "gate_offer": op_offer, "gate_breakpoint": op_breakpoint, "gate_fact": op_fact, "gate_acted": op_acted,
+    "gate_ledger": op_ledger, "gate_why": op_why, "gate_prefs": op_prefs, "gate_promote": op_promote,
+    "gate_shadow": op_shadow, "gate_measures": op_measures, "digest": op_digest,
+}
