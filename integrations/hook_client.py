@@ -15,7 +15,8 @@ was written; if writing fails they are released at once (``undelivered``).
 
 ``<harness> watch`` is the Claude Code push watcher (``asyncRewake``): a background process that
 long-polls the sidecar for waking mail, writes it to stderr and exits 2, which wakes the session.
-It exits 0 when its harness process exits or the session ends. Not the hot path.
+It exits 0 when its harness process exits or the session ends, and never starts a sidecar (it
+waits for one). Not the hot path.
 
 The state folder and socket rules mirror ``hive.sidecar.paths`` exactly (a test checks that both
 agree); the sidecar cannot be imported here because ``-S`` leaves out site-packages.
@@ -63,7 +64,11 @@ class _Deadline(BaseException):
 
 
 class HookError(Exception):
-    """The sidecar answered with an error, or not in the expected shape."""
+    """The sidecar's answer is missing or not in the expected shape."""
+
+
+class Refused(HookError):
+    """The sidecar answered with an error: asking again will not help."""
 
 
 # ---- paths: the rules of hive.sidecar.paths and platformdirs, without importing them ----------
@@ -344,7 +349,7 @@ def _result(line: bytes) -> dict[str, object]:
         raise HookError("the sidecar's reply is not an object")
     if not reply.get("ok"):
         error = reply.get("error")
-        raise HookError(str(error.get("message") if isinstance(error, dict) else error))
+        raise Refused(str(error.get("message") if isinstance(error, dict) else error))
     result = reply.get("result")
     if not isinstance(result, dict):
         raise HookError("the sidecar's reply has no result")
@@ -567,11 +572,14 @@ def _alive(pid: int, started: str) -> bool:
 
 
 class _Link:
-    """The watcher's one connection to the sidecar, reopened (and the sidecar started) as needed."""
+    """The watcher's one connection to the sidecar, reopened as needed.
 
-    def __init__(self, home: str, environ: dict[bytes, bytes]) -> None:
+    It never starts a sidecar: the session's own hooks do that, and a watcher that did would
+    undo ``hive stop`` for as long as its session stays open.
+    """
+
+    def __init__(self, home: str) -> None:
         self.home = home
-        self.environ = environ
         self.sock: object = None
         self.reader: object = None
         self.ids = 0
@@ -584,9 +592,8 @@ class _Link:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 sock.connect(socket_path(self.home))
-            except (FileNotFoundError, ConnectionRefusedError):
+            except BaseException:
                 sock.close()
-                start_sidecar(self.home, self.environ)
                 raise
             self.sock, self.reader = sock, sock.makefile("rb")
         self.ids += 1
@@ -629,7 +636,7 @@ def watch(harness: str) -> int:
     caller = '"op":"watch"' + _describe_caller(harness, "watch", home, environ, stdin)
     target = harness_pid(posix.getppid())
     started = _start_time(target)
-    link = _Link(home, environ)
+    link = _Link(home)
     lock_fd: int | None = None
     try:
         while True:
@@ -640,8 +647,10 @@ def watch(harness: str) -> int:
                     result = link.call(caller + ',"wait":0,"peek":true', 10)
                 else:
                     result = link.call(caller + f',"wait":{WATCH_POLL}', WATCH_POLL + 10)
+            except Refused:
+                return 0  # no session id, an unknown harness: nothing to watch
             except (OSError, HookError):
-                time.sleep(1.0)
+                time.sleep(1.0)  # no sidecar (the session's hooks start one), or it restarted
                 continue
             if result.get("ended"):
                 return 0

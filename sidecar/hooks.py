@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import sys
 import time
@@ -56,9 +57,15 @@ WATCHER = "async_rewake"  # the push mechanism (Tiers.push) the watch op serves
 ACTIVITY: dict[str, tuple[str, float]] = {}
 _published: set[str] = set()
 
+log = logging.getLogger("hive.sidecar.hooks")
+
 # Loading the plugins scans entry points (tens of ms): pay it when the sidecar starts, not at
-# the first hook, which has 150 ms in all.
-registry.plugin_manager()
+# the first hook, which has 150 ms in all. A broken third-party plugin must not keep the sidecar
+# down: hooks then fail, and a failed hook is a no-opinion answer.
+try:
+    registry.plugin_manager()
+except Exception:
+    log.exception("loading the harness plugins failed; hooks answer no opinion until it is fixed")
 
 
 @dataclass(frozen=True)

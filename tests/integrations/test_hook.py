@@ -691,6 +691,22 @@ def test_the_watcher_wakes_its_session_with_the_framed_message(peer_hive: Hive, 
     assert unread(peer_hive, sid) == 1, "confirmed; only the fyi one waits"
 
 
+def test_the_watcher_waits_for_a_sidecar_without_starting_one(make_hive: Callable[..., Hive], workdir: Path) -> None:
+    machine = make_hive()
+    watcher = start_watcher(machine.home, "claude-early", str(workdir))
+    try:
+        time.sleep(1.5)
+        assert watcher.poll() is None
+        assert not machine.paths.socket.exists(), "`hive stop` must stay stopped while sessions are open"
+        machine.start()
+        add_peer(machine)
+        wait_parked(machine, "claude-early")
+        message_id = send(machine, "claude-early", "there you are")
+    finally:
+        code, _, stderr = finish(watcher, 10)
+    assert (code, stderr.decode()) == (2, frame(message_id, "there you are"))
+
+
 def test_one_watcher_per_session(hive: Hive, workdir: Path) -> None:
     first = start_watcher(hive.home, "claude-single", str(workdir))
     try:
@@ -718,6 +734,13 @@ def test_cursor_running_the_claude_watcher_lets_it_go_at_once(hive: Hive, workdi
     done, _ = run_hook(hive.home, "claude-code", "watch", payload, env)
     assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
     assert time.monotonic() - start < 2
+
+
+def test_a_watcher_with_nothing_to_watch_exits_at_once(hive: Hive) -> None:
+    for payload in (b"", b"not json", json.dumps({"cwd": "/tmp"}).encode()):
+        done, elapsed = run_hook(hive.home, "claude-code", "watch", payload)
+        assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
+        assert elapsed < 2
 
 
 def test_the_watcher_exits_when_its_session_ends(hive: Hive, workdir: Path) -> None:
