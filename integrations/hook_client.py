@@ -58,6 +58,12 @@ SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "fish", "
 
 _FS = sys.getfilesystemencoding()
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
+if TYPE_CHECKING:
+    import _socket
+    import io
+    import socket
+
 
 class _Deadline(BaseException):
     """Raised by SIGALRM: a BaseException so no handler on the way mistakes it for an error."""
@@ -283,10 +289,10 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def _read_line(sock: object) -> bytes:
+def _read_line(sock: "_socket.socket") -> bytes:
     buffer = b""
     while True:
-        chunk = sock.recv(1 << 16)  # type: ignore[attr-defined]
+        chunk = sock.recv(1 << 16)
         if not chunk:
             raise HookError("the sidecar closed the connection before answering")
         buffer += chunk
@@ -327,7 +333,7 @@ def _describe_caller(harness: str, event: str, home: str, environ: dict[bytes, b
             f',"cwd":{_quote(cwd)},"env":{{{",".join(env)}}}{body}')
 
 
-def _connect(home: str, environ: dict[bytes, bytes]) -> object:
+def _connect(home: str, environ: dict[bytes, bytes]) -> "_socket.socket":
     import _socket
 
     sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
@@ -443,7 +449,7 @@ def run(argv: list[str]) -> int:
     out = no_opinion
     ids: list[str] = []
     session = ""
-    sock = None
+    sock: _socket.socket | None = None
     environ = posix.environ
     try:
         _arm(DEADLINE)
@@ -452,7 +458,7 @@ def run(argv: list[str]) -> int:
             stdin = _read_all(0)
             sock = _connect(home, environ)
             request = '{"id":1,"op":"hook"' + _describe_caller(harness, event, home, environ, stdin) + "}\n"
-            sock.sendall(request.encode())  # type: ignore[attr-defined]
+            sock.sendall(request.encode())
             result = _result(_read_line(sock))
             if environ.get(b"HIVE_HOOK_FAULT") == b"kill-after-reply":
                 posix.kill(posix.getpid(), 9)  # tests: die holding shown mail, before printing it
@@ -480,7 +486,7 @@ def run(argv: list[str]) -> int:
             try:
                 line = '{"id":2,"op":' + _quote(op) + ',"session":' + _quote(session) + ',"ids":['
                 line += ",".join(_quote(i) for i in ids) + "]}\n"
-                sock.sendall(line.encode())  # type: ignore[attr-defined]
+                sock.sendall(line.encode())
                 _read_line(sock)  # the sidecar drops a request whose connection closes first
             finally:
                 _disarm()
@@ -488,7 +494,7 @@ def run(argv: list[str]) -> int:
             pass
     if sock is not None:
         try:
-            sock.close()  # type: ignore[attr-defined]
+            sock.close()
         except BaseException:
             pass
     return 0
@@ -580,28 +586,27 @@ class _Link:
 
     def __init__(self, home: str) -> None:
         self.home = home
-        self.sock: object = None
-        self.reader: object = None
+        self.conn: tuple[socket.socket, io.BufferedReader] | None = None
         self.ids = 0
 
     def call(self, body: str, timeout: float) -> dict[str, object]:
         """Send ``{"id", <body>}`` and return the result; ``body`` is the rest of the JSON object."""
         import socket
 
-        if self.sock is None:
+        if self.conn is None:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 sock.connect(socket_path(self.home))
             except BaseException:
                 sock.close()
                 raise
-            self.sock, self.reader = sock, sock.makefile("rb")
+            self.conn = sock, sock.makefile("rb")
+        sock, reader = self.conn
         self.ids += 1
-        sock = self.sock
         try:
-            sock.settimeout(timeout)  # type: ignore[attr-defined]
-            sock.sendall(f'{{"id":{self.ids},{body}}}\n'.encode())  # type: ignore[attr-defined]
-            line = self.reader.readline()  # type: ignore[attr-defined]
+            sock.settimeout(timeout)
+            sock.sendall(f'{{"id":{self.ids},{body}}}\n'.encode())
+            line = reader.readline()
             if not line:
                 raise HookError("the sidecar closed the connection")
         except BaseException:
@@ -613,10 +618,11 @@ class _Link:
         self.call(f'"op":{_quote(op)},"session":{_quote(session)},"ids":[{",".join(_quote(i) for i in ids)}]', 5)
 
     def close(self) -> None:
-        if self.sock is not None:
-            self.reader.close()  # type: ignore[attr-defined]
-            self.sock.close()  # type: ignore[attr-defined]
-        self.sock = self.reader = None
+        if self.conn is not None:
+            sock, reader = self.conn
+            reader.close()
+            sock.close()
+        self.conn = None
 
 
 def watch(harness: str) -> int:
