@@ -66,7 +66,7 @@ Each step writes a ledger row (item, rule, reason, time) when it decides::
     quiet hours      held until they end, then decided again ...................... quiet
     info             nothing checkable makes it urgent: the digest ................ urgency.info
     budget           attention items per local day, split into per-source shares
-                     (and a proposer's part of its source's share) ... budget.daily/share/proposer
+                     (and a proposer's part of its source's share) ... budget.share/proposer/daily
     breakpoint       an item that fits the budget waits for its person's next breakpoint
                      (wait), delivered there (breakpoint.<kind>) or at its bound (max-hold)
 
@@ -436,7 +436,9 @@ class Gate:
         self.facts[(kind, ref)] = fact
         self._facts_rows[(kind, ref)] = (kind, ref, state, fact.since, now, fact.runs, due, fact.detail)
         self._queued += 1
-        if fact_urgency(fact, now)[0] == "alarm" and (before is None or fact_urgency(before, now)[0] != "alarm"):
+        # Compared with what the last record meant when it was made: a failure that has now run long
+        # enough, or often enough, to be an alarm escalated.
+        if fact_urgency(fact, now)[0] == "alarm" and (before is None or fact_urgency(before, before.at)[0] != "alarm"):
             await self._escalated(kind, ref, now)
         await self._commit()
         return fact
@@ -577,8 +579,7 @@ class Gate:
         total = counts["live"] + (counts[f"shadow:{item.source}"] if entry.shadow else 0)
         mine = counts[f"source:{item.source}"]
         cap = prefs.cap(item.source)
-        if total >= prefs.budget:
-            return False, "budget.daily", f"the daily budget of {prefs.budget} attention items is spent; digest"
+        # The narrowest limit is named first: a source over its share hears that, even on a spent day.
         if mine >= cap:
             return False, "budget.share", (f"{item.source}'s share of the daily budget ({cap} of {prefs.budget}) "
                                            "is spent; digest")
@@ -588,6 +589,8 @@ class Gate:
             if theirs >= part:
                 return False, "budget.proposer", (f"{item.proposer}'s part of {item.source}'s share ({part} of "
                                                   f"{cap}) is spent; digest")
+        if total >= prefs.budget:
+            return False, "budget.daily", f"the daily budget of {prefs.budget} attention items is spent; digest"
         self._count(item.person, day, item.source, item.proposer, entry.shadow, 1)
         entry.spent = day
         return True, "", f"budget: {item.source} {mine + 1} of {cap}, {total + 1} of {prefs.budget} today"
@@ -1058,6 +1061,28 @@ def _item_public(row: Any) -> dict[str, Any]:
             "evidence": json.loads(row["evidence"]), "urgency": row["urgency"], "state": row["state"],
             "would": row["would"], "due": row["due"], "offered_at": row["offered_at"],
             "updated_at": row["updated_at"]}
+
+
+def digest_text(result: Mapping[str, Any], when: Callable[[float], str] | None = None) -> str:
+    """The digest in plain text: held items by group, most unblocking first, then what the gate checked."""
+    when = when or (lambda at: time.strftime("%Y-%m-%d %H:%M", time.localtime(at)))
+    lines = [f"Digest for {result['person']} since {when(result['since'])}: "
+             f"{result['held']} held" + ("" if result["held"] else ", nothing waits for you")]
+    for group in result["groups"]:
+        unblocks = f" (unblocks {group['unblocks']})" if group["unblocks"] else ""
+        lines.append(f"  {group['source']}{unblocks}")
+        for item in group["items"]:
+            note = f", unblocks {item['unblocks']}" if item["unblocks"] else ""
+            state = {"held": "held for quiet hours", "pending": "waiting for a pause"}.get(item["state"], "held")
+            lines.append(f"    - [{item['urgency']}{note}] {item['title']} ({state}: {item['rule']}) {item['id']}")
+    checked = result["checked"]
+    facts = ", ".join(f"{k} {n}" for k, n in sorted(checked["facts_consulted"].items())) or "none"
+    silenced = ", ".join(f"{rule} {n}" for rule, n in sorted(result["silenced_by"].items()))
+    lines.append(f"The gate checked {checked['items']} items from {checked['sources']} source(s) "
+                 f"({checked['decisions']} decisions; records consulted: {facts}); delivered {result['delivered']}, "
+                 f"silenced {result['silenced']}" + (f" ({silenced})" if silenced else "")
+                 + f", {result['shadow']} recorded in shadow.")
+    return "\n".join(lines)
 
 
 # ---- in the sidecar ------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from typing import Any
 from .cli import _call, _confirm_on_terminal, _print_json
 from .dialog import desktop_env
 from .errors import BadRequest, ConfirmOnTerminal
+from .gate import digest_text
 
 _SPAN = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -255,26 +256,5 @@ def cmd_digest(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(result)
         return 0
-    print(render_digest(result))
+    print(digest_text(result, _when))
     return 0
-
-
-def render_digest(result: dict[str, Any]) -> str:
-    """The digest in plain text: held items by group, most unblocking first, then what the gate checked."""
-    lines = [f"Digest for {result['person']} since {_when(result['since'])}: "
-             f"{result['held']} held" + ("" if result["held"] else ", nothing waits for you")]
-    for group in result["groups"]:
-        unblocks = f" (unblocks {group['unblocks']})" if group["unblocks"] else ""
-        lines.append(f"  {group['source']}{unblocks}")
-        for item in group["items"]:
-            note = f", unblocks {item['unblocks']}" if item["unblocks"] else ""
-            state = {"held": "held for quiet hours", "pending": "waiting for a pause"}.get(item["state"], "held")
-            lines.append(f"    - [{item['urgency']}{note}] {item['title']} ({state}: {item['rule']}) {item['id']}")
-    checked = result["checked"]
-    facts = ", ".join(f"{k} {n}" for k, n in sorted(checked["facts_consulted"].items())) or "none"
-    silenced = ", ".join(f"{rule} {n}" for rule, n in sorted(result["silenced_by"].items()))
-    lines.append(f"The gate checked {checked['items']} items from {checked['sources']} source(s) "
-                 f"({checked['decisions']} decisions; records consulted: {facts}); delivered {result['delivered']}, "
-                 f"silenced {result['silenced']}" + (f" ({silenced})" if silenced else "")
-                 + f", {result['shadow']} recorded in shadow.")
-    return "\n".join(lines)
