@@ -736,16 +736,12 @@ class Mesh:
         self._team_tg.start_soon(self._flush_receipts, peer)
 
     def _link_down(self, link: Link) -> None:
-        flow = self.flows.pop(id(link), None)
+        # Unacknowledged messages stay pending in the outbox and go again on the next link.
+        self.flows.pop(id(link), None)
         if self.links.get(link.peer) is link:
             del self.links[link.peer]
             log.info("link to %s closed: %s", link.peer[:12], link.close_reason)
             self.poke()
-        if flow is not None:
-            for message_id in flow.inflight:
-                waiter = self._acks.get(message_id)
-                if waiter is not None and not waiter.event.is_set():
-                    pass  # the sender's wait ends on its own; the message stays in the outbox
 
     async def _expel(self, link: Link) -> None:
         """A removed machine learns it was removed (the roster without secrets), then goes."""
@@ -990,10 +986,15 @@ class Mesh:
 
     async def _send_and_wait(self, peer: str, payload: dict[str, Any], waiter: _AckWait) -> None:
         link = self.links.get(peer)
-        if link is None:
+        if link is None or not await self._send_msg(link, payload):
             return
-        if await self._send_msg(link, payload):
+        async with anyio.create_task_group() as tg:  # the ack, or the link's end, whichever is first
+            async def on_close() -> None:
+                await link.closed.wait()
+                tg.cancel_scope.cancel()
+            tg.start_soon(on_close)
             await waiter.event.wait()
+            tg.cancel_scope.cancel()
 
     async def _send_msg(self, link: Link, payload: dict[str, Any]) -> bool:
         flow = self.flows.get(id(link))
@@ -1450,7 +1451,10 @@ class Mesh:
                     member = self.team.member(key)
                     if member is None or not member.active:
                         continue
-                    self.learn(key, [f"{a}:{peer_info.port}" for a in peer_info.parsed_addresses()], front=True)
+                    found_at = [f"{a}:{peer_info.port}" for a in peer_info.parsed_addresses()]
+                    if any(a not in self.addresses.get(key, []) for a in found_at):
+                        log.info("%s@%s found over mDNS at %s", member.person, member.machine, ", ".join(found_at))
+                    self.learn(key, found_at, front=True)
         finally:
             with anyio.CancelScope(shield=True):
                 if browser is not None:
