@@ -159,10 +159,9 @@ def cmd_send(args: argparse.Namespace) -> int:
 def _confirm_on_terminal(question: str) -> bool:
     """Ask on the controlling terminal itself: standard input may be a pipe carrying the message."""
     try:
-        with open("/dev/tty", "r+", encoding="utf-8") as tty:
-            tty.write(f"{question} [y/N] ")
-            tty.flush()
-            return tty.readline().strip().lower() in ("y", "yes")
+        with open("/dev/tty", "r+b", buffering=0) as tty:  # unbuffered: a terminal cannot seek
+            tty.write(f"{question} [y/N] ".encode())
+            return tty.readline().decode(errors="replace").strip().lower() in ("y", "yes")
     except OSError:
         return False
 
@@ -404,6 +403,18 @@ def cmd_drop(args: argparse.Namespace) -> int:
     return _settle("drop", args)
 
 
+def cmd_gate(args: argparse.Namespace) -> int:
+    from .gate_cli import run  # the gate's commands live in their own module
+
+    return run(args)
+
+
+def cmd_digest(args: argparse.Namespace) -> int:
+    from .gate_cli import cmd_digest as digest
+
+    return digest(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hive", description="Your team's coding agents, as one network.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -492,6 +503,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p = add("link", cmd_link, "show the team link, or replace it with --new")
     p.add_argument("--new", action="store_true", help="replace the team link; the old one stops working")
+    p.add_argument("--json", action="store_true")
+    from .gate_cli import add_gate_arguments
+
+    add_gate_arguments(add("gate", cmd_gate, "the gate: its ledger, why it told you (or not), your preferences, "
+                                             "sources in shadow, measures"))
+    p = add("digest", cmd_digest, "what the gate held for you, what it checked and how much it silenced")
+    p.add_argument("--since", help="2h, 30m, 7d or an ISO date or time (default: since your last digest)")
+    p.add_argument("--peek", action="store_true", help="do not count this as your last digest")
+    p.add_argument("--person", help="another person's digest")
     p.add_argument("--json", action="store_true")
     return parser
 

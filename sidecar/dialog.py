@@ -91,6 +91,10 @@ class Popup(Protocol):
 class Backend(Protocol):
     name: str
 
+    async def available(self, question: bool = True) -> None:
+        """Raise NoDesktop (within PREFLIGHT_TIMEOUT) unless a prompt could be shown now."""
+        ...
+
     def show(self, prompt: Prompt) -> contextlib.AbstractAsyncContextManager[Popup]:
         """Put the prompt on screen; entering raises NoDesktop within PREFLIGHT_TIMEOUT.
 
@@ -324,6 +328,11 @@ class FreedesktopDialog:
         raise NoDesktop("no desktop notification server with Approve/Deny buttons is reachable: "
                         + "; ".join(problems))
 
+    async def available(self, question: bool = True) -> None:
+        bus, _, _ = await self._open(require_actions=question)
+        with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+            await bus.conn.close()
+
     async def _server(self, bus: _Bus, require_actions: bool) -> tuple[str, frozenset[str]]:
         from jeepney import DBusAddress, MatchRule, new_method_call
         from jeepney.bus_messages import message_bus
@@ -525,6 +534,13 @@ class _ProgramDialog:
 
     async def preflight(self) -> None:
         raise NotImplementedError
+
+    async def available(self, question: bool = True) -> None:
+        program = self.command(Prompt("", "", question=question))[0][0]
+        with anyio.fail_after(PREFLIGHT_TIMEOUT):
+            await self.preflight()
+            if not await anyio.Path(program).is_file():
+                raise NoDesktop(f"{program} is missing, so hive cannot show a dialog")
 
     @contextlib.asynccontextmanager
     async def show(self, prompt: Prompt) -> AsyncIterator[Popup]:

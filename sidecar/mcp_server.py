@@ -45,6 +45,7 @@ from . import __version__
 from .client import Client
 from .config import slug
 from .defang import defang
+from .dialog import desktop_env
 from .errors import HiveError, NotFound, Unreachable
 from .paths import StatePaths, state_paths
 
@@ -70,14 +71,6 @@ CLIENT_AGENTS = {
 # the markers harnesses put in their children's environment still name the agent.
 ENV_AGENTS = (("CLAUDECODE", "claude-code"), ("GEMINI_CLI", "gemini"), ("OPENCODE", "opencode"),
               ("PI_CODING_AGENT", "pi"))
-
-# Tool errors that do not come from the sidecar.
-NO_DESKTOP = "no_desktop"
-
-
-class NoDesktop(HiveError):
-    code = NO_DESKTOP
-
 
 def behaviour_rules() -> str:
     """The "How to behave" section of the bundled hive skill: the server's instructions."""
@@ -372,10 +365,11 @@ class HiveTools:
             request["reply_to"] = reply_to
         if notify:
             request["notify"] = True
+            request["desktop"] = desktop_env(self.environ)  # the sidecar may run without a desktop
         result = await self.call("send", idempotent=False, **request)
         lines = [f"{r['to']}: {r['note']} (id {r['id']})" for r in result["results"]]
-        if notify and "notified" not in result:
-            lines.append("No desktop notification was shown: this sidecar cannot show one yet.")
+        if notify:
+            lines.append(result.get("notify_note") or "No desktop notification was shown.")
         return Reply("\n".join(lines), result)
 
     async def check_inbox(self, identity: Identity, wait_secs: float) -> Reply:
@@ -419,13 +413,25 @@ class HiveTools:
         return Reply(f"You are now {result['address']}{was}.", result)
 
     async def ask_user(self, identity: Identity, question: str, about: str | None) -> Reply:
-        # The pop-up engine is its own piece of work; until it lands, say so plainly so the
-        # agent asks in its own session instead of waiting for an answer that cannot come.
-        regarding = f" Mention that it is about message {about}." if about else ""
-        raise NoDesktop(
-            "hive cannot show your person a desktop pop-up on this machine: ask them this question "
-            f"yourself, here in your own session, and wait for their answer.{regarding}"
-        )
+        request: dict[str, Any] = {"session": identity.key, "question": question,
+                                   "desktop": desktop_env(self.environ)}
+        if about:
+            request["about"] = about
+        try:
+            result = await self.call("ask", **request)  # asking again joins the same wait: safe to retry
+        except anyio.get_cancelled_exc_class():
+            # This connection carries other calls, so the sidecar cannot see that this one was
+            # abandoned: tell it, so a later answer is delivered as a message instead.
+            with anyio.move_on_after(STOP_WAITING_GRACE, shield=True), contextlib.suppress(HiveError):
+                await self.call("ask_stop", session=identity.key)
+            raise
+        return Reply(result["note"], result)
+
+    async def digest(self, identity: Identity) -> Reply:
+        from .gate import digest_text  # peer-written titles: defanged like any peer text
+
+        result = await self.call("digest", peek=True)  # only the person's own `hive digest` moves its start
+        return Reply(defang(digest_text(result)), {k: v for k, v in result.items() if k != "groups"})
 
 
 def _failure(exc: HiveError, notice: tuple[str, dict[str, Any]] | None) -> CallToolResult:
@@ -478,8 +484,8 @@ def build_server(tools: HiveTools, paths: StatePaths | None = None) -> MCPServer
         to: Annotated[str, Field(description="one session: person/name, or a name from list_team")],
         message: Annotated[str, Field(description="what you need, point first; plain text")],
         reply_to: Annotated[str | None, Field(description="the id of the message this answers")] = None,
-        notify: Annotated[bool, Field(description="also ask for a desktop notification to the "
-                                                  "recipient's person (not available yet)")] = False,
+        notify: Annotated[bool, Field(description="also show the message as a desktop notification to the "
+                                                  "recipient's person (at most one a minute)")] = False,
         fyi: Annotated[bool, Field(description="do not wake the recipient; it sees this at its next "
                                                "natural pause")] = False,
     ) -> CallToolResult:
@@ -517,8 +523,16 @@ def build_server(tools: HiveTools, paths: StatePaths | None = None) -> MCPServer
         question: Annotated[str, Field(description="a yes/no question for your own person")],
         about: Annotated[str | None, Field(description="the id of the teammate's message this is about")] = None,
     ) -> CallToolResult:
-        """Ask your own person a question with a desktop pop-up and get their answer."""
+        """Ask your own person a yes/no question in a desktop pop-up (Approve / Deny) and get their
+        answer; waits up to 10 minutes. With `about` (the id of a teammate's message to you) the
+        pop-up shows their request first, and the answer goes back to them as a signed approval."""
         return await tools.run(ctx, lambda me: tools.ask_user(me, question, about))
+
+    @tool(READ_ONLY)
+    async def digest(ctx: Context) -> CallToolResult:
+        """What hive's gate held back from your person (most unblocking first), what it checked and how
+        many items it silenced. Present it in plain language when they ask what they missed."""
+        return await tools.run(ctx, tools.digest)
 
     return server
 

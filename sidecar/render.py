@@ -25,7 +25,7 @@ class Message:
     wake: bool
     sent_at: float
     read_at: float | None = None
-    approval: str | None = None  # JSON {"record", "signer", "verified"}; stored only once verified
+    approval: str | None = None  # JSON {"record", "by", "sig", "verified"}; stored only once verified
 
     def public(self) -> dict[str, object]:
         """The message as a client sees it, peer-controlled fields defanged."""

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import Hive, run_in_terminal
+from tests.conftest import Hive
+from tests.sidecar.desktop import no_desktop_env, start_sidecar
+from tests.sidecar.terminal import run_in_terminal_answering
 from tests.sidecar.test_sessions import register, send
 
 
@@ -79,14 +82,19 @@ def test_a_bare_person_name_is_refused_with_that_persons_sessions(hive: Hive) ->
     assert "alice/api-codex@m1" in send(hive, "alice", "hello")["error"]["message"]
 
 
-def test_a_person_at_a_terminal_may_message_a_group_which_excludes_nobody_else(hive: Hive) -> None:
+def test_a_person_at_a_terminal_may_message_a_group_which_excludes_nobody_else(make_hive: Any,
+                                                                               empty_runtime: Path) -> None:
+    # No desktop (tests never reach the developer's), so the CLI asks for confirmation at its terminal.
+    hive = make_hive()
+    env = no_desktop_env(empty_runtime, HIVE_HOME=str(hive.home))
+    start_sidecar(hive, env)
     register(hive, "r", "/src/api", repo="acme/api")
     register(hive, "s", "/src/web", repo="acme/web")
-    code, output = run_in_terminal(hive, "send", "repo:api", "standup in 5")
+    code, output = run_in_terminal_answering(env, "y", "send", "repo:api", "standup in 5")
     assert code == 0, output
     assert hive.request({"id": 1, "op": "unread", "session": "r"})["result"]["count"] == 1
     assert hive.request({"id": 1, "op": "unread", "session": "s"})["result"]["count"] == 0
-    code, output = run_in_terminal(hive, "send", "*", "lunch")
+    code, output = run_in_terminal_answering(env, "y", "send", "*", "lunch")
     assert code == 0 and output.count("alice/") == 2
     framed = inbox(hive, "s")["text"]
     assert "Typed by alice at a terminal" in framed

@@ -1,0 +1,410 @@
+"""Everything that puts a dialog in front of this machine's person: ``ask``, group confirmation, notify.
+
+``ask`` (op): ``{"op": "ask", "session", "question", "about"?, "desktop"?, "wait"?, "expire"?}``.
+The person sees a pop-up with Approve / Deny; the call answers with their choice. One question
+per session is up at a time: the same question (and ``about``) again joins the wait, a different
+one is refused until the first is answered. The call waits up to ``wait`` seconds (default and
+most: 10 minutes); the pop-up stays up for ``expire`` (default and most: an hour), and an answer
+that comes after every call gave up arrives in the session's mailbox as a message from the
+person's terminal. With ``about`` (the id of a teammate's message to this session) the pop-up
+shows that request first, in its sender's words, and the answer goes back to the sender as an
+approval record (``approvals.py``) that the receiving side shows as ``<hive-approval>``.
+
+``desktop`` holds the client's ``DBUS_SESSION_BUS_ADDRESS`` / ``DISPLAY`` / ``WAYLAND_DISPLAY``:
+the sidecar may have been started by a hook or a service with no desktop of its own.
+
+No desktop: ``no_desktop`` within the 2 s preflight, telling the agent to ask in its own session.
+
+Group sends (:func:`confirm_group`) and ``notify`` pop-ups (:func:`notify_person`) are called
+from the ``send`` op.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from .addresses import Target
+from .dialog import Answer, Backend, Prompt, backend_for, clean, clip, find_desktop
+from .errors import BadRequest, ConfirmOnTerminal, Conflict, HiveError, NoDesktop, NotFound, Refused
+from .render import Message
+from .ulid import new_ulid
+
+if TYPE_CHECKING:
+    from .server import Connection, Sidecar
+    from .sessions import Session
+
+ASK_WAIT = 600.0  # the longest a call waits for the person
+POPUP_TIME = 3600.0  # how long the pop-up stays up
+REQUEST_LIMIT = 500  # characters of the teammate's request shown
+QUESTION_LIMIT = 400  # characters of the agent's question shown
+MAX_QUESTION = 8000  # a longer question is a mistake, not something to clip
+SETTLE_TIMEOUT = 5.0  # preflight (2 s) plus showing it; past this something is wrong
+CONFIRM_TIME = 120.0  # a group-send confirmation waits this long
+CONFIRM_BODY_LIMIT = 400
+NOTIFY_EVERY = 60.0  # at most one notification per sending person per minute...
+NOTIFY_MAX_AGE = 15 * 60.0  # ...and never for a message older than this
+NOTIFY_TIME = 10.0
+NOTIFY_BODY_LIMIT = 300
+
+log = logging.getLogger("hive.sidecar.ask")
+
+
+@dataclass
+class Question:
+    """A question up on this machine's screen for one session."""
+
+    key: str  # the asking session
+    asker: str  # its address when it asked
+    question: str  # as shown
+    about: str | None
+    request: str  # the teammate's request as shown ("" without about)
+    requester: str | None  # who sent the `about` message
+    prompt: Prompt
+    settled: anyio.Event = field(default_factory=anyio.Event)  # shown, or failed to show
+    done: anyio.Event = field(default_factory=anyio.Event)
+    answer: Answer | None = None
+    error: HiveError | None = None
+    waiting: set[anyio.CancelScope] = field(default_factory=set)  # calls waiting for it right now
+    approval: dict[str, Any] = field(default_factory=dict)  # where the approval went, if any
+    late: bool = False  # answered after every call gave up: delivered as a message
+
+
+@dataclass
+class Desk:
+    """Per-sidecar state of this module."""
+
+    questions: dict[str, Question] = field(default_factory=dict)
+    notified: dict[str, float] = field(default_factory=dict)  # sending person -> last notification
+
+
+_desks: weakref.WeakKeyDictionary[Sidecar, Desk] = weakref.WeakKeyDictionary()
+
+
+def desk(sidecar: Sidecar) -> Desk:
+    found = _desks.get(sidecar)
+    if found is None:
+        found = _desks[sidecar] = Desk()
+    return found
+
+
+def _backend(request: Mapping[str, Any]) -> Backend:
+    desktop = request.get("desktop")
+    if desktop is not None and not isinstance(desktop, dict):
+        raise BadRequest("desktop must be an object of the client's desktop variables")
+    return backend_for(find_desktop(desktop))
+
+
+def _seconds(request: Mapping[str, Any], name: str, default: float, low: float, high: float) -> float:
+    value = request.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise BadRequest(f"{name} is a number of seconds, at most {high:g}")
+    return min(max(float(value), low), high)
+
+
+# ---- ask ---------------------------------------------------------------------------------
+
+def _asker(sidecar: Sidecar, request: Mapping[str, Any]) -> tuple[str, str, Session | None]:
+    """Who asks: (key for one-question-at-a-time, address, session); no session is the person's terminal."""
+    ref = request.get("session")
+    if ref in (None, "", "terminal", sidecar.terminal):
+        return "terminal", sidecar.terminal, None
+    session = sidecar._session_ref(ref)
+    return session.key, sidecar.sessions.address(session), session
+
+
+async def _about(sidecar: Sidecar, address: str, about: Any) -> tuple[str | None, str, str | None]:
+    """The teammate's request this question is about: (id, its text as shown, its sender)."""
+    if about in (None, ""):
+        return None, "", None
+    if not isinstance(about, str) or len(about) > 64:
+        raise BadRequest("about is the id of a teammate's message to this session")
+    row = await sidecar.store.fetchone("SELECT sender, body FROM messages WHERE id = ? AND recipient = ?",
+                                       (about, address))
+    if row is None:
+        raise NotFound(f"no message {about} was sent to {address}; `about` takes the id of a teammate's "
+                       "message to this session (the id in its <hive-message> frame)")
+    sender, body = str(row[0]), str(row[1])
+    return about, clip(clean(body), REQUEST_LIMIT), sender
+
+
+def _prompt(asker: str, question: str, requester: str | None, request: str, expire: float) -> Prompt:
+    if requester:
+        body = f"{clean(requester)} asks:\n“{request}”\n\n{question}"
+    else:
+        body = question
+    return Prompt(title=f"hive · {asker} asks you", body=body, timeout=expire)
+
+
+async def op_ask(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    key, asker, session = _asker(sidecar, request)
+    raw = request.get("question")
+    if not isinstance(raw, str) or not clean(raw):
+        raise BadRequest("ask needs a non-empty 'question' for your person")
+    if len(raw) > MAX_QUESTION:
+        raise BadRequest(f"a question is limited to {MAX_QUESTION} characters; "
+                         f"the pop-up shows {QUESTION_LIMIT}")
+    wait = _seconds(request, "wait", ASK_WAIT, 0.0, ASK_WAIT)
+    expire = _seconds(request, "expire", POPUP_TIME, 1.0, POPUP_TIME)
+    question = clip(clean(raw), QUESTION_LIMIT)
+    try:
+        about, shown_request, requester = await _about(sidecar, asker, request.get("about"))
+    except NotFound:
+        # With no desktop the agent asks in-session either way: that is the more useful answer.
+        try:
+            await _backend(request).available()
+        except NoDesktop as exc:
+            raise _in_session(exc, str(request.get("about"))) from exc
+        raise
+    if session is not None:
+        sidecar.sessions.seen(session)
+    questions = desk(sidecar).questions
+    current = questions.get(key)
+    if current is not None and not current.done.is_set():
+        if (current.question, current.about) != (question, about):
+            raise Conflict(
+                f"your question “{clip(current.question, 120)}” is still up on your person's screen; "
+                "wait for its answer (asking it again joins the wait) before asking another")
+    else:
+        current = Question(key=key, asker=asker, question=question, about=about, request=shown_request,
+                           requester=requester, prompt=_prompt(asker, question, requester, shown_request, expire))
+        questions[key] = current
+        sidecar.tasks.start_soon(_run_question, sidecar, current, _backend(request))
+    with anyio.fail_after(SETTLE_TIMEOUT):
+        await current.settled.wait()
+    if current.error is not None:
+        raise _in_session(current.error, about)
+    with anyio.move_on_after(wait) as scope:
+        current.waiting.add(scope)
+        try:
+            await current.done.wait()
+        finally:
+            current.waiting.discard(scope)
+    return _result(sidecar, current)
+
+
+async def op_ask_stop(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """A client abandoned its ``ask`` call: stop waiting, so a later answer comes as a message."""
+    key, _, _ = _asker(sidecar, request)
+    current = desk(sidecar).questions.get(key)
+    scopes = list(current.waiting) if current is not None else []
+    for scope in scopes:
+        scope.cancel()
+    return {"stopped": len(scopes)}
+
+
+def _in_session(error: HiveError, about: str | None) -> HiveError:
+    if not isinstance(error, NoDesktop):
+        return error
+    regarding = f" Say that it is about message {about}." if about else ""
+    return NoDesktop(f"hive cannot show your person a pop-up here ({error.message}). Ask them this question "
+                     f"yourself, in your own session, and wait for their answer.{regarding}")
+
+
+async def _run_question(sidecar: Sidecar, question: Question, backend: Backend) -> None:
+    try:
+        async with backend.show(question.prompt) as popup:
+            question.settled.set()
+            question.answer = await popup.answer()
+    except HiveError as exc:
+        question.error = exc
+    except Exception:
+        log.exception("the pop-up for %s failed", question.asker)
+        question.error = HiveError("the pop-up failed; see sidecar.log")
+    finally:
+        question.settled.set()
+        with anyio.CancelScope(shield=True):
+            try:
+                if question.answer is not None:
+                    await _after_answer(sidecar, question)
+            except Exception:
+                log.exception("delivering the answer for %s failed", question.asker)
+            finally:
+                question.done.set()
+
+
+async def _after_answer(sidecar: Sidecar, question: Question) -> None:
+    if question.about and question.requester and question.answer in (Answer.APPROVED, Answer.DENIED):
+        question.approval = await _send_approval(sidecar, question)
+    if not question.waiting:
+        question.late = True
+        await _deliver_late(sidecar, question)
+
+
+def _decision(answer: Answer) -> str:
+    return "approved" if answer is Answer.APPROVED else "denied"
+
+
+NOTES = {
+    Answer.APPROVED: "Your person approved.",
+    Answer.DENIED: "Your person denied it.",
+    Answer.DISMISSED: "Your person closed the pop-up without choosing: that is not a yes.",
+    Answer.EXPIRED: "The pop-up expired without an answer: that is not a yes.",
+    Answer.CLOSED: "The pop-up was taken away before your person answered (their desktop session or its "
+                   "notification service went away): that is not a yes.",
+}
+
+
+def _result(sidecar: Sidecar, question: Question) -> dict[str, Any]:
+    answer = question.answer
+    if answer is None:
+        note = (f"No answer yet. The pop-up stays up for {question.prompt.timeout / 60:g} minutes; if your person "
+                f"answers, the answer arrives as a message from {sidecar.terminal}. Asking the same question "
+                "again joins this wait; a different one is refused until this one is answered.")
+    else:
+        note = NOTES[answer]
+    if question.approval.get("note"):
+        note += " " + question.approval["note"]
+    return {"answer": answer.value if answer else "waiting", "question": question.question,
+            "about": question.about, "request": question.request, "from": question.requester,
+            "approval": question.approval or None, "note": note}
+
+
+async def _deliver_late(sidecar: Sidecar, question: Question) -> None:
+    assert question.answer is not None
+    session = sidecar.sessions.by_key.get(question.key)
+    address = sidecar.sessions.address(session) if session is not None else question.asker  # renamed since
+    body = (f"Your person answered your question after your ask_user call had stopped waiting: "
+            f"{NOTES[question.answer]}\nQuestion, as shown: “{question.question}”")
+    if question.about:
+        body += f"\nIt was about message {question.about}."
+    message = Message(id=new_ulid(), sender=sidecar.terminal, sender_kind="person", sender_agent="",
+                      sender_repo="", recipient=address, reply_to=None, body=body, wake=True, sent_at=time.time())
+    await deliver_local(sidecar, message, None)
+
+
+async def deliver_local(sidecar: Sidecar, message: Message, sender_key: str | None) -> tuple[str, str]:
+    """Deposit one message for a mailbox on this machine and wake its session as ``send`` would."""
+    waiting = sidecar.parked[message.recipient] > 0
+    await sidecar.mailbox.deposit([message], sender_key)
+    entry = next((e for e in sidecar.directory() if e.address == message.recipient), None)
+    return await sidecar._after_deposit(Target(message.recipient, entry), message.wake, waiting)
+
+
+async def _send_approval(sidecar: Sidecar, question: Question) -> dict[str, Any]:
+    """Send the answer to the requesting session as an approval record; say where it went."""
+    from .approvals import Approval
+
+    assert question.answer is not None and question.requester and question.about
+    session = sidecar.sessions.by_key.get(question.key)
+    live = session is not None and sidecar.sessions.is_live(session)
+    sender = sidecar.sessions.address(session) if live and session is not None else sidecar.terminal
+    record = Approval(about=question.about, asker=question.requester, approver=sidecar.settings.person,
+                      decision=_decision(question.answer), request=question.request, question=question.question,
+                      note="answered in a desktop pop-up", at=int(time.time() * 1000))
+    body = f"{sidecar.settings.person} {record.decision} your request (message {question.about})."
+    person = question.requester.split("/", 1)[0]
+    if person != sidecar.settings.person:
+        # Another machine's session: the record travels signed, over the mesh.
+        return {"to": question.requester, "state": "not_sent", "record": record.to_dict(),
+                "note": f"The approval could not be sent to {question.requester}: this sidecar has no link to "
+                        "teammates' machines yet. Tell them the answer yourself."}
+    # On this machine the sidecar made the record itself: verified by construction, no signature needed.
+    approval = json.dumps({"record": record.to_dict(), "by": "", "sig": "", "verified": True}, ensure_ascii=False)
+    message = Message(id=new_ulid(), sender=sender, sender_kind="agent" if live else "person",
+                      sender_agent=session.agent if live and session else "",
+                      sender_repo=session.repo if live and session else "", recipient=question.requester,
+                      reply_to=question.about, body=body, wake=True, sent_at=time.time(), approval=approval)
+    try:
+        state, _ = await deliver_local(sidecar, message, question.key if live else None)
+    except HiveError as exc:
+        return {"to": question.requester, "state": "failed", "note": f"The approval was not sent: {exc.message}"}
+    return {"to": question.requester, "id": message.id, "state": state, "record": record.to_dict(),
+            "note": f"The approval went to {question.requester}."}
+
+
+# ---- group sends -------------------------------------------------------------------------
+
+def group_question(to: str, count: int) -> str:
+    sessions = "session" if count == 1 else "sessions"
+    every = "the" if count == 1 else "all"
+    if to == "*":
+        return f"Send this to {every} {count} {sessions} on your team?"
+    if to.startswith("repo:"):
+        return f"Send this to {every} {count} {sessions} in {to[5:].strip().strip('/')}?"
+    return f"Send this to {every} {count} of {to[:-2]}'s {sessions}?"
+
+
+async def confirm_group(sidecar: Sidecar, conn: Connection, request: Mapping[str, Any], question: str,
+                        body: str) -> str:
+    """Return how the person confirmed ``question`` ("desktop" or "terminal"), or raise.
+
+    A group address or a loop-guard override from the person's own mailbox is confirmed in a
+    pop-up, not inferred from a ``…/terminal`` sender any process can claim. Without a desktop
+    the client may ask on its own terminal (``confirm_on_terminal``; it repeats the request with
+    ``confirmed_on_terminal`` set to the question it asked); with neither, the send is refused.
+    """
+    prompt = Prompt(title="hive · confirm a send", body=f"{question}\n\n“{clip(clean(body), CONFIRM_BODY_LIMIT)}”",
+                    timeout=CONFIRM_TIME)
+    try:
+        async with _backend(request).show(prompt) as popup:
+            answer = await popup.answer()
+    except NoDesktop as exc:
+        if not conn.at_terminal:
+            raise Refused(f"not sent: “{question}” needs your confirmation, and there is neither a desktop to ask "
+                          f"on ({exc.message}) nor a terminal. Send to one session at a time, or run "
+                          "`hive send` in a terminal.") from exc
+        if request.get("confirmed_on_terminal") == question:
+            return "terminal"
+        raise ConfirmOnTerminal(question) from exc
+    if answer is Answer.APPROVED:
+        return "desktop"
+    raise Refused(f"not sent: you did not confirm “{question}” ({answer.value})")
+
+
+# ---- notify ------------------------------------------------------------------------------
+
+async def notify_person(sidecar: Sidecar, request: Mapping[str, Any], sender: str,
+                        messages: list[Message]) -> dict[str, Any]:
+    """Show a sent message as a notification to its recipient person, if they are at this machine."""
+    mine = [m for m in messages if m.recipient.split("/", 1)[0] == sidecar.settings.person]
+    if not mine:
+        return {"notified": False, "notify_note": "No notification: the recipient's person is on another machine, "
+                                                  "and notifications across machines are not available yet."}
+    message = mine[0]
+    now = time.time()
+    if now - message.sent_at > NOTIFY_MAX_AGE:
+        return {"notified": False, "notify_note": "No notification: the message is older than 15 minutes."}
+    person = sender.split("/", 1)[0]
+    notified = desk(sidecar).notified
+    last = notified.get(person, 0.0)
+    if now - last < NOTIFY_EVERY:
+        return {"notified": False,
+                "notify_note": f"No notification: {person} already notified this person in the last minute."}
+    prompt = Prompt(title=f"hive · {sender}", body=clip(clean(message.body), NOTIFY_BODY_LIMIT),
+                    timeout=NOTIFY_TIME, question=False)
+    shown = anyio.Event()
+    failure: list[HiveError] = []
+
+    async def show() -> None:
+        try:
+            async with _backend(request).show(prompt) as popup:
+                shown.set()
+                await popup.answer()
+        except HiveError as exc:
+            failure.append(exc)
+        except Exception:
+            log.exception("the notification for %s failed", message.id)
+            failure.append(HiveError("the notification failed; see sidecar.log"))
+        finally:
+            shown.set()
+
+    notified[person] = now  # counted on the attempt, so a failing desktop is not retried in a loop
+    sidecar.tasks.start_soon(show)
+    with anyio.move_on_after(SETTLE_TIMEOUT):
+        await shown.wait()
+    if failure:
+        return {"notified": False, "notify_note": f"No notification was shown: {failure[0].message}"}
+    return {"notified": True, "notify_note": f"{sidecar.settings.person} was shown a desktop notification."}
+
+
+OPS = {"ask": op_ask, "ask_stop": op_ask_stop}

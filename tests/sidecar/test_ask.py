@@ -1,0 +1,363 @@
+"""ask_user against a real notification server: dunst on Xvfb, a private session bus, real clicks.
+
+The sidecars here start without any desktop in their environment (as from a hook or a service);
+the desktop reaches them from the asking client or from the user's runtime directory.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from hive.sidecar.errors import Conflict, HiveError, NoDesktop, from_wire
+from tests.conftest import Hive
+from tests.sidecar.desktop import Desktop, no_desktop_env, start_sidecar
+from tests.sidecar.test_mcp_server import call, data, error_code, hive_mcp, text
+
+pytestmark = pytest.mark.anyio
+
+
+class Raw:
+    """Requests on fresh socket connections, each in a thread, so several can wait at once."""
+
+    def __init__(self, hive: Hive) -> None:
+        self.hive = hive
+
+    async def call(self, op: str, **args: Any) -> dict[str, Any]:
+        reply = await anyio.to_thread.run_sync(lambda: self.hive.request({"id": 1, "op": op, **args}, timeout=60))
+        if not reply["ok"]:
+            raise from_wire(reply["error"])
+        return dict(reply["result"])
+
+
+@asynccontextmanager
+async def client(hive: Hive) -> AsyncIterator[Raw]:
+    yield Raw(hive)
+
+
+async def register(c: Raw, key: str, cwd: str, agent: str = "codex") -> str:
+    result = await c.call("register", session={"key": key, "agent": agent, "cwd": cwd})
+    return str(result["address"])
+
+
+async def answered_after(action: Callable[[], None], ask: Callable[[], Any]) -> Any:
+    """Start ``ask``, do ``action`` (a click) once the pop-up is up, and return what ``ask`` returned."""
+    outcome: dict[str, Any] = {}
+
+    async def run() -> None:
+        try:
+            outcome["result"] = await ask()
+        except HiveError as exc:
+            outcome["error"] = exc
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(run)
+            await anyio.to_thread.run_sync(action)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
+
+
+def sidecar_without_desktop(hive: Hive, runtime: Path) -> None:
+    start_sidecar(hive, no_desktop_env(runtime))
+
+
+async def test_approve_and_deny_clicked_in_the_pop_up_are_the_answers_ask_user_returns(
+        make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
+    hive = make_hive()
+    sidecar_without_desktop(hive, empty_runtime)  # the desktop comes only from the MCP client
+    async with hive_mcp(hive, env={"DBUS_SESSION_BUS_ADDRESS": desktop.bus, "DISPLAY": desktop.display}) as mcp:
+        approved = await answered_after(lambda: desktop.click("approve"),
+                                        lambda: call(mcp, "ask_user", as_="a", question="Deploy to staging?"))
+        denied = await answered_after(lambda: desktop.click("deny"),
+                                      lambda: call(mcp, "ask_user", as_="a", question="Drop the old table?"))
+
+    assert data(approved)["answer"] == "approved" and text(approved).startswith("Your person approved.")
+    assert data(approved)["question"] == "Deploy to staging?"
+    assert data(denied)["answer"] == "denied" and text(denied).startswith("Your person denied it.")
+
+
+async def test_without_a_client_desktop_the_sidecar_finds_the_users_own_bus(make_hive: Any, desktop: Desktop) -> None:
+    hive = make_hive()
+    sidecar_without_desktop(hive, desktop.runtime)  # only XDG_RUNTIME_DIR/bus leads to the desktop
+    async with client(hive) as c:
+        await register(c, "s1", "/src/api")
+        result = await answered_after(lambda: desktop.click("deny"),
+                                      lambda: c.call("ask", session="s1", question="Merge it?"))
+    assert result["answer"] == "denied"
+
+
+async def test_a_forged_action_invoked_from_another_bus_client_is_ignored(
+        make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
+    from jeepney import DBusAddress, HeaderFields, new_signal
+    from jeepney.bus_messages import message_bus
+    from jeepney.io.blocking import open_dbus_connection
+
+    hive = make_hive()
+    sidecar_without_desktop(hive, empty_runtime)
+
+    def forge_then_deny() -> None:
+        desktop.wait_displayed()
+        emitter = DBusAddress("/org/freedesktop/Notifications", interface="org.freedesktop.Notifications")
+        with open_dbus_connection(bus=desktop.bus) as forger:
+            names = forger.send_and_get_reply(message_bus.ListNames(), timeout=5).body[0]
+            for notification_id in range(1, 20):
+                # Broadcast, as dbus-send --type=signal does, and addressed to every client directly.
+                forger.send(new_signal(emitter, "ActionInvoked", "us", (notification_id, "approve")))
+                for name in names:
+                    if name.startswith(":"):
+                        direct = new_signal(emitter, "ActionInvoked", "us", (notification_id, "approve"))
+                        direct.header.fields[HeaderFields.destination] = name
+                        forger.send(direct)
+            forger.send_and_get_reply(message_bus.GetId(), timeout=5)  # everything above is on the bus
+        desktop.click("deny")
+
+    async with client(hive) as c:
+        result = await answered_after(
+            forge_then_deny, lambda: c.call("ask", question="Rotate the keys?", desktop={"DBUS_SESSION_BUS_ADDRESS":
+                                                                                         desktop.bus}))
+    assert result["answer"] == "denied"
+
+
+async def test_closing_the_pop_up_or_letting_it_expire_is_a_clear_non_answer(
+        make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
+    hive = make_hive()
+    sidecar_without_desktop(hive, empty_runtime)
+    where = {"DBUS_SESSION_BUS_ADDRESS": desktop.bus}
+    async with client(hive) as c:
+        await register(c, "s1", "/src/api")
+        closed = await answered_after(desktop.close, lambda: c.call("ask", session="s1", question="Ship?",
+                                                                     desktop=where))
+        expired = await c.call("ask", session="s1", question="Ship now?", desktop=where, expire=1)
+
+    assert closed["answer"] == "dismissed" and "not a yes" in closed["note"]
+    assert expired["answer"] == "expired" and "not a yes" in expired["note"]
+
+
+async def test_no_session_bus_is_no_desktop_and_the_agent_is_told_to_ask_in_its_session(
+        make_hive: Any, empty_runtime: Path) -> None:
+    hive = make_hive()
+    sidecar_without_desktop(hive, empty_runtime)
+    async with client(hive) as c:
+        await register(c, "s1", "/src/api")
+        with pytest.raises(NoDesktop) as raised:
+            await c.call("ask", session="s1", question="Deploy?")
+        with pytest.raises(NoDesktop) as bogus:
+            await c.call("ask", session="s1", question="Deploy?",
+                         desktop={"DBUS_SESSION_BUS_ADDRESS": f"unix:path={empty_runtime}/nothing-here"})
+    assert raised.value.code == bogus.value.code == "no_desktop"
+    assert "in your own session" in raised.value.message
+
+
+async def test_one_question_per_session_the_same_one_joins_the_wait_a_different_one_is_refused(
+        make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
+    hive = make_hive()
+    sidecar_without_desktop(hive, empty_runtime)
+    where = {"DBUS_SESSION_BUS_ADDRESS": desktop.bus}
+    answers: list[str] = []
+    async with client(hive) as c:
+        await register(c, "s1", "/src/api")
+        await register(c, "s2", "/src/web")
+
+        async def ask() -> None:
+            answers.append((await c.call("ask", session="s1", question="Tag v2?", desktop=where))["answer"])
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(ask)
+                await anyio.to_thread.run_sync(desktop.wait_displayed)
+                tg.start_soon(ask)
+                with pytest.raises(Conflict):
+                    await c.call("ask", session="s1", question="Tag v3?", desktop=where)
+                other = await answered_after(lambda: (desktop.wait_displayed(2), desktop.click("deny", "web-codex")),
+                                             lambda: c.call("ask", session="s2", question="Tag v3?", desktop=where))
+                await anyio.to_thread.run_sync(desktop.click, "approve", "api-codex")
+
+    assert other["answer"] == "denied"  # another session's question is its own
+    assert answers == ["approved", "approved"]
+    assert desktop.displayed() == 0
+
+
+async def test_an_answer_after_the_call_gave_up_arrives_as_a_message_from_the_persons_terminal(
+        make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
+    hive = make_hive()
+    sidecar_without_desktop(hive, empty_runtime)
+    async with client(hive) as c:
+        await register(c, "s1", "/src/api")
+        gave_up = await c.call("ask", session="s1", question="Restart prod?", wait=0.2,
+                               desktop={"DBUS_SESSION_BUS_ADDRESS": desktop.bus})
+        await anyio.to_thread.run_sync(desktop.click, "approve")
+        with anyio.fail_after(10):
+            inbox = await c.call("inbox", session="s1", wait=10)
+
+    assert gave_up["answer"] == "waiting" and "alice/terminal" in gave_up["note"]
+    (message,) = inbox["messages"]
+    assert message["from"] == "alice/terminal"
+    assert "Your person approved." in message["body"] and "Restart prod?" in message["body"]
+
+
+async def test_about_shows_the_teammates_request_first_and_sends_them_the_approval(
+        make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
+    hive = make_hive()
+    sidecar_without_desktop(hive, empty_runtime)
+    long_request = "May I drop the legacy users table? " + "x" * 600
+    async with client(hive) as c:
+        api = await register(c, "s1", "/src/api")
+        web = await register(c, "s2", "/src/web")
+        sent = await c.call("send", **{"from": "s2", "to": api, "body": long_request})
+        request_id = sent["results"][0]["id"]
+        question = "Let web drop the users table?\u202e\u200b " + "q" * 500
+        result = await answered_after(
+            lambda: desktop.click("approve"),
+            lambda: c.call("ask", session="s1", question=question, about=request_id,
+                           desktop={"DBUS_SESSION_BUS_ADDRESS": desktop.bus}))
+        inbox = await c.call("inbox", session="s2")
+
+    assert result["answer"] == "approved" and result["from"] == web
+    assert len(result["request"]) <= 500 and result["request"].endswith("[…]")
+    assert result["request"].startswith("May I drop the legacy users table?")
+    assert len(result["question"]) <= 400 and "\u202e" not in result["question"] and "\u200b" not in result["question"]
+    assert result["approval"]["to"] == web and result["approval"]["state"] in ("queued", "delivered")
+    shown = json.loads(desktop.history())["data"][0][0]["body"]["data"]
+    assert shown.index("May I drop") < shown.index("Let web drop") and f"{web} asks" in shown
+    (message,) = inbox["messages"]
+    assert message["reply_to"] == request_id
+    approval = message["approval"]
+    assert approval["decision"] == "approved" and approval["approver"] == "alice" and approval["asker"] == web
+    assert approval["request"] == result["request"] and approval["question"] == result["question"]
+    assert f'<hive-approval from="alice" asker="{web}" about="{request_id}" decision="approved" verified>' \
+        in inbox["text"]
+
+
+async def test_about_must_name_a_message_to_this_session(make_hive: Any, desktop: Desktop,
+                                                          empty_runtime: Path) -> None:
+    hive = make_hive()
+    sidecar_without_desktop(hive, empty_runtime)
+    async with client(hive) as c:
+        await register(c, "s1", "/src/api")
+        await register(c, "s2", "/src/web")
+        sent = await c.call("send", **{"from": "s1", "to": "alice/web-codex", "body": "to web, not to api"})
+        with pytest.raises(HiveError) as raised:
+            await c.call("ask", session="s1", question="OK?", about=sent["results"][0]["id"],
+                         desktop={"DBUS_SESSION_BUS_ADDRESS": desktop.bus})
+    assert raised.value.code == "not_found"
+
+
+# ---- group sends ---------------------------------------------------------------------------
+
+def hive_send(hive: Hive, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "hive.sidecar.cli", "send", *args],
+                          env={**env, "HIVE_HOME": str(hive.home)}, capture_output=True, text=True, timeout=60,
+                          stdin=subprocess.DEVNULL, start_new_session=True)  # no controlling terminal
+
+
+async def test_a_group_send_from_the_cli_is_confirmed_in_a_pop_up(make_hive: Any, desktop: Desktop,
+                                                                   empty_runtime: Path) -> None:
+    hive = make_hive()
+    sidecar_without_desktop(hive, empty_runtime)
+    async with client(hive) as c:
+        await register(c, "s1", "/src/api")
+        await register(c, "s2", "/src/web")
+        approved = await answered_after(lambda: desktop.click("approve"),
+                                        lambda: anyio.to_thread.run_sync(hive_send, hive, desktop.env, "*", "lunch"))
+        shown = json.loads(desktop.history())["data"][0][0]["body"]["data"]
+        denied = await answered_after(lambda: desktop.click("deny"),
+                                      lambda: anyio.to_thread.run_sync(hive_send, hive, desktop.env, "*", "again"))
+        unread = [(await c.call("unread", session=s))["count"] for s in ("s1", "s2")]
+        framed = (await c.call("inbox", session="s1"))["text"]
+
+    assert approved.returncode == 0, approved.stderr
+    assert "Send this to all 2 sessions on your team?" in shown and "lunch" in shown
+    assert denied.returncode == 1 and "not sent" in denied.stderr
+    assert unread == [1, 1]
+    assert "Typed by alice at a terminal" in framed
+
+
+async def test_a_group_send_with_neither_desktop_nor_terminal_is_refused(make_hive: Any,
+                                                                         empty_runtime: Path) -> None:
+    hive = make_hive()
+    sidecar_without_desktop(hive, empty_runtime)
+    async with client(hive) as c:
+        await register(c, "s1", "/src/api")
+        result = await anyio.to_thread.run_sync(hive_send, hive, no_desktop_env(empty_runtime), "*", "hello")
+        unread = (await c.call("unread", session="s1"))["count"]
+    assert result.returncode == 1 and "[refused]" in result.stderr
+    assert unread == 0
+
+
+def test_a_group_send_without_a_desktop_is_confirmed_at_the_clis_own_terminal(make_hive: Any,
+                                                                               empty_runtime: Path) -> None:
+    from tests.sidecar.terminal import run_in_terminal_answering
+
+    hive = make_hive()
+    env = no_desktop_env(empty_runtime, HIVE_HOME=str(hive.home))
+    start_sidecar(hive, env)
+    for key, cwd in (("s1", "/src/api"), ("s2", "/src/web")):
+        assert hive.request({"id": 1, "op": "register", "session": {"key": key, "agent": "codex", "cwd": cwd}})["ok"]
+    declined, said_no = run_in_terminal_answering(env, "n", "send", "*", "first")
+    confirmed, said_yes = run_in_terminal_answering(env, "y", "send", "*", "second")
+
+    assert declined == 1 and "Send this to all 2 sessions on your team? [y/N]" in said_no
+    assert confirmed == 0, said_yes
+    unread = [hive.request({"id": 1, "op": "inbox", "session": s})["result"]["messages"] for s in ("s1", "s2")]
+    assert [[m["body"] for m in u] for u in unread] == [["second"], ["second"]]
+
+
+async def test_an_agent_still_cannot_address_a_group(make_hive: Any, desktop: Desktop) -> None:
+    hive = make_hive()
+    sidecar_without_desktop(hive, desktop.runtime)
+    async with client(hive) as c:
+        await register(c, "s1", "/src/api")
+        await register(c, "s2", "/src/web")
+        with pytest.raises(HiveError) as raised:
+            await c.call("send", **{"from": "s1", "to": "*", "body": "all of you"})
+    assert raised.value.code == "group_refused"
+    assert desktop.displayed() == 0
+
+
+# ---- notify --------------------------------------------------------------------------------
+
+async def test_notify_shows_the_message_once_a_minute_per_sending_person(make_hive: Any, desktop: Desktop,
+                                                                          empty_runtime: Path) -> None:
+    hive = make_hive()
+    sidecar_without_desktop(hive, empty_runtime)
+    async with hive_mcp(hive, env={"DBUS_SESSION_BUS_ADDRESS": desktop.bus}) as mcp:
+        await call(mcp, "whoami", as_="web")
+        first = await call(mcp, "send_message", as_="a", to="alice/terminal", message="build is green",
+                           notify=True)
+        second = await call(mcp, "send_message", as_="a", to="alice/terminal", message="and deployed",
+                            notify=True)
+        await anyio.to_thread.run_sync(desktop.wait_displayed)
+
+    assert data(first)["notified"] is True
+    assert data(second)["notified"] is False and "last minute" in text(second)
+    assert "build is green" in desktop.dunstctl("history") or desktop.displayed() == 1
+
+
+async def test_notify_without_a_desktop_still_sends_and_says_why_nothing_was_shown(
+        make_hive: Any, empty_runtime: Path) -> None:
+    hive = make_hive()
+    sidecar_without_desktop(hive, empty_runtime)
+    async with hive_mcp(hive) as mcp:
+        result = await call(mcp, "send_message", as_="a", to="alice/terminal", message="hi", notify=True)
+    assert data(result)["notified"] is False
+    assert data(result)["results"][0]["state"] == "queued"
+    assert "No notification was shown" in text(result)
+
+
+async def test_ask_user_with_no_desktop_is_an_error_code_through_mcp(make_hive: Any, empty_runtime: Path) -> None:
+    hive = make_hive()
+    sidecar_without_desktop(hive, empty_runtime)
+    async with hive_mcp(hive) as mcp:
+        result = await call(mcp, "ask_user", as_="a", question="Deploy?", about="01JZZZZZZZZZZZZZZZZZZZZZZZ")
+    assert error_code(result) == "no_desktop"
+    assert "01JZZZZZZZZZZZZZZZZZZZZZZZ" in text(result)
