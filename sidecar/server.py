@@ -28,11 +28,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
-from anyio.abc import SocketAttribute, SocketStream
+from anyio.abc import SocketAttribute, SocketStream, TaskGroup
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from . import __version__
 from .addresses import Entry, Target, is_group, resolve
+from .ask import confirm_group, group_question, notify_person
 from .config import HOUR, Settings, load_settings
 from .defang import brackets, one_line
 from .errors import BadRequest, Conflict, HiveError, NotFound, TooLarge, UnknownOp
@@ -88,6 +89,7 @@ OP_MODULES: tuple[str, ...] = (
     "hive.sidecar.attach",
     "hive.sidecar.hooks",
     "hive.sidecar.mesh",
+    "hive.sidecar.ask",
     "hive.sidecar.team",
 )
 
@@ -113,6 +115,7 @@ class Sidecar:
         self.sessions: Sessions
         self.mailbox: Mailbox
         self.mesh: Mesh
+        self.tasks: TaskGroup  # work that outlives the request that started it (a pop-up left up)
         self._stop = anyio.Event()
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -138,6 +141,7 @@ class Sidecar:
             os.chmod(self.paths.socket, 0o600)
             log.info("sidecar %s listening on %s (pid %d)", __version__, self.paths.socket, os.getpid())
             async with listener, anyio.create_task_group() as tg:
+                self.tasks = tg
                 tg.start_soon(self._watch_signals, tg.cancel_scope)
                 tg.start_soon(listener.serve, self._serve_connection, tg)
                 await tg.start(self.mesh.run)
@@ -391,10 +395,16 @@ class Sidecar:
         else:
             sender, agent, repo = self.terminal, "", ""
             kind = "person" if conn.at_terminal else "agent"
+        # A group goes out only from the person's own mailbox, and only once they confirm it in a
+        # pop-up (or, with no desktop, at this client's terminal): see ask.confirm_group.
+        group = sender_session is None and is_group(to)
         targets = resolve(to, self.directory(), {self.settings.person} | self.mesh.people(), sender,
-                          may_use_groups=kind == "person")
+                          may_use_groups=group)
         if is_group(to) and not targets:
             raise NotFound(f"no live session matches {to}")
+        if group:
+            await confirm_group(self, conn, request, group_question(to, len(targets)), body)
+            kind = "person"
         wake = not request.get("fyi")
         now = time.time()
         messages = [
@@ -414,7 +424,10 @@ class Sidecar:
                 continue
             state, note = await self._after_deposit(target, wake, target.address in waiting)
             results.append({"to": target.address, "id": message.id, "state": state, "note": note})
-        return {"from": sender, "results": results}
+        reply = {"from": sender, "results": results}
+        if request.get("notify"):
+            reply.update(await notify_person(self, request, sender, messages))
+        return reply
 
     async def _after_deposit(self, target: Target, wake: bool, waiting: bool) -> tuple[str, str]:
         if target.entry is None:
