@@ -37,6 +37,7 @@ from .ask import confirm_group, group_question, notify_person
 from .config import HOUR, Settings, load_settings
 from .defang import brackets, one_line
 from .errors import BadRequest, Conflict, HiveError, NotFound, TooLarge, UnknownOp
+from .gate import run_gate
 from .mailbox import Mailbox
 from .mesh import Mesh
 from .paths import StatePaths, ensure_home
@@ -91,6 +92,7 @@ OP_MODULES: tuple[str, ...] = (
     "hive.sidecar.mesh",
     "hive.sidecar.ask",
     "hive.sidecar.team",
+    "hive.sidecar.gate",
 )
 
 
@@ -141,6 +143,9 @@ class Sidecar:
             os.chmod(self.paths.socket, 0o600)
             log.info("sidecar %s listening on %s (pid %d)", __version__, self.paths.socket, os.getpid())
             async with listener, anyio.create_task_group() as tg:
+                # The gate loads its state before any request can reach it, then keeps its one
+                # timer (the earliest quiet-hours end or wait bound) in this task group.
+                await tg.start(run_gate, self)
                 self.tasks = tg
                 tg.start_soon(self._watch_signals, tg.cancel_scope)
                 tg.start_soon(listener.serve, self._serve_connection, tg)

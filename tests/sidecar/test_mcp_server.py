@@ -27,7 +27,7 @@ from tests.conftest import REPO, Hive
 pytestmark = pytest.mark.anyio
 
 HIVE_MCP = [sys.executable, "-m", "hive.sidecar.cli", "mcp"]
-TOOLS = {"list_team", "send_message", "check_inbox", "whoami", "rename", "ask_user"}
+TOOLS = {"list_team", "send_message", "check_inbox", "whoami", "rename", "ask_user", "digest"}
 INSPECTOR = REPO / ".cache" / "npm" / "node_modules" / ".bin" / "mcp-inspector"
 
 
