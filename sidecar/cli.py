@@ -294,6 +294,9 @@ def cmd_team(args: argparse.Namespace) -> int:
         return 0
     team = result["team"]
     if team is None:
+        if result.get("problem"):
+            print(f"hive: {result['problem']}", file=sys.stderr)
+            return 1
         print("this machine is in no team: `hive init <team> --as <you>` or `hive join '<invite>' --as <you>`")
         return 0
     machines = sum(len(p["machines"]) for p in result["people"])

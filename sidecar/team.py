@@ -103,6 +103,7 @@ class Team:
         self.address_source: Callable[[], Sequence[str]] | None = None
         self.online_source: Callable[[], Collection[str]] | None = None
         self.link_info: Callable[[str], dict[str, Any]] | None = None
+        self.unavailable: KeyUnavailable | None = None  # in a team whose machine key cannot be read now
 
     # ---- what the mesh reads ---------------------------------------------------------
 
@@ -165,6 +166,8 @@ class Team:
     # ---- state -----------------------------------------------------------------------
 
     def _require(self) -> TeamState:
+        if self.unavailable is not None:
+            raise self.unavailable
         if self.state is None:
             raise NotFound("this machine is in no team: `hive init <team> --as <you>` founds one, "
                            "`hive join '<invite>' --as <you>` joins one")
@@ -186,12 +189,14 @@ class Team:
             return
         if refused:
             log.warning("dropped %d stored roster entries: %s", len(refused), refused[0].reason)
-        self._set(state)
         try:
             await self.ensure_identity()
         except KeyUnavailable as exc:
+            # Stay out of the team (the mesh stays idle) but keep its row: it comes back with the key.
             log.error("in team %s but the machine key is unavailable: %s", state.id[:8], exc.message)
+            self.unavailable = exc
             return
+        self._set(state)
         if self._roster().status(self._identity.key_id if self._identity else "") != "active":
             log.info("the stored roster no longer lists this machine as active; forgetting the team")
             await self._clear("removed")
@@ -338,6 +343,8 @@ class Team:
     async def init(self, team: str, person: str, machine: str, addresses: Sequence[str] = ()) -> dict[str, Any]:
         for label, value in (("team", team), ("person", person), ("machine", machine)):
             _check_name(label, value)
+        if self.unavailable is not None:
+            raise self.unavailable
         identity = await self.ensure_identity()
         async with self._lock:
             if self.state is not None:
@@ -422,6 +429,8 @@ class Team:
     async def prepare_join(self, link: str, person: str | None = None, machine: str | None = None,
                            addresses: Sequence[str] = ()) -> dict[str, Any]:
         """The joiner's side, before dialing: read the ticket and sign the join frame."""
+        if self.unavailable is not None:
+            raise self.unavailable
         if self.state is not None:
             raise Conflict(f"this machine is already in team {self._roster().name}; `hive leave` first")
         ticket = _decode(link)
@@ -531,8 +540,12 @@ class Team:
     def show(self) -> dict[str, Any]:
         settings = self.sc.settings
         if self.state is None or self.roster is None:
-            return {"team": None, "me": {"person": settings.person, "machine": settings.machine, "key":
-                    self._identity.key_id if self._identity else None}, "people": [], "departed": []}
+            shown: dict[str, Any] = {"team": None, "me": {"person": settings.person, "machine": settings.machine,
+                                     "key": self._identity.key_id if self._identity else None},
+                                     "people": [], "departed": []}
+            if self.unavailable is not None:
+                shown["problem"] = self.unavailable.message
+            return shown
         view = self.roster
         me = self.identity.key_id
 
