@@ -12,6 +12,7 @@ import pytest
 
 from hive.sidecar import roster
 from hive.sidecar.config import load_settings
+from hive.sidecar.identity import KeyUnavailable
 from hive.sidecar.mailbox import Mailbox
 from hive.sidecar.paths import StatePaths, ensure_home
 from hive.sidecar.server import Sidecar
@@ -284,3 +285,24 @@ async def test_merging_tells_subscribers_who_stopped_being_active(tmp_path: Path
     finally:
         await alice_sc.store.close()
         await bob_sc.store.close()
+
+
+@pytest.mark.anyio
+async def test_a_team_whose_machine_key_cannot_be_read_stays_out_and_says_why(tmp_path: Path) -> None:
+    sidecar = await sidecar_at(tmp_path / "a", "alice")
+    try:
+        await sidecar.team.init("acme", "alice", "box")  # type: ignore[attr-defined]
+    finally:
+        await sidecar.store.close()
+    (tmp_path / "a" / "machine.key").chmod(0o644)
+    again = await sidecar_at(tmp_path / "a", "alice")
+    try:
+        team: Team = again.team  # type: ignore[attr-defined]
+        assert team.team_id() is None and "chmod 600" in team.show()["problem"]
+        with pytest.raises(KeyUnavailable):
+            await team.invite()
+        with pytest.raises(KeyUnavailable):
+            await team.init("other", "alice", "box")  # never over the stored team
+        assert await again.store.fetchone("SELECT team_id FROM team") is not None
+    finally:
+        await again.store.close()
