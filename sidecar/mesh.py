@@ -53,6 +53,7 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from .addresses import Entry, Target
+from .approvals import receive_approval, wire_of
 from .config import DAY, slug
 from .defang import defang, one_line
 from .errors import BadRequest, NotFound, Refused
@@ -62,6 +63,7 @@ from .transport import (
     ALPN_JOIN,
     ALPN_TEAM,
     CLOSE_DUPLICATE,
+    CLOSE_NORMAL,
     CLOSE_PROTOCOL,
     CLOSE_REFUSED,
     FrameError,
@@ -86,6 +88,7 @@ FEATURES = ("receipts", "hold", "loop-guard")
 BACKOFF_START = 2.0
 BACKOFF_MAX = 60.0
 REPLACE_AFTER = 5.0  # a redial replaces an established link older than this
+PROBE_TIMEOUT = 5.0  # a peer that does not answer a ping in this long is taken for gone
 HELLO_TIMEOUT = 10.0
 PRESENCE_REFRESH = 60.0
 WINDOW = 128  # messages in flight per link, unacknowledged (aioquic's drain() never pushes back)
@@ -130,6 +133,7 @@ class MeshConfig:
     rate_window: float = RATE_WINDOW
     loop_limit: int = 12
     connect_timeout: float = 10.0
+    outbox_give_up: float = OUTBOX_GIVE_UP
     inbound_default: str = "accept"
     inbound_people: dict[str, str] = field(default_factory=dict)
 
@@ -168,6 +172,7 @@ def load_mesh_config(path: Path) -> MeshConfig:
         rate_window=float(mesh.get("rate_window", base.rate_window)),
         loop_limit=int(mesh.get("loop_limit", base.loop_limit)),
         connect_timeout=float(mesh.get("connect_timeout", base.connect_timeout)),
+        outbox_give_up=float(mesh.get("outbox_give_up", base.outbox_give_up)),
         inbound_default=default if default in POLICIES else "accept",
         inbound_people=people,
     )
@@ -382,6 +387,7 @@ class Mesh:
         self._addresses_dirty = False
         self._expelling: set[int] = set()
         self.eager: set[str] = set()  # dial these at once (the inviter, right after a join)
+        self._probing: set[int] = set()
         self._digest: tuple[Any, str] = (object(), "")
         self._presence_dirty: set[str] = set()
         self._sent_peers = ""
@@ -925,9 +931,22 @@ class Mesh:
     # ---- sending mail --------------------------------------------------------------------
 
     def _msg_payload(self, message: Message) -> dict[str, Any]:
-        return {"id": message.id, "from": message.sender, "to": message.recipient, "kind": message.sender_kind,
-                "agent": message.sender_agent, "repo": message.sender_repo, "reply_to": message.reply_to,
-                "body": message.body, "fyi": not message.wake, "sent_at": message.sent_at}
+        payload = {"id": message.id, "from": message.sender, "to": message.recipient, "kind": message.sender_kind,
+                   "agent": message.sender_agent, "repo": message.sender_repo, "reply_to": message.reply_to,
+                   "body": message.body, "fyi": not message.wake, "sent_at": message.sent_at}
+        approval = wire_of(message.approval)
+        if approval is not None:
+            payload["approval"] = approval  # signed by this machine (approvals.py)
+        return payload
+
+    def _approval(self, raw: dict[str, Any], peer: str, recipient: str, body: str) -> tuple[str | None, str]:
+        """An approval that came with a message: kept if it verifies, else stripped and noted in the body."""
+        roster = getattr(getattr(self.sc, "team", None), "roster", None)
+        approval, body, why = receive_approval(raw.get("approval"), roster=roster, delivered_by=peer,
+                                               arrived_at=recipient, body=body)
+        if why is not None:
+            log.info("stripped an approval from %s for %s: %s", peer[:12], recipient, why)
+        return approval, body
 
     async def send(self, pairs: Sequence[tuple[Target, Message]], sender_key: str | None) -> dict[str, dict[str, Any]]:
         """Queue messages for teammates' sessions; returns each one's result keyed by message id.
@@ -976,6 +995,7 @@ class Mesh:
             elif waiter.event.is_set():
                 state, note = "queued", f"{waiter.note}; it stays in the outbox and goes again shortly"
             else:
+                self._probe(peer)
                 member = self.team.member(peer)
                 who = f"{member.person}'s machine {member.machine}" if member else "that machine"
                 state = "queued"
@@ -995,6 +1015,27 @@ class Mesh:
             tg.start_soon(on_close)
             await waiter.event.wait()
             tg.cancel_scope.cancel()
+
+    def _probe(self, peer: str) -> None:
+        """A linked peer did not acknowledge in time: ping it now rather than at the next keepalive,
+        so a dead link is dropped (and its outbox waits for the next one) within seconds."""
+        link = self.links.get(peer)
+        if link is None or self._team_tg is None or id(link) in self._probing:
+            return
+        self._probing.add(id(link))
+
+        async def probe() -> None:
+            try:
+                with anyio.move_on_after(PROBE_TIMEOUT) as scope:
+                    await link.protocol.ping()
+                if scope.cancelled_caught:
+                    link.close(CLOSE_NORMAL, "no answer to a probe")
+            except ConnectionError:
+                link.close(CLOSE_NORMAL, "the connection is gone")
+            finally:
+                self._probing.discard(id(link))
+
+        self._team_tg.start_soon(probe)
 
     async def _send_msg(self, link: Link, payload: dict[str, Any]) -> bool:
         flow = self.flows.get(id(link))
@@ -1039,7 +1080,9 @@ class Mesh:
         if member is None or not member.active:
             cutoff, note = now + 1, "failed: that machine is no longer in the team"
         else:
-            cutoff, note = now - OUTBOX_GIVE_UP, "failed: gave up after 7 days; the machine was never reachable"
+            days = self.config.outbox_give_up / DAY
+            cutoff = now - self.config.outbox_give_up
+            note = f"failed: gave up after {days:g} days; the machine was never reachable"
         await self.sc.store.write([(
             "UPDATE outbox SET pending = 0, state = 'failed', note = ?, updated_at = ? "
             "WHERE pending = 1 AND peer = ? AND created_at < ?", (note, now, peer, cutoff))])
@@ -1236,10 +1279,11 @@ class Mesh:
         if thread is None:
             await self._refuse(link, message_id, sender, recipient, self._loop_note())
             return
+        approval, body = self._approval(raw, link.peer, recipient, body)
         message = Message(id=message_id, sender=sender, sender_kind=kind,
                           sender_agent=one_line(raw.get("agent"), 32), sender_repo=one_line(raw.get("repo"), 200),
                           recipient=recipient, reply_to=reply_to, body=body, wake=not raw.get("fyi"),
-                          sent_at=time.time())
+                          sent_at=time.time(), approval=approval)
         now = time.time()
         if policy == "hold":
             note = f"held: {local_person} sees it and approves it before any session does"
@@ -1315,7 +1359,7 @@ class Mesh:
         results = []
         for message_id in ids:
             row = await self.sc.store.fetchone(
-                "SELECT frame, recipient FROM inbound WHERE id = ? AND state = 'held'", (message_id,))
+                "SELECT frame, recipient, peer FROM inbound WHERE id = ? AND state = 'held'", (message_id,))
             if row is None:
                 results.append({"id": message_id, "state": "not_held"})
                 continue
@@ -1329,10 +1373,11 @@ class Mesh:
             recipient = row[1]
             name = recipient.split("/", 1)[1]
             entry = next((e for e in self.sc.directory() if e.key is not None and e.name == name), None)
+            approval, body = self._approval(raw, row[2], recipient, raw["body"])  # checked again: time passed
             message = Message(id=message_id, sender=raw["from"], sender_kind=raw.get("kind", "agent"),
                               sender_agent=raw.get("agent", ""), sender_repo=raw.get("repo", ""),
-                              recipient=recipient, reply_to=raw.get("reply_to"), body=raw["body"],
-                              wake=not raw.get("fyi"), sent_at=time.time())
+                              recipient=recipient, reply_to=raw.get("reply_to"), body=body,
+                              wake=not raw.get("fyi"), sent_at=time.time(), approval=approval)
             state, note = await self._deposit(message, entry)
             await self.sc.store.write([(
                 "UPDATE inbound SET state = 'accepted', due = 'delivered', frame = NULL, note = ? WHERE id = ?",

@@ -379,3 +379,17 @@ def test_presence_from_a_peer_is_cut_to_counts_lengths_and_one_printable_line() 
     assert presence["peers"] == {"a" * 64: ["10.0.0.1:5"]}
     assert sanitise_presence("junk") == {"sessions": [], "known": [], "features": [], "addresses": [], "peers": {}}
     assert json.dumps(presence)  # what is stored is plain JSON
+
+
+def test_the_outbox_gives_up_visibly_when_the_recipient_never_comes_back(make_hive: Any) -> None:
+    give_up = "outbox_give_up = 3\n"  # seconds here; a week by default
+    alice, bob = form_team(make_hive, ["alice", "bob"], {"alice": give_up})
+    register(bob, "b1", "/src/api")
+    wait_for(lambda: any(s["address"] == "bob/api-codex" for s in who(alice)), what="bob's session")
+    bob.kill9()
+    result = send(alice, "bob/api-codex", "anyone?")
+    assert result["state"] == "queued"
+    failed = wait_for(lambda: sent(alice, result["id"])["state"] == "failed" and sent(alice, result["id"]),
+                      what="the outbox to give up", timeout=90)
+    assert not failed["in_outbox"]
+    assert "gave up" in failed["note"]
