@@ -20,7 +20,10 @@ The state (:class:`TeamState`), and how each part merges
                     signer is already admitted. Who may sign never depends on arrival order.
     ``members``     each machine's latest *standing* entry (person, machine name, role, active,
                     static addresses), last writer wins by ``(ts, sig)``. Standing entries are those
-                    signed by another machine, and a machine's own departure.
+                    signed by another machine, and a machine's own departure. A machine's
+                    admissions count as standing entries too, so the founder's self-admission is
+                    its first entry; an entry signed after its signer's own departure or removal
+                    does not count.
     ``updates``     each machine's latest self-signed active entry (its own address or name
                     change). It counts only while the machine's standing entry is active and older;
                     so a machine may sign its own departure but never its own return.
@@ -46,6 +49,16 @@ The view (:class:`Roster`)
     keeps it. Invites die with their maker and expire; expired ones are pruned a week later.
 
 Times are integer milliseconds since the epoch (``ts``), so canonical JSON never holds a float.
+
+API (stable; the mesh and approvals use it)
+    :func:`sign`, :func:`verify`                 any kind, bound to the team id
+    :func:`state_from_wire`, ``TeamState.to_wire``, :func:`validated`   states on the wire
+    :func:`merge`, :func:`absorb`, :func:`entries`                      merging
+    :func:`view` → :class:`Roster` (``is_active``, ``status``, ``people``, ``members``, ``depth``)
+    :func:`without_secrets`                      what a removed machine is sent
+    :func:`found`, :func:`new_invite`, :func:`new_link`, :func:`admit`, :func:`departures`,
+    :func:`self_update`, :func:`sign_join`       making entries
+    :class:`Ticket`, :func:`encode_ticket`, :func:`decode_ticket`       invite tickets
 """
 
 from __future__ import annotations
