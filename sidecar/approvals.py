@@ -64,12 +64,14 @@ def sign_approval(identity: Identity, team_id: str, approval: Approval) -> Signe
     return sign(identity, team_id, KIND, approval)
 
 
-def check_approval(wire: Any, *, roster: Roster, delivered_by: str, arrived_at: str) -> Signed[Approval]:
+def check_approval(wire: Any, *, roster: Roster | None, delivered_by: str, arrived_at: str) -> Signed[Approval]:
     """The approval in ``wire`` (``{"body", "by", "sig"}``) if it holds; raises :class:`NotVerified`.
 
     ``delivered_by`` is the key of the machine whose link carried it (from the transport's pinned
     key, never from the frame); ``arrived_at`` is the session address it was sent to.
     """
+    if roster is None:
+        raise NotVerified("this machine is in no team, so it cannot check a teammate's signature")
     try:
         signed = signed_from_wire(Approval, wire)
     except Malformed as exc:
@@ -99,7 +101,20 @@ def stored(signed: Signed[Approval]) -> str:
                       ensure_ascii=False, sort_keys=True)
 
 
-def receive_approval(wire: Any, *, roster: Roster, delivered_by: str, arrived_at: str,
+def wire_of(stored_json: str | None) -> dict[str, Any] | None:
+    """The ``{"body", "by", "sig"}`` to send for a stored approval that carries a signature."""
+    if not stored_json:
+        return None
+    try:
+        data = json.loads(stored_json)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or not data.get("sig"):
+        return None  # made on this machine for a session on it: nothing to prove elsewhere
+    return {"body": data.get("record"), "by": data.get("by"), "sig": data.get("sig")}
+
+
+def receive_approval(wire: Any, *, roster: Roster | None, delivered_by: str, arrived_at: str,
                      body: str) -> tuple[str | None, str, str | None]:
     """For a message arriving from a teammate's machine with an ``approval`` field.
 

@@ -32,9 +32,11 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .addresses import Target
+from .approvals import Approval, sign_approval, stored
 from .dialog import Answer, Backend, Prompt, backend_for, clean, clip, find_desktop
 from .errors import BadRequest, ConfirmOnTerminal, Conflict, HiveError, NoDesktop, NotFound, Refused
 from .render import Message
+from .team import team_of
 from .ulid import new_ulid
 
 if TYPE_CHECKING:
@@ -292,8 +294,6 @@ async def deliver_local(sidecar: Sidecar, message: Message, sender_key: str | No
 
 async def _send_approval(sidecar: Sidecar, question: Question) -> dict[str, Any]:
     """Send the answer to the requesting session as an approval record; say where it went."""
-    from .approvals import Approval
-
     assert question.answer is not None and question.requester and question.about
     session = sidecar.sessions.by_key.get(question.key)
     live = session is not None and sidecar.sessions.is_live(session)
@@ -303,21 +303,37 @@ async def _send_approval(sidecar: Sidecar, question: Question) -> dict[str, Any]
                       note="answered in a desktop pop-up", at=int(time.time() * 1000))
     body = f"{sidecar.settings.person} {record.decision} your request (message {question.about})."
     person = question.requester.split("/", 1)[0]
-    if person != sidecar.settings.person:
-        # Another machine's session: the record travels signed, over the mesh.
-        return {"to": question.requester, "state": "not_sent", "record": record.to_dict(),
-                "note": f"The approval could not be sent to {question.requester}: this sidecar has no link to "
-                        "teammates' machines yet. Tell them the answer yourself."}
-    # On this machine the sidecar made the record itself: verified by construction, no signature needed.
-    approval = json.dumps({"record": record.to_dict(), "by": "", "sig": "", "verified": True}, ensure_ascii=False)
+    remote = person != sidecar.settings.person
+    if remote:
+        # Another machine's session: the record travels signed by this machine, over the mesh.
+        entry = next((e for e in sidecar.directory() if e.address == question.requester), None)
+        team = team_of(sidecar)
+        team_id = team.team_id()
+        if team_id is None or entry is None or not sidecar.mesh.is_remote(Target(question.requester, entry)):
+            return {"to": question.requester, "state": "not_sent", "record": record.to_dict(),
+                    "note": f"The approval could not be sent: {question.requester} is not a session this machine "
+                            "can reach. Tell them the answer yourself."}
+        approval = stored(sign_approval(await team.ensure_identity(), team_id, record))
+    else:
+        # On this machine the sidecar made the record itself: verified by construction, nothing to sign.
+        entry = None
+        approval = json.dumps({"record": record.to_dict(), "by": "", "sig": "", "verified": True}, ensure_ascii=False)
     message = Message(id=new_ulid(), sender=sender, sender_kind="agent" if live else "person",
                       sender_agent=session.agent if live and session else "",
                       sender_repo=session.repo if live and session else "", recipient=question.requester,
                       reply_to=question.about, body=body, wake=True, sent_at=time.time(), approval=approval)
+    sender_key = question.key if live else None
     try:
-        state, _ = await deliver_local(sidecar, message, question.key if live else None)
+        if remote:
+            result = (await sidecar.mesh.send([(Target(question.requester, entry), message)], sender_key))[message.id]
+            state, detail = str(result["state"]), str(result.get("note", ""))
+        else:
+            state, detail = await deliver_local(sidecar, message, sender_key)
     except HiveError as exc:
         return {"to": question.requester, "state": "failed", "note": f"The approval was not sent: {exc.message}"}
+    if state in ("refused", "failed"):
+        return {"to": question.requester, "id": message.id, "state": state, "record": record.to_dict(),
+                "note": f"The approval to {question.requester} was {state}: {detail}"}
     return {"to": question.requester, "id": message.id, "state": state, "record": record.to_dict(),
             "note": f"The approval went to {question.requester}."}
 
