@@ -89,6 +89,7 @@ import hashlib
 import heapq
 import json
 import logging
+import os
 import re
 import time
 import weakref
@@ -98,6 +99,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.lowlevel
 from anyio.abc import TaskStatus
 
 from .config import DAY, HOUR, slug
@@ -121,6 +123,9 @@ BREAKPOINTS = {"commit": "a commit", "test": "a test run finished", "idle": "the
 FACT_STATES = {"test": ("passing", "failing"), "ci": ("passing", "failing"), "deadline": ("open", "done"),
                "blocked": ("blocked", "unblocked"), "security": ("open", "fixed")}
 ACTED = ("cited", "replied", "changed", "asked", "wanted")
+# Signals that count for the measures: acted on (a delivered item), mattered (a held or silenced one).
+ACTED_ON = "('cited', 'replied', 'changed', 'wanted')"
+MATTERED = "('asked', 'escalated', 'cited', 'replied', 'changed', 'wanted')"
 OUTCOME_STATE = {"deliver": "delivered", "wait": "pending", "hold": "held", "digest": "digest",
                  "silence": "silenced", "shadow": "shadow"}
 ESCALATE_RUNS = 3  # a test or CI failing this many runs in a row is an alarm
@@ -137,6 +142,28 @@ MAX_LEDGER = 5000
 DIGEST_DEFAULT = DAY  # a first digest looks back this far
 
 _KIND = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+# Built once: json.dumps with options builds an encoder per call.
+_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+_CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_PAIRS = [a + b for a in _CROCKFORD for b in _CROCKFORD]
+
+
+class _Ids:
+    """ULIDs for gate items (``ulid.new_ulid``'s format), ten bits per step: the gate mints one per offer."""
+
+    def __init__(self) -> None:
+        self.ms = -1
+        self.rand = 0
+
+    def new(self, now: float) -> str:
+        ms = int(now * 1000)
+        if ms <= self.ms:
+            ms, self.rand = self.ms, self.rand + 1  # same millisecond (or a clock that went back): keep order
+        else:
+            self.rand = int.from_bytes(os.urandom(10), "big") >> 1  # room to count up within the millisecond
+        self.ms = ms
+        value = (ms << 80) | (self.rand & ((1 << 80) - 1))
+        return "".join([_PAIRS[(value >> shift) & 1023] for shift in range(120, -10, -10)])
 
 
 # ---- items ---------------------------------------------------------------------------------
@@ -171,14 +198,34 @@ class Item:
     @property
     def fingerprint(self) -> str:
         """Stable across offers of the same thing: the key, else the evidence, else the normalised title."""
+        return self._cached("fingerprint", self._fingerprint)
+
+    def _fingerprint(self) -> str:
         if self.key:
             basis: Any = ["key", self.key]
         elif self.evidence:
             basis = ["evidence", sorted([e.kind, e.ref] for e in self.evidence)]
         else:
             basis = ["title", " ".join(re.findall(r"[a-z0-9]+", self.title.lower()))]
-        raw = json.dumps([self.source, self.person, self.session, basis], separators=(",", ":"), ensure_ascii=False)
+        raw = _JSON.encode([self.source, self.person, self.session, basis])
         return hashlib.blake2b(raw.encode(), digest_size=8).hexdigest()
+
+    # Written with every ledger update of the item: encoded once.
+    @property
+    def evidence_json(self) -> str:
+        return self._cached("evidence_json", lambda: _JSON.encode([e.public() for e in self.evidence])
+                            if self.evidence else "[]")
+
+    @property
+    def data_json(self) -> str:
+        return self._cached("data_json", lambda: _JSON.encode(dict(self.data)) if self.data else "{}")
+
+    def _cached(self, name: str, make: Callable[[], str]) -> str:
+        # A frozen item computes these once; functools.cached_property takes a lock per read on 3.11.
+        found = self.__dict__.get(name)
+        if found is None:
+            found = self.__dict__[name] = make()
+        return found
 
     def public(self) -> dict[str, Any]:
         return {"source": self.source, "person": self.person, "session": self.session, "title": self.title,
@@ -372,6 +419,7 @@ class Gate:
         self._written = 0
         self._write_lock = anyio.Lock()
         self.loaded = False
+        self._ids = _Ids()
 
     # ---- start ---------------------------------------------------------------------------
 
@@ -469,7 +517,7 @@ class Gate:
         fingerprint = item.fingerprint
         prefs = self.prefs(item.person)
         level, because = self._urgency(item, now)
-        entry = Entry(id=new_ulid(int(now * 1000)), item=item, fingerprint=fingerprint, urgency=level,
+        entry = Entry(id=self._ids.new(now), item=item, fingerprint=fingerprint, urgency=level,
                       offered_at=now, shadow=not prefs.is_live(item.source))
         # 1. Floors, fixed in code: nothing below may lower them.
         floor = self._floor(item)
@@ -664,6 +712,9 @@ class Gate:
     async def _commit(self) -> None:
         """Write every queued row in one transaction and wait for it to be on disk (group commit)."""
         target = self._queued
+        # One turn of the event loop first: callers that are ready now queue their rows too and
+        # share this commit, instead of each waiting for a commit of its own.
+        await anyio.lowlevel.checkpoint()
         async with self._write_lock:
             if self._written >= target:
                 return
@@ -980,29 +1031,29 @@ class Gate:
         items a later event showed mattered (asked about, escalated, acted on from the digest)."""
         now = self.clock()
         since = now - 7 * DAY if since is None else since
-        where, params = ("AND i.person = ?", (since, person)) if person else ("", (since,))
-        rows = await self.store.fetchall(
-            "SELECT i.id, i.person, i.state, i.would, l.at AS delivered_at, "
-            "EXISTS (SELECT 1 FROM gate_signals s WHERE s.item = i.id AND s.kind IN "
-            "('cited', 'replied', 'changed', 'wanted')) AS acted, "
-            "EXISTS (SELECT 1 FROM gate_signals s WHERE s.item = i.id AND s.kind IN "
-            "('asked', 'escalated', 'cited', 'replied', 'changed', 'wanted')) AS mattered "
-            "FROM gate_items i LEFT JOIN gate_ledger l ON l.item = i.id AND l.outcome = 'deliver' "
-            f"WHERE i.offered_at >= ? {where}", params)
+        only, params = (" AND person = ?", (since, person)) if person else ("", (since,))
+        counts = await self.store.fetchall(
+            "SELECT i.state, COUNT(*) AS n, SUM(COALESCE(s.acted, 0)) AS acted, "
+            "SUM(COALESCE(s.mattered, 0)) AS mattered FROM gate_items i LEFT JOIN ("
+            f"  SELECT item, MAX(kind IN {ACTED_ON}) AS acted, MAX(kind IN {MATTERED}) AS mattered "
+            "  FROM gate_signals GROUP BY item) s ON s.item = i.id "
+            f"WHERE i.offered_at >= ?{only.replace('person', 'i.person')} GROUP BY i.state", params)
+        by_state = {row["state"]: row for row in counts}
+
+        def total(states: tuple[str, ...], column: str) -> int:
+            return sum(int(by_state[s][column] or 0) for s in states if s in by_state)
+
+        delivered, acted = total(("delivered",), "n"), total(("delivered",), "acted")
+        held, mattered = total(("digest", "held", "pending"), "n"), total(("digest", "held", "pending"), "mattered")
+        silenced, silenced_mattered = total(("silenced",), "n"), total(("silenced",), "mattered")
+        # Deliveries per local day: counted per quarter hour in SQL (every zone's offset is a multiple
+        # of 15 minutes), each quarter then placed in its person's own day.
+        quarters = await self.store.fetchall(
+            "SELECT person, CAST(at / 900 AS INTEGER) AS quarter, COUNT(*) AS n FROM gate_ledger "
+            f"WHERE outcome = 'deliver' AND at >= ?{only} GROUP BY person, quarter", params)
         per_day: dict[str, Counter[str]] = defaultdict(Counter)
-        delivered = acted = held = mattered = silenced = silenced_mattered = 0
-        for row in rows:
-            if row["state"] == "delivered":
-                delivered += 1
-                acted += row["acted"]
-                day = self.prefs(row["person"]).day(row["delivered_at"] or now)
-                per_day[row["person"]][day] += 1
-            elif row["state"] in ("digest", "held", "pending"):
-                held += 1
-                mattered += row["mattered"]
-            elif row["state"] == "silenced":
-                silenced += 1
-                silenced_mattered += row["mattered"]
+        for row in quarters:
+            per_day[row["person"]][self.prefs(row["person"]).day(row["quarter"] * 900.0)] += row["n"]
         return {
             "since": since, "until": now, "person": person,
             "delivered_per_day": {p: dict(sorted(days.items())) for p, days in sorted(per_day.items())},
@@ -1040,8 +1091,7 @@ _UPSERT_ITEM = (
 def _item_row(entry: Entry, now: float) -> tuple[Any, ...]:
     item = entry.item
     return (entry.id, entry.fingerprint, item.source, item.proposer, item.person, item.session, item.title,
-            item.body, json.dumps([e.public() for e in item.evidence], ensure_ascii=False),
-            json.dumps(dict(item.data), ensure_ascii=False), entry.urgency, entry.state, entry.would, entry.due,
+            item.body, item.evidence_json, item.data_json, entry.urgency, entry.state, entry.would, entry.due,
             entry.channel, entry.spent, entry.offered_at, now)
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import math
 import os
 import re
@@ -97,14 +98,12 @@ class Prefs:
 
     # ---- time ----------------------------------------------------------------------------
 
+    @functools.cached_property
     def zone(self) -> dt.tzinfo:
-        if self.timezone == "local":
-            zone = dt.datetime.now().astimezone().tzinfo
-            return zone if zone is not None else dt.UTC
-        return zoneinfo.ZoneInfo(self.timezone)
+        return local_zone() if self.timezone == "local" else zoneinfo.ZoneInfo(self.timezone)
 
     def local(self, now: float) -> dt.datetime:
-        return dt.datetime.fromtimestamp(now, self.zone())
+        return dt.datetime.fromtimestamp(now, self.zone)
 
     def day(self, now: float) -> str:
         """The person's local date: budgets are per local day."""
@@ -153,6 +152,18 @@ class Prefs:
             "caps": {s: self.cap(s) for s in sorted(self.shares)},
             "mute": sorted(self.mute), "live": sorted(self.live), "problems": list(self.problems),
         }
+
+
+@functools.cache
+def local_zone() -> dt.tzinfo:
+    """This machine's zone, with its daylight-saving rules where the system names them."""
+    name = os.environ.get("TZ", "").lstrip(":")
+    if name:
+        with contextlib.suppress(zoneinfo.ZoneInfoNotFoundError, ValueError):
+            return zoneinfo.ZoneInfo(name)
+    with contextlib.suppress(OSError, ValueError), open("/etc/localtime", "rb") as tzfile:
+        return zoneinfo.ZoneInfo.from_file(tzfile)
+    return dt.datetime.now().astimezone().tzinfo or dt.UTC  # a fixed offset: better than UTC
 
 
 def format_quiet(quiet: tuple[int, int] | None) -> str:

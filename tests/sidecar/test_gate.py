@@ -300,3 +300,15 @@ def test_measures_count_delivered_acted_on_and_held_items_that_mattered(make_hiv
     assert measures["held"] == 1 and measures["held_mattered_share"] == 1.0
     assert list(measures["delivered_per_day"]) == ["alice"]
     assert "acted on: 1 of 1 delivered (100%)" in printed
+
+
+def test_an_item_for_a_person_on_another_machine_is_not_lost_it_waits_in_their_digest(make_hive: Any) -> None:
+    hive = make_hive(CONFIG)
+    hive.start()
+    offered = ok(hive, "gate_offer", item={"source": "overlap", "person": "bob", "session": "bob/web",
+                                           "title": "alice edits auth.py too", "evidence": failing_ci(hive)})
+    delivered = ok(hive, "gate_breakpoint", person="bob", session="bob/web", kind="commit")["delivered"]
+    assert (offered["outcome"], offered["person"]) == ("wait", "bob")
+    assert [(d["outcome"], d["rule"]) for d in delivered] == [("digest", "deliver.failed")]
+    assert "bob is not on this machine" in delivered[0]["reason"]
+    assert ok(hive, "digest", person="bob", peek=True)["held"] == 1
