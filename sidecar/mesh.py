@@ -72,6 +72,7 @@ from .transport import (
     Listener,
     MachineCert,
     dial,
+    encode_frame,
     listen,
     machine_cert,
     split_address,
@@ -90,6 +91,8 @@ BACKOFF_MAX = 60.0
 REPLACE_AFTER = 5.0  # a redial replaces an established link older than this
 PROBE_TIMEOUT = 5.0  # a peer that does not answer a ping in this long is taken for gone
 HELLO_TIMEOUT = 10.0
+JOIN_TIMEOUT = 30.0
+JOIN_ATTEMPTS = 3
 PRESENCE_REFRESH = 60.0
 WINDOW = 128  # messages in flight per link, unacknowledged (aioquic's drain() never pushes back)
 OUTBOX_GIVE_UP = 7 * DAY
@@ -389,6 +392,7 @@ class Mesh:
         self.eager: set[str] = set()  # dial these at once (the inviter, right after a join)
         self._probing: set[int] = set()
         self._digest: tuple[Any, str] = (object(), "")
+        self._broadcast_base: dict[str, Any] | None = None
         self._presence_dirty: set[str] = set()
         self._sent_peers = ""
         self.started = anyio.Event()
@@ -785,11 +789,31 @@ class Mesh:
             log.exception("could not merge the roster from %s", link.peer[:12])
 
     async def _broadcast_state(self) -> None:
+        """Send what changed here to every linked member: only the entries that differ from the
+        last broadcast (merging is a union, so a partial state merges like a whole one), encoded
+        once. A member that missed one gets the whole state at its next link-up."""
+        team = getattr(self.sc, "team", None)
+        state = getattr(team, "state", None)
+        if state is None:
+            return
+        wire = state.to_wire()
+        base = self._broadcast_base
+        delta = _state_delta(base, wire) if base is not None and base.get("id") == wire["id"] else wire
+        self._broadcast_base = wire
+        try:
+            encoded = encode_frame({"t": "state", "state": delta})
+        except FrameError:
+            log.error("the roster no longer fits in one frame")
+            return
         for peer, link in list(self.links.items()):
-            state = self.team.state_for(peer)
-            if state is not None:
-                with contextlib.suppress(LinkClosed, FrameError):
-                    await link.send({"t": "state", "state": state})
+            member = self.team.member(peer)
+            with contextlib.suppress(LinkClosed, FrameError):
+                if member is not None and member.active:
+                    await link.send_encoded(encoded)
+                else:
+                    removed = self.team.state_for(peer)  # without secrets
+                    if removed is not None:
+                        await link.send({"t": "state", "state": removed})
 
     def roster_changed(self) -> None:
         """The roster changed here (a team op or a merge): re-sync links and dialers."""
@@ -1391,7 +1415,7 @@ class Mesh:
     async def _serve_join(self, link: Link) -> None:
         """``hive-join/1``: a joiner presents an invite secret and receives the roster."""
         try:
-            with anyio.fail_after(HELLO_TIMEOUT):
+            with anyio.fail_after(JOIN_TIMEOUT):
                 frame = await link.receive()
         except (LinkClosed, TimeoutError):
             return
@@ -1427,22 +1451,27 @@ class Mesh:
         def check(key: bytes, alpn: str) -> bool:
             return not wanted or key.hex() in wanted
 
-        errors = []
-        for address in addresses:
-            try:
-                async with dial(address, cert, check, alpn=ALPN_JOIN,
-                                connect_within=self.config.connect_timeout) as link:
-                    await link.send(frame)
-                    with anyio.fail_after(HELLO_TIMEOUT):
-                        answer = await link.receive()
-                    if answer.get("t") == "state":
-                        return {"state": answer.get("state"), "peer": link.peer, "address": address}
-                    if answer.get("t") == "refused":
-                        raise Refused(one_line(answer.get("note"), 200) or "the invite was refused")
-                    errors.append(f"{address}: unexpected answer")
-            except (ConnectionError, OSError, ValueError, LinkClosed, TimeoutError) as exc:
-                errors.append(f"{address}: {exc}")
-        raise NotFound("no machine of that team answered at " + (", ".join(errors) or "no address"))
+        errors: list[str] = []
+        for attempt in range(JOIN_ATTEMPTS):  # a busy inviter may drop a join: the frame is safe to resend
+            if attempt:
+                await anyio.sleep(BACKOFF_START * attempt)
+            for address in addresses:
+                try:
+                    async with dial(address, cert, check, alpn=ALPN_JOIN,
+                                    connect_within=self.config.connect_timeout) as link:
+                        await link.send(frame)
+                        with anyio.fail_after(JOIN_TIMEOUT):
+                            answer = await link.receive()
+                        if answer.get("t") == "state":
+                            return {"state": answer.get("state"), "peer": link.peer, "address": address}
+                        if answer.get("t") == "refused":
+                            raise Refused(one_line(answer.get("note"), 200) or "the invite was refused")
+                        errors.append(f"{address}: unexpected answer")
+                except (ConnectionError, OSError, ValueError, LinkClosed, TimeoutError) as exc:
+                    errors.append(f"{address}: {exc or type(exc).__name__}")
+            if not addresses:
+                break
+        raise NotFound("no machine of that team answered at " + ("; ".join(errors[-len(addresses):]) or "no address"))
 
     # ---- mDNS ----------------------------------------------------------------------------
 
@@ -1520,6 +1549,17 @@ class Mesh:
             "links": {peer: {"address": link.address, "dialed": link.outbound,
                              "age": round(time.monotonic() - link.opened_at, 1)} for peer, link in self.links.items()},
         }
+
+
+def _state_delta(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The entries of roster state ``new`` that ``old`` does not hold as they are now."""
+    delta: dict[str, Any] = {"v": new.get("v"), "id": new["id"], "founder": new["founder"]}
+    for single in ("meta", "link"):
+        delta[single] = new.get(single) if new.get(single) != old.get(single) else None
+    for section in ("admissions", "members", "updates", "invites"):
+        before = old.get(section) or {}
+        delta[section] = {k: v for k, v in (new.get(section) or {}).items() if before.get(k) != v}
+    return delta
 
 
 def _is_ipv4(host: str) -> bool:

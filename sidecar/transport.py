@@ -276,7 +276,10 @@ class Link:
 
     async def send(self, frame: dict[str, Any]) -> None:
         """Queue one frame on the stream. Raises LinkClosed or FrameError."""
-        data = encode_frame(frame)
+        await self.send_encoded(encode_frame(frame))
+
+    async def send_encoded(self, data: bytes) -> None:
+        """Queue a frame already made by :func:`encode_frame` (one frame sent to many links)."""
         if self.closed.is_set():
             raise LinkClosed(self.close_reason or "the link is closed")
         try:
