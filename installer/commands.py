@@ -8,11 +8,11 @@ or this interpreter running the CLI module when there is no script (a source che
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 from pathlib import Path
 
 from hive.integrations.descriptor import InstallContext, Scope
+from hive.integrations.hook_command import hook_command
 
 
 def hive_argv() -> tuple[str, ...]:
@@ -20,18 +20,12 @@ def hive_argv() -> tuple[str, ...]:
     script = Path(sys.executable).parent / "hive"
     if script.is_file() and os.access(script, os.X_OK):
         return (str(script),)
-    return (sys.executable, "-m", "hive.sidecar.cli")
-
-
-def hook_command(harness: str, event: str) -> str:
-    """The shell command line a harness runs for one hook event: the hook client's own, when present."""
-    try:
-        from hive.integrations.hook_command import hook_command as client_command
-    except ImportError:  # an installation from before the stdlib-only hook client
-        return shlex.join([*hive_argv(), "hook", harness, event])
-    return client_command(harness, event)
+    # -P: agents start this in project folders, and a project's own "hive" folder must not shadow us.
+    return (sys.executable, "-P", "-m", "hive.sidecar.cli")
 
 
 def install_context(scope: Scope) -> InstallContext:
     hive = hive_argv()
+    # The hook command is the hook client's own: an absolute interpreter running its stdlib-only
+    # script, which skips the start-up cost of the hive CLI on every tool call.
     return InstallContext(scope=scope, hook_command=hook_command, mcp_command=(*hive, "mcp"), hive_command=hive)
