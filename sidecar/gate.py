@@ -523,7 +523,8 @@ class Gate:
         floor = self._floor(item)
         prior = self._prior(fingerprint, now)
         if floor:
-            if prior is not None and prior.state == "delivered":
+            # Told already, at this urgency: telling again is noise, not a floor.
+            if prior is not None and prior.state == "delivered" and RANK[level] <= RANK[prior.urgency]:
                 return entry, self._silence_duplicate(entry, prior, now)
             self._remember(fingerprint, Seen(entry.id, now, level, "delivered"))
             return entry, self._decide(entry, "deliver", "floor.security",

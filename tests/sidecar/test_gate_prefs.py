@@ -188,3 +188,27 @@ async def test_a_sources_own_deliverer_shows_its_items_and_a_failed_delivery_lan
     assert lost.reason == "delivery on popup failed (the notification server went away); in the digest instead"
     assert [d["outcome"] for d in why["items"][0]["decisions"]] == ["deliver", "digest"]
     assert [i["title"] for g in digest["groups"] for i in g["items"]] == ["a pop-up that cannot show"]
+
+
+@pytest.mark.anyio
+async def test_a_floor_passes_mutes_digest_only_quiet_hours_and_shadow_and_is_told_once(tmp_path: Path) -> None:
+    (tmp_path / "config.toml").write_text(
+        '[gate.people.alice]\ntimezone = "UTC"\nquiet = "00:00-23:59"\nchannel = "digest"\nmute = ["scanner"]\n',
+        encoding="utf-8")
+    store = await Store.open(tmp_path / "hive.db")
+    try:
+        gate = Gate(store, PrefsFile(tmp_path / "config.toml"), clock=lambda: 1_772_438_400.0)
+        await gate.load()
+        await gate.record("security", "GHSA-9@acme/api", "open")
+        finding = Item("scanner", "alice", "a signing key is committed", evidence=(Evidence("security",
+                                                                                            "GHSA-9@acme/api"),))
+        first = await gate.offer(finding)
+        again = await gate.offer(finding)
+        unchecked = await gate.offer(Item("scanner", "alice", "SECURITY: another finding, trust me",
+                                          evidence=(Evidence("security", "GHSA-404"),)))
+    finally:
+        await store.close()
+    assert (first.outcome, first.rule, first.channel) == ("deliver", "floor.security", "popup")
+    assert first.reason == "a security finding always reaches its owner: security finding GHSA-9@acme/api is open"
+    assert (again.outcome, again.rule) == ("silence", "duplicate")
+    assert (unchecked.outcome, unchecked.rule) == ("silence", "pref.mute")  # no record of it: no floor
