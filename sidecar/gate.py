@@ -46,10 +46,19 @@ Urgency
 -------
 
 ``info``, ``attention`` or ``alarm``, computed only from *facts*: records hive's own observers
-write with :meth:`Gate.record` (a test or CI run's state, a deadline, a person or session
-blocked, an open security finding). An item's evidence points at facts; the item cannot carry
-its own urgency, and its wording counts for nothing, so an item that says URGENT is ``info``
-unless a fact says otherwise. The rules are :func:`fact_urgency`.
+write with :meth:`Gate.record` (op ``gate_fact``), one current record per ``(kind, ref)``:
+
+    test, ci     passing | failing      failing: attention; 3 runs in a row or 4 h: alarm
+    deadline     open | done (+ due)    due within a day: attention; within an hour or past: alarm
+    blocked      blocked | unblocked    attention (and the digest counts what an item unblocks)
+    security     open | fixed           alarm, and the floor
+
+An item's evidence points at facts (``Evidence("ci", "acme/api@main")``); the item cannot
+carry its own urgency (a wire item's ``urgency`` field is ignored, and the reply says so), and
+its wording counts for nothing, so an item that says URGENT is ``info`` unless a fact says
+otherwise. The rules are :func:`fact_urgency`; a later offer of the same fingerprint at a
+higher urgency, or its fact turning into an alarm, marks an undelivered item as having
+mattered (the measures count it).
 
 The decision procedure
 ----------------------
@@ -70,10 +79,13 @@ Each step writes a ledger row (item, rule, reason, time) when it decides::
     breakpoint       an item that fits the budget waits for its person's next breakpoint
                      (wait), delivered there (breakpoint.<kind>) or at its bound (max-hold)
 
-The channel preference takes effect after dedupe so a digest never lists a duplicate. An item
-from a source in shadow goes through the same steps; where a live item would be delivered,
-wait, be held or go to the digest, a shadow item is recorded as ``shadow`` with what it would
-have done, and nothing reaches anyone. A delivery that fails puts the item in the digest.
+The channel preference takes effect after dedupe so a digest never lists a duplicate. With
+alarms off, an alarm waits for a breakpoint like an attention item, on the shorter
+``hold_alarm`` bound and without spending the budget. An item from a source in shadow goes
+through the same steps; where a live item would be delivered, wait, be held or go to the
+digest, it is recorded as ``shadow`` with what it would have done (spending only its own
+source's share), and nothing reaches anyone. A delivery that fails puts the item in the digest
+(rule ``deliver.failed``), so nothing the gate let through is lost.
 
 Time is the ``clock`` given to :class:`Gate` (default ``time.time``), so a replayed day with
 fixed timestamps decides the same way every time. Nothing polls: waiting and held items are
