@@ -212,3 +212,25 @@ async def test_a_floor_passes_mutes_digest_only_quiet_hours_and_shadow_and_is_to
     assert first.reason == "a security finding always reaches its owner: security finding GHSA-9@acme/api is open"
     assert (again.outcome, again.rule) == ("silence", "duplicate")
     assert (unchecked.outcome, unchecked.rule) == ("silence", "pref.mute")  # no record of it: no floor
+
+
+@pytest.mark.anyio
+async def test_with_alarms_off_an_alarm_waits_for_a_breakpoint_on_its_shorter_bound_off_budget(tmp_path: Path) -> None:
+    (tmp_path / "config.toml").write_text(
+        '[gate]\nhold_alarm = 120\n[gate.people.alice]\nalarms = false\nbudget = 0\n', encoding="utf-8")
+    store = await Store.open(tmp_path / "hive.db")
+    now = [1_772_438_400.0]
+    try:
+        gate = Gate(store, PrefsFile(tmp_path / "config.toml"), clock=lambda: now[0])
+        await gate.load()
+        await gate.record("deadline", "release-2.0", "open", due=now[0] - 60)
+        waiting = await gate.offer(Item("overlap", "alice", "the release is late",
+                                        evidence=(Evidence("deadline", "release-2.0"),)))
+        now[0] += 120
+        [delivered] = await gate.wake()
+    finally:
+        await store.close()
+    assert (waiting.urgency, waiting.outcome, waiting.due) == ("alarm", "wait", 1_772_438_400.0 + 120)
+    assert waiting.reason.startswith("alarm (deadline release-2.0 passed 60 s ago) with alarms off: waits for a "
+                                     "breakpoint")
+    assert (delivered.rule, delivered.channel) == ("max-hold", "popup")
