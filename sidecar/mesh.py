@@ -479,6 +479,13 @@ class Mesh:
         return {"online": online, "last_seen": time.time() if online else seen,
                 "path": "direct" if online else None}
 
+    async def _guarded(self, func: Any, *args: Any) -> None:
+        """Run a background task of the mesh; an unexpected error is logged, never fatal to the sidecar."""
+        try:
+            await func(*args)
+        except Exception:
+            log.exception("mesh task %s failed", getattr(func, "__name__", func))
+
     def poke(self) -> None:
         """Something local may have changed (a session, a read message, the roster): look soon."""
         self._poked.set()
@@ -521,9 +528,9 @@ class Mesh:
         tg = self._team_tg
         log.info("mesh on port %d for team %s as %s", self.listener.port, team_id[:8], self.team.my_key()[:12])
         if self.config.mdns:
-            tg.start_soon(self._mdns, self.listener.port)
+            tg.start_soon(self._guarded, self._mdns, self.listener.port)
         for address in self.config.static:
-            tg.start_soon(self._dial_static, address)
+            tg.start_soon(self._guarded, self._dial_static, address)
         self._sync_members()
         self.started.set()
         self.poke()
@@ -539,12 +546,12 @@ class Mesh:
                 continue
             if member.active and member.key not in self._dialers:
                 self._dialers.add(member.key)
-                tg.start_soon(self._dial_loop, member.key)
+                tg.start_soon(self._guarded, self._dial_loop, member.key)
             elif not member.active and member.key in self.links:
                 link = self.links[member.key]
                 if id(link) not in self._expelling:
                     self._expelling.add(id(link))
-                    tg.start_soon(self._expel, link)
+                    tg.start_soon(self._guarded, self._expel, link)
 
     def _check(self, key: bytes, alpn: str) -> bool:
         """The TLS pin: members (and removed members, who are told and closed) or joiners."""
@@ -658,10 +665,13 @@ class Mesh:
     # ---- links ---------------------------------------------------------------------------
 
     async def _serve_link(self, link: Link) -> None:
-        if link.alpn == ALPN_JOIN:
-            await self._serve_join(link)
-        else:
-            await self._run_link(link)
+        try:
+            if link.alpn == ALPN_JOIN:
+                await self._serve_join(link)
+            else:
+                await self._run_link(link)
+        except Exception:  # one bad link must not stop the listener
+            log.exception("serving %r failed", link)
 
     def _hello(self) -> dict[str, Any]:
         return {"t": "hello", "team": self.team.team_id, "proto": PROTO, "features": list(FEATURES),
@@ -702,8 +712,16 @@ class Mesh:
                 if member is None or not member.active:
                     await self._expel(link)
                     break
-                await self._dispatch(link, member, frame)
-        except LinkClosed:
+                try:
+                    await self._dispatch(link, member, frame)
+                except (LinkClosed, FrameError):
+                    raise
+                except Exception:  # a bug or a failing disk must not take the mesh down with it
+                    log.exception("could not handle a %.40r frame from %s; closing the link", frame.get("t"),
+                                  peer[:12])
+                    link.close(CLOSE_PROTOCOL, "internal error")
+                    break
+        except (LinkClosed, FrameError):
             pass
         finally:
             self._link_down(link)
@@ -742,8 +760,8 @@ class Mesh:
         await link.send({"t": "presence", "presence": self._presence(with_peers=True)})
         self.poke()  # the directory changed: the peer's sessions are live again
         assert self._team_tg is not None
-        self._team_tg.start_soon(self._replay, peer)
-        self._team_tg.start_soon(self._flush_receipts, peer)
+        self._team_tg.start_soon(self._guarded, self._replay, peer)
+        self._team_tg.start_soon(self._guarded, self._flush_receipts, peer)
 
     def _link_down(self, link: Link) -> None:
         # Unacknowledged messages stay pending in the outbox and go again on the next link.
@@ -1059,7 +1077,7 @@ class Mesh:
             finally:
                 self._probing.discard(id(link))
 
-        self._team_tg.start_soon(probe)
+        self._team_tg.start_soon(self._guarded, probe)
 
     async def _send_msg(self, link: Link, payload: dict[str, Any]) -> bool:
         flow = self.flows.get(id(link))
@@ -1133,6 +1151,12 @@ class Mesh:
             flow.inflight.discard(message_id)
             flow.window.release()
         now = time.time()
+        # The waiting sender hears the answer first: if the update below is lost to a crash, the
+        # row stays pending and is replayed, and the recipient answers the duplicate again.
+        waiter = self._acks.get(message_id)
+        if waiter is not None:
+            waiter.state, waiter.note = state, note
+            waiter.event.set()
         if state == "retry":
             await self.sc.store.write([("UPDATE outbox SET state = 'retry', note = ?, updated_at = ? "
                                         "WHERE id = ? AND peer = ? AND pending = 1",
@@ -1143,15 +1167,11 @@ class Mesh:
                 delay = BACKOFF_START
             if link.peer not in self._retrying and self._team_tg is not None:
                 self._retrying.add(link.peer)
-                self._team_tg.start_soon(self._retry_later, link.peer, delay)
+                self._team_tg.start_soon(self._guarded, self._retry_later, link.peer, delay)
         else:
             await self.sc.store.write([("UPDATE outbox SET pending = 0, state = ?, note = ?, updated_at = ? "
                                         "WHERE id = ? AND peer = ? AND pending = 1",
                                         (state, note, now, message_id, link.peer))])
-        waiter = self._acks.get(message_id)
-        if waiter is not None:
-            waiter.state, waiter.note = state, note
-            waiter.event.set()
 
     async def _receive_receipts(self, link: Link, frame: dict[str, Any]) -> None:
         items = frame.get("receipts")

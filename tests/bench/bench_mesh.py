@@ -243,27 +243,43 @@ async def bench_mesh(machines: list[Machine], plan: Plan, results: dict[str, flo
           f"CPU of all sidecars so far {cpu:.1f} s")
 
 
-async def run(plan: Plan, root: Path) -> dict[str, float]:
-    machines = [Machine(root, i + 1) for i in range(max(plan.machines, 2))]
+async def started(machines: list[Machine]) -> AsyncExitStack:
     print(f"starting {len(machines)} sidecars ...", flush=True)
     t0 = time.perf_counter()
     async with anyio.create_task_group() as tg:
         for machine in machines:
             tg.start_soon(anyio.to_thread.run_sync, machine.start)
     print(f"started in {time.perf_counter() - t0:.1f} s", flush=True)
+    stack = AsyncExitStack()
+    for machine in machines:
+        machine.client = await stack.enter_async_context(Client.open(machine.paths, autostart=False))
+    return stack
+
+
+def stop(machines: list[Machine]) -> None:
+    for machine in machines:
+        try:
+            os.kill(machine.pid, 15)
+        except (OSError, ValueError):
+            pass
+
+
+async def run(plan: Plan, root: Path) -> dict[str, float]:
     results: dict[str, float] = {}
+    # Sections 1-3 on a team of two, with nothing else running; then the big mesh on its own.
+    pair = [Machine(root, i + 1) for i in range(2)]
     try:
-        async with AsyncExitStack() as stack:
-            for machine in machines:
-                machine.client = await stack.enter_async_context(Client.open(machine.paths, autostart=False))
-            await bench_mesh(machines, plan, results)
-            await bench_pair(machines[0], machines[1], plan, results)
+        async with await started(pair):
+            await form_team(pair, 1)
+            await bench_pair(pair[0], pair[1], plan, results)
     finally:
-        for machine in machines:
-            try:
-                os.kill(machine.pid, 15)
-            except (OSError, ValueError):
-                pass
+        stop(pair)
+    machines = [Machine(root, i + 1) for i in range(2, 2 + max(plan.machines, 2))]
+    try:
+        async with await started(machines):
+            await bench_mesh(machines, plan, results)
+    finally:
+        stop(machines)
     return results
 
 
@@ -278,7 +294,7 @@ def main() -> int:
     os.environ["HIVE_KEYRING"] = "off"  # many machines on one host: keys in their state folders
     root = Path(tempfile.mkdtemp(prefix="hive-mesh-bench-", dir="/tmp"))
     print(f"hive mesh benchmark on {platform.node()}: {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-          f"{plan}")
+          f"{plan}; load average {os.getloadavg()[0]:.1f} (other work on this host skews every figure)")
     try:
         results = anyio.run(run, plan, root)
     finally:
@@ -297,6 +313,7 @@ def main() -> int:
     ]
     for name, value, aim in rows:
         print(f"{name:<32} {value:>20}   {aim}")
+    print(f"load average at the end {os.getloadavg()[0]:.1f}")
     print(f"state folders under {root} removed")
     return 0
 
