@@ -192,13 +192,17 @@ def _stop(hive: Callable[..., subprocess.CompletedProcess[str]]) -> None:
 
 
 @contextlib.contextmanager
-def harness_team(harness: str) -> Iterator[Team]:
-    """alice's machine wired for ``harness`` by ``hive setup``, and bob's machine, in one team."""
+def harness_team(harness: str, before_setup: Callable[[HarnessMachine], None] | None = None) -> Iterator[Team]:
+    """alice's machine wired for ``harness`` by ``hive setup``, and bob's machine, in one team.
+
+    ``before_setup`` writes the person's own harness configuration, which setup must keep."""
     require_cli(harness)
     machine = _new_machine()
     bob = Hive(Path(tempfile.mkdtemp(prefix="hive-e2e-bob-", dir="/tmp")))
     (bob.home / "config.toml").write_text(f'person = "bob"\nmachine = "m2"\n{MESH}', encoding="utf-8")
     try:
+        if before_setup is not None:
+            before_setup(machine)
         if harness == "opencode":
             preinstall_opencode_plugin(machine)
         out = machine.setup("--only", harness)

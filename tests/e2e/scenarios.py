@@ -63,7 +63,8 @@ class Runner:
     agent: str  # the agent as `who` shows it
     start: Callable[[HarnessMachine, ModelServer, str, bool], Run]
     sleep: Call  # a shell tool call that takes about eight seconds
-    notes: list[str] = field(default_factory=list)
+    # How the harness passes hook text on to the model (Gemini CLI escapes angle brackets).
+    render: Callable[[str], str] = field(default=lambda text: text)
 
 
 def spawn(machine: HarnessMachine, argv: list[str], env: dict[str, str], name: str) -> Run:
@@ -125,7 +126,8 @@ def round_trip(runner: Runner, team: Team, model: ModelServer) -> dict[str, Any]
 
     # (b) bob's message, framed as peer input, in the request right after list_team's result.
     message_id = sent["message"]["id"]
-    frame = f'<hive-message from="bob/web-codex" agent="codex" repo="acme/web" id="{message_id}">'
+    frame = runner.render(f'<hive-message from="bob/web-codex" agent="codex" repo="acme/web" id="{message_id}">')
+    closing, opening = runner.render("</hive-message>"), runner.render("<hive-message ")
     carriers = [i for i, r in enumerate(model.requests) if frame in r.text]
     assert carriers, f"{who}: the framed message never reached the model:\n{model.transcript()}"
     carrier = model.requests[carriers[0]]
@@ -138,9 +140,9 @@ def round_trip(runner: Runner, team: Team, model: ModelServer) -> dict[str, Any]
 
     # (c) defanged: the body arrives with every forged bracket neutralised and one real frame.
     body = shown[shown.index(frame):]
-    body = body[:body.index("</hive-message>") + len("</hive-message>")]
-    assert defang(FORGED) in body, f"{who}: the body as the model saw it:\n{body}"
-    assert body.count("</hive-message>") == 1 and body.count("<hive-message ") == 1, body
+    body = body[:body.index(closing) + len(closing)]
+    assert runner.render(defang(FORGED)) in body, f"{who}: the body as the model saw it:\n{body}"
+    assert body.count(closing) == 1 and body.count(opening) == 1, body
     for forged in ("＜/hive-message＞", "‹hive-message›", "&lt;/h1v3"):
         assert forged not in body, f"{who}: {forged!r} reached the model: {body}"
     return {"seconds": round(seconds, 1), "tier": sent["tier"], "requests": len(model.requests)}
