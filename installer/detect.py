@@ -18,7 +18,7 @@ from hive.integrations.registry import Harness
 
 from .errors import display
 
-VERSION_TIMEOUT = 8.0
+VERSION_TIMEOUT = 20.0  # node CLIs take seconds to start on a busy machine; the probes run in parallel
 _VERSION = re.compile(r"\d+\.\d+(?:\.\d+)?(?:[-+.][0-9A-Za-z.]+)?")
 
 

@@ -447,6 +447,9 @@ def run(options: Options, out: TextIO = sys.stdout) -> int:
         rows.append((hplan.name, version, detection.where() if detection.found else "not found",
                      _intent(hplan, files, options.scope)))
     _table(rows, out)
+    for hplan in harness_plans:
+        if hplan.detection.version_problem:
+            print(f"  ({hplan.name}: version unknown: {hplan.detection.version_problem})", file=out)
 
     if options.dry_run:
         diffs = [_diff(plan.path, plan.before, plan.after) for plan in files.values() if plan.changed]
