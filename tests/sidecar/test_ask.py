@@ -361,3 +361,46 @@ async def test_ask_user_with_no_desktop_is_an_error_code_through_mcp(make_hive: 
         result = await call(mcp, "ask_user", as_="a", question="Deploy?", about="01JZZZZZZZZZZZZZZZZZZZZZZZ")
     assert error_code(result) == "no_desktop"
     assert "01JZZZZZZZZZZZZZZZZZZZZZZZ" in text(result)
+
+
+async def test_hive_ask_prints_the_answer_and_exits_0_only_when_approved(make_hive: Any, desktop: Desktop,
+                                                                         empty_runtime: Path) -> None:
+    hive = make_hive()
+    sidecar_without_desktop(hive, empty_runtime)
+
+    def hive_ask(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "hive.sidecar.cli", "ask", *args],
+                              env={**desktop.env, "HIVE_HOME": str(hive.home)}, capture_output=True, text=True,
+                              timeout=60, stdin=subprocess.DEVNULL)
+
+    approved = await answered_after(lambda: desktop.click("approve"),
+                                    lambda: anyio.to_thread.run_sync(hive_ask, "Release", "1.2?"))
+    denied = await answered_after(lambda: desktop.click("deny"),
+                                  lambda: anyio.to_thread.run_sync(hive_ask, "Release 1.3?", "--json"))
+
+    assert approved.returncode == 0 and approved.stdout.startswith("Your person approved."), approved.stderr
+    assert denied.returncode == 3 and json.loads(denied.stdout)["answer"] == "denied"
+
+
+async def test_a_client_that_stops_waiting_gets_the_answer_later_as_a_message(make_hive: Any, desktop: Desktop,
+                                                                               empty_runtime: Path) -> None:
+    hive = make_hive()
+    sidecar_without_desktop(hive, empty_runtime)
+    async with client(hive) as c:
+        await register(c, "s1", "/src/api")
+
+        async def stop_once_shown() -> None:
+            await anyio.to_thread.run_sync(desktop.wait_displayed)
+            assert (await c.call("ask_stop", session="s1"))["stopped"] == 1
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(stop_once_shown)
+                stopped = await c.call("ask", session="s1", question="Rebase main?",
+                                       desktop={"DBUS_SESSION_BUS_ADDRESS": desktop.bus})
+        await anyio.to_thread.run_sync(desktop.click, "deny")
+        inbox = await c.call("inbox", session="s1", wait=10)
+
+    assert stopped["answer"] == "waiting"
+    assert [m["from"] for m in inbox["messages"]] == ["alice/terminal"]
+    assert "Your person denied it." in inbox["messages"][0]["body"]
