@@ -32,7 +32,7 @@ from hive.sidecar.client import Client as SidecarClient
 from hive.sidecar.errors import HiveError
 from hive.sidecar.paths import state_paths
 
-from . import documents, fileops, ownership
+from . import documents, fileops, ownership, service
 from .commands import install_context
 from .detect import Detection, detect
 from .errors import InstallError, display
@@ -114,6 +114,7 @@ def check_team(status: dict[str, Any] | None) -> list[Check]:
 
 
 async def _list_tools(argv: tuple[str, ...], cwd: Path, errlog: TextIO) -> list[str]:
+    # The MCP SDK takes a while to import; only this check needs it.
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters, stdio_client
     from mcp_types import Implementation
@@ -311,8 +312,6 @@ def check_service(manifest: Manifest) -> list[Check]:
     if manifest.service is None:
         return [Check("service", "sidecar service", "info", "not installed: the sidecar starts on demand",
                       None)]
-    from . import service
-
     path = Path(manifest.service["path"])
     if not path.exists():
         return [Check("service", "unit file", "fail", f"{display(path)} is missing", "`hive setup --service`")]

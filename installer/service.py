@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from hive.sidecar.paths import state_home
+
 from . import fileops
 from .commands import hive_argv
 from .errors import display
@@ -82,8 +84,6 @@ def unit_path() -> Path:
 
 
 def unit_text() -> str:
-    from hive.sidecar.paths import state_home
-
     if sys.platform == "darwin":
         return launchd_plist(hive_argv(), _environment(), state_home() / "sidecar.service.log")
     return systemd_unit(hive_argv(), _environment())

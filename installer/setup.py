@@ -22,9 +22,10 @@ from typing import Any, TextIO
 
 from hive.integrations import registry
 from hive.integrations.descriptor import NativeFile, Scope
+from hive.sidecar.paths import state_home
 from hive.skills import ROOT as SKILLS_ROOT
 
-from . import documents, fileops, ownership, trust
+from . import documents, fileops, ownership, service, trust
 from .commands import install_context
 from .detect import Detection, detect
 from .documents import Document, Key
@@ -45,8 +46,6 @@ class Options:
 
 def setup_folder() -> Path:
     """Where the manifest and backups live: ``setup/`` in the hive state folder."""
-    from hive.sidecar.paths import state_home
-
     return state_home() / "setup"
 
 
@@ -454,8 +453,6 @@ def run(options: Options, out: TextIO = sys.stdout) -> int:
     if options.dry_run:
         diffs = [_diff(plan.path, plan.before, plan.after) for plan in files.values() if plan.changed]
         if options.service:
-            from . import service
-
             unit, text = service.unit_path(), service.unit_text().encode("utf-8")
             before = fileops.read_or_none(unit)
             if before != text:
@@ -467,8 +464,6 @@ def run(options: Options, out: TextIO = sys.stdout) -> int:
             backups = Backups(folder)
             apply_setup(options, manifest, harness_plans, files, backups)
             if options.service:
-                from . import service
-
                 service.install(manifest, backups, out)
             manifest.save()
             backups.finish()
@@ -513,8 +508,6 @@ def _run_remove(options: Options, folder: Path, out: TextIO) -> int:
                 backups = Backups(folder)
                 apply_remove(removals, manifest, backups)
                 if service_removal:
-                    from . import service
-
                     service.remove(manifest, backups, out)
                 manifest.save()
                 backups.finish()
