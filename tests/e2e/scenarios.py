@@ -164,8 +164,11 @@ def killed_before_next_call(runner: Runner, team: Team, model: ModelServer) -> N
                                         say("unreachable")]})
     run = runner.start(team.machine, model, "E2E-KILL: check the team", False)
     message_id = wait_for(lambda: sent.get("message", {}).get("id"), what=f"{who}: bob's message")
-    wait_for(lambda: message_id not in team.alice_unread(sent["address"]), timeout=30,
-             what=f"{who}: the hook to take bob's message")
+    try:
+        wait_for(lambda: message_id not in team.alice_unread(sent["address"]), timeout=30,
+                 what=f"{who}: the hook to take bob's message")
+    except AssertionError:
+        raise AssertionError(f"{model.transcript()}\n{run.log.read_text()[-3000:]}") from None
     run.kill()
     receipt = team.bob_state(message_id)
     assert not model.seen("PUSHMARK_kill"), f"{who}: the model saw the mail before the kill:\n{model.transcript()}"
