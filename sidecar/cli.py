@@ -126,6 +126,18 @@ def cmd_who(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_events(args: argparse.Namespace) -> int:
+    result = _call("events", session=args.session, limit=args.limit)
+    if args.json:
+        _print_json(result)
+        return 0
+    for e in result["events"]:
+        when = time.strftime("%H:%M:%S", time.localtime(e["at"]))
+        what = e["path"] or e["command"] or e["tool"]
+        print(f"{when}  {e['session'][:12]:12}  {e['harness']:11}  {e['action']:20}  {what}".rstrip())
+    return 0
+
+
 def cmd_send(args: argparse.Namespace) -> int:
     text = " ".join(args.text)
     if text == "-":
@@ -435,6 +447,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--all", action="store_true", help="include sessions gone in the last day")
     p.add_argument("--json", action="store_true")
     p.add_argument("filter", nargs="?", default=None, help="only sessions whose fields contain this text")
+    p = add("events", cmd_events, "show the normalized events hooks recorded (secrets redacted)")
+    p.add_argument("--session", help="only this session (key, name or address)")
+    p.add_argument("--limit", type=int, default=100, help="the newest N (default 100)")
+    p.add_argument("--json", action="store_true")
     p = add("send", cmd_send, "send a message to a session (or, from a terminal, a group)")
     p.add_argument("to", help="person/session, a session name, person/*, repo:NAME or *")
     p.add_argument("text", nargs="+", help="the message; - reads it from standard input")

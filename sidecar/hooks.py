@@ -41,6 +41,7 @@ from hive.integrations import registry
 from hive.integrations.descriptor import HookPoint
 from hive.integrations.hook_client import ENV_FILE, ENV_NAMES, harness_pid
 
+from . import observe
 from .config import slug
 from .errors import BadRequest
 from .render import Message, frames
@@ -288,6 +289,10 @@ async def hook(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> d
         return {"stdout": point.no_opinion if point else "", "ids": [], "session": caller.key}
     session = await refresh(sidecar, caller, request, force=point.event == "session.start")
     nothing = {"stdout": point.no_opinion, "ids": [], "session": session.key}
+    try:  # events, presence and overlaps; a failure there must not cost the hook its mail
+        await observe.ingest(sidecar, caller.harness.name, point, caller.payload, session)
+    except Exception:
+        log.exception("recording the hook's events failed")
     if point.event == "session.end":
         await sidecar.sessions.end(session)
         ACTIVITY.pop(session.key, None)

@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
+from . import observe
 from .addresses import Entry, Target
 from .approvals import receive_approval, wire_of
 from .config import DAY, slug
@@ -218,6 +219,7 @@ def sanitise_presence(raw: Any) -> dict[str, Any]:
             "doing": one_line(item.get("doing"), 200),
             "activity": one_line(item.get("activity"), 16),
             "tier": tier if tier in TIERS else "pull",
+            **observe.sanitise_extra(item),
         })
     known = []
     for item in raw.get("known") or []:
@@ -849,7 +851,7 @@ class Mesh:
                 sessions.append({
                     "name": s.name, "agent": s.agent, "repo": s.repo, "branch": s.branch,
                     "folder": Path(s.cwd.rstrip("/")).name if s.cwd else "", "doing": s.doing,
-                    "activity": _activity_of(s.key), "tier": s.tier,
+                    "activity": _activity_of(s.key), "tier": s.tier, **observe.presence_of(s.key),
                 })
             else:
                 known.append(s.name)
@@ -892,6 +894,7 @@ class Mesh:
                 self.learn(other, addresses)
         self._presence_dirty.add(peer)
         self.poke()  # stored by the flusher, coalesced: one write for a burst of presence frames
+        await observe.on_peer_presence(self.sc, peer)
 
     def entries(self) -> list[Entry]:
         """Teammates' sessions for the directory: person and machine from the roster, never the peer."""

@@ -31,7 +31,7 @@ import anyio
 from anyio.abc import SocketAttribute, SocketStream, TaskGroup
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from . import __version__
+from . import __version__, observe
 from .addresses import Entry, Target, is_group, resolve
 from .ask import confirm_group, group_question, notify_person
 from .config import HOUR, Settings, load_settings
@@ -93,6 +93,7 @@ OP_MODULES: tuple[str, ...] = (
     "hive.sidecar.ask",
     "hive.sidecar.team",
     "hive.sidecar.gate",
+    "hive.sidecar.observe",
 )
 
 
@@ -307,6 +308,7 @@ class Sidecar:
             "repo": one_line(entry.repo, 200), "branch": one_line(entry.branch, 200),
             "folder": one_line(entry.folder, 200), "doing": one_line(entry.doing, 200),
             "tier": entry.tier, "live": entry.live,
+            **observe.describe_extra(self, entry.key, entry.person, entry.machine, entry.name),
         }
 
     # ---- ops -------------------------------------------------------------------------

@@ -171,6 +171,28 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX gate_signals_item ON gate_signals(item);
     """,
+    # 7: normalized events (hive.sidecar.observe), append-only, secrets redacted before insert;
+    # the unique index is the call-id dedupe (one tool call reported twice is stored once).
+    """
+    CREATE TABLE events (
+        id INTEGER PRIMARY KEY,
+        at REAL NOT NULL,
+        session TEXT NOT NULL,
+        harness TEXT NOT NULL DEFAULT '',
+        action TEXT NOT NULL,
+        tool TEXT NOT NULL DEFAULT '',
+        call_id TEXT NOT NULL DEFAULT '',
+        path TEXT NOT NULL DEFAULT '',
+        command TEXT NOT NULL DEFAULT '',
+        exit_code INTEGER,
+        cwd TEXT NOT NULL DEFAULT '',
+        method TEXT NOT NULL DEFAULT 'hook',
+        fidelity TEXT NOT NULL DEFAULT 'observed',
+        detail TEXT NOT NULL DEFAULT ''
+    );
+    CREATE INDEX events_session ON events(session, id);
+    CREATE UNIQUE INDEX events_call ON events(session, action, call_id, path) WHERE call_id != '';
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
