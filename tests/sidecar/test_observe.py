@@ -1,0 +1,248 @@
+"""Observation end to end: recorded hook payloads through real sidecars become events and presence.
+
+Hooks are replayed through the ``hook`` op in the shapes each harness sends
+(../shared/notes/harnesses.md, the same shapes tests/integrations/test_hook.py runs through the
+hook client); what a teammate sees is read from ``who`` on their own sidecar.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hive.sidecar.observe import clean, normalize, redact, sensitive, tool_paths
+
+from ..conftest import Hive
+from .test_mesh import form_team, ok, wait_for
+
+
+@pytest.fixture(autouse=True)
+def _keys_in_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HIVE_KEYRING", "off")
+
+
+def git_repo(folder: Path, origin: str = "git@github.com:acme/api.git") -> tuple[str, str]:
+    """A real repository with one commit and an origin; returns its folder and HEAD."""
+    folder.mkdir(parents=True, exist_ok=True)
+    run = ["git", "-C", str(folder), "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run([*run, "init", "-q"], check=True)
+    subprocess.run([*run, "remote", "add", "origin", origin], check=True)
+    (folder / "README.md").write_text("hi\n", encoding="utf-8")
+    subprocess.run([*run, "add", "README.md"], check=True)
+    subprocess.run([*run, "commit", "-q", "-m", "one"], check=True)
+    head = subprocess.run([*run, "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    return str(folder), head
+
+
+def hook(hive: Hive, harness: str, event: str, payload: dict[str, Any], env: dict[str, str] | None = None) -> Any:
+    return ok(hive, "hook", harness=harness, event=event, payload=payload, env=env or {})
+
+
+# Recorded shapes: (harness, start, prompt, tool, stop, sid field, payload of an edit of `path`)
+def claude(sid: str, cwd: str, event: str, **extra: Any) -> dict[str, Any]:
+    return {"session_id": sid, "cwd": cwd, "hook_event_name": event,
+            "transcript_path": f"/home/a/.claude/projects/x/{sid}.jsonl", **extra}
+
+
+def claude_edit(sid: str, cwd: str, path: str, call: str = "toolu_01") -> dict[str, Any]:
+    return claude(sid, cwd, "PostToolUse", tool_name="Edit", tool_use_id=call,
+                  tool_input={"file_path": path, "old_string": "a", "new_string": "b"},
+                  tool_response={"filePath": path, "success": True})
+
+
+def codex(sid: str, cwd: str, event: str, **extra: Any) -> dict[str, Any]:
+    return {"session_id": sid, "turn_id": "turn-1", "cwd": cwd, "hook_event_name": event, "model": "gpt-5.5",
+            "transcript_path": f"/home/a/.codex/sessions/rollout-{sid}.jsonl", **extra}
+
+
+def gemini(sid: str, cwd: str, event: str, **extra: Any) -> dict[str, Any]:
+    return {"session_id": sid, "cwd": cwd, "hook_event_name": event, "timestamp": "2026-12-02T11:00:00.000Z",
+            "transcript_path": f"/home/a/.gemini/tmp/app/chats/session-{sid}.jsonl", **extra}
+
+
+def cursor(sid: str, cwd: str, event: str, **extra: Any) -> dict[str, Any]:
+    return {"conversation_id": sid, "generation_id": "gen-1", "hook_event_name": event, "workspace_roots": [cwd],
+            **extra}
+
+
+PATCH = "*** Begin Patch\n*** Update File: src/app.py\n@@\n-a\n+b\n*** End Patch\n"
+
+HARNESSES: dict[str, dict[str, Any]] = {
+    "claude-code": {
+        "start": ("SessionStart", lambda s, c: claude(s, c, "SessionStart", source="startup")),
+        "prompt": ("UserPromptSubmit", lambda s, c: claude(s, c, "UserPromptSubmit", prompt="go")),
+        "edit": ("PostToolUse", lambda s, c: claude_edit(s, c, f"{c}/src/app.py")),
+        "stop": ("Stop", lambda s, c: claude(s, c, "Stop", stop_hook_active=False)),
+        "env": {"CLAUDECODE": "1"},
+    },
+    "codex": {
+        "start": ("SessionStart", lambda s, c: codex(s, c, "SessionStart", source="startup")),
+        "prompt": ("UserPromptSubmit", lambda s, c: codex(s, c, "UserPromptSubmit", prompt="go")),
+        "edit": ("PostToolUse", lambda s, c: codex(s, c, "PostToolUse", tool_name="apply_patch", tool_use_id="call_1",
+                                                    tool_input={"command": ["apply_patch", PATCH]})),
+        "stop": ("Stop", lambda s, c: codex(s, c, "Stop", stop_hook_active=False)),
+        "env": {"CODEX_MANAGED_BY_NPM": "1"},
+    },
+    "gemini": {
+        "start": ("SessionStart", lambda s, c: gemini(s, c, "SessionStart", source="startup")),
+        "prompt": ("BeforeAgent", lambda s, c: gemini(s, c, "BeforeAgent", prompt="go")),
+        "edit": ("AfterTool", lambda s, c: gemini(s, c, "AfterTool", tool_name="replace",
+                                                  tool_input={"file_path": f"{c}/src/app.py", "old_string": "a",
+                                                              "new_string": "b"},
+                                                  tool_response={"llmContent": "ok"})),
+        "stop": ("AfterAgent", lambda s, c: gemini(s, c, "AfterAgent", prompt="go", stop_hook_active=False)),
+        "env": {"GEMINI_CLI": "1"},
+    },
+    "cursor": {
+        "start": ("sessionStart", lambda s, c: cursor(s, c, "sessionStart", session_id=s)),
+        "prompt": ("beforeSubmitPrompt", lambda s, c: cursor(s, c, "beforeSubmitPrompt", prompt="go")),
+        "edit": ("postToolUse", lambda s, c: cursor(s, c, "postToolUse", tool_name="Write",
+                                                    tool_input={"file_path": f"{c}/src/app.py", "contents": "x"})),
+        "stop": ("stop", lambda s, c: cursor(s, c, "stop", status="completed", loop_count=0)),
+        "env": {},
+    },
+}
+
+
+def step(hive: Hive, harness: str, what: str, sid: str, cwd: str) -> None:
+    spec = HARNESSES[harness]
+    native, build = spec[what]
+    hook(hive, harness, native, build(sid, cwd), spec["env"])
+
+
+def events(hive: Hive, session: str | None = None) -> list[dict[str, Any]]:
+    return ok(hive, "events", session=session, limit=1000)["events"]
+
+
+# ---- pure functions ------------------------------------------------------------------------------
+
+
+def test_redaction_keeps_provider_prefixes_and_removes_every_secret_shape() -> None:
+    pem = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk\n-----END OPENSSH PRIVATE KEY-----"
+    text = redact(f"curl -H 'Authorization: Bearer abc.def.ghi' https://bob:hunter2@example.com/x "
+                  f"GITHUB_TOKEN=ghp_0123456789abcdefABCDEF sk-ant-api03-aaaaaaaaaaaa password=swordfish {pem}")
+    for secret in ("abc.def.ghi", "hunter2", "0123456789abcdef", "api03-aaaa", "swordfish", "b3BlbnNzaC1rZXk"):
+        assert secret not in text
+    assert "ghp_[REDACTED]" in text and "sk-ant-[REDACTED]" in text
+    assert "Authorization: Bearer [REDACTED]" in text and "https://[REDACTED]@example.com" in text
+    # Redaction comes before the cap: a cut never leaves the start of a secret behind.
+    capped = clean("x" * 4090 + " ghp_0123456789abcdefABCDEF", cap=4100)
+    assert "0123" not in capped and len(capped.encode()) <= 4103
+
+
+def test_the_path_filter_keeps_credential_files_out() -> None:
+    for path in (".env", "app/.env.local", "/home/a/.aws/credentials", "/home/a/.ssh/config", "id_ed25519",
+                 "/home/a/.git-credentials", "/home/a/.config/git/credentials"):
+        assert sensitive(path), path
+    for path in ("src/app.py", "docs/env.md", "id_utils.py", "id_ed25519.pub"):
+        assert not sensitive(path), path
+
+
+def test_edit_tools_of_each_harness_name_their_paths() -> None:
+    assert tool_paths("Edit", {"file_path": "/r/a.py"}) == [("file.modified", "/r/a.py")]
+    assert tool_paths("Read", {"file_path": "/r/a.py"}) == [("file.read", "/r/a.py")]
+    assert tool_paths("apply_patch", {"command": ["apply_patch", PATCH]}) == [("file.modified", "src/app.py")]
+    assert tool_paths("replace", {"file_path": "/r/a.py"}) == [("file.modified", "/r/a.py")]
+    assert tool_paths("write_file", {"file_path": "/r/b.py"}) == [("file.modified", "/r/b.py")]
+    assert tool_paths("read_file", {"absolute_path": "/r/b.py"}) == [("file.read", "/r/b.py")]
+    assert tool_paths("edit", {"filePath": "/r/c.ts"}) == [("file.modified", "/r/c.ts")]  # opencode
+    recorded = normalize("claude-code", "tool.after", claude_edit("s", "/r", "/r/a.py"), "s", "/r")
+    assert [(e.action, e.fidelity) for e in recorded] == [("tool.completed", "observed"),
+                                                          ("file.modified", "inferred")]
+
+
+# ---- one machine ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("harness", sorted(HARNESSES))
+def test_replayed_hooks_give_state_files_and_head(hive: Hive, tmp_path: Path, harness: str) -> None:
+    cwd, head = git_repo(tmp_path / "api")
+    sid = f"{harness}-1"
+    step(hive, harness, "start", sid, cwd)
+    step(hive, harness, "prompt", sid, cwd)
+    [me] = [s for s in ok(hive, "who")["sessions"] if s["agent"]]
+    assert me["state"] == "busy" and me["head"] == head
+    step(hive, harness, "edit", sid, cwd)
+    [me] = ok(hive, "who")["sessions"]
+    assert me["files"] == ["src/app.py"]
+    step(hive, harness, "stop", sid, cwd)
+    [me] = ok(hive, "who")["sessions"]
+    assert me["state"] == "idle"
+    actions = [e["action"] for e in events(hive, sid)]
+    assert actions[:2] == ["session.started", "prompt.submitted"]
+    assert "file.modified" in actions and actions[-1] == "turn.stopped"
+
+
+def test_the_same_call_reported_twice_is_stored_once_and_secrets_never_reach_the_table(hive: Hive,
+                                                                                      tmp_path: Path) -> None:
+    cwd, _ = git_repo(tmp_path / "api")
+    step(hive, "claude-code", "start", "c1", cwd)
+    for _ in range(2):
+        hook(hive, "claude-code", "PostToolUse", claude_edit("c1", cwd, f"{cwd}/src/app.py", call="toolu_9"))
+    bash = claude("c1", cwd, "PostToolUse", tool_name="Bash", tool_use_id="toolu_10",
+                  tool_input={"command": "curl -H 'Authorization: Bearer s3cr3t' https://u:pw@x.io"},
+                  tool_response={"exit_code": 0})
+    hook(hive, "claude-code", "PostToolUse", bash)
+    hook(hive, "claude-code", "PostToolUse", bash)
+    rows = events(hive, "c1")
+    assert [e["action"] for e in rows if e["call_id"] == "toolu_9"] == ["tool.completed", "file.modified"]
+    commands = [e for e in rows if e["action"] == "command.executed"]
+    assert len(commands) == 1 and commands[0]["exit_code"] == 0
+    dump = json.dumps(rows)
+    assert "s3cr3t" not in dump and ":pw@" not in dump and "Bearer [REDACTED]" in dump
+    shown = hive.cli("events", "--session", "c1", check=True).stdout
+    assert "command.executed" in shown and "s3cr3t" not in shown
+
+
+# ---- two machines --------------------------------------------------------------------------------
+
+
+def test_two_sessions_on_two_machines_editing_one_file_each_get_exactly_one_notice(make_hive: Any,
+                                                                                  tmp_path: Path) -> None:
+    alice, bob = form_team(make_hive, ["alice", "bob"])
+    try:
+        a_cwd, _ = git_repo(tmp_path / "a" / "api")
+        b_cwd, _ = git_repo(tmp_path / "b" / "api", origin="https://github.com/acme/api")
+        step(alice, "claude-code", "start", "a1", a_cwd)
+        step(bob, "codex", "start", "b1", b_cwd)
+        # alice reads her .env: recorded on her machine, never in what bob sees.
+        hook(alice, "claude-code", "PostToolUse", claude("a1", a_cwd, "PostToolUse", tool_name="Read",
+                                                         tool_use_id="toolu_e",
+                                                         tool_input={"file_path": f"{a_cwd}/.env"}))
+        step(alice, "claude-code", "edit", "a1", a_cwd)
+        wait_for(lambda: any(s["files"] == ["src/app.py"] for s in ok(bob, "who")["sessions"]
+                             if s["person"] == "alice"), what="alice's files at bob")
+        step(bob, "codex", "edit", "b1", b_cwd)
+
+        def offers(hive: Hive, sid: str) -> list[dict[str, Any]]:
+            return [e for e in events(hive, sid) if e["action"] == "overlap.offered"]
+
+        a_offers = wait_for(lambda: offers(alice, "a1"), what="alice's notice")
+        b_offers = wait_for(lambda: offers(bob, "b1"), what="bob's notice")
+        # More edits and presence rounds on both sides change nothing: once per pair and file.
+        step(alice, "claude-code", "edit", "a1", a_cwd)
+        hook(bob, "codex", "PostToolUse", codex("b1", b_cwd, "PostToolUse", tool_name="apply_patch",
+                                                tool_use_id="call_2", tool_input={"command": ["apply_patch", PATCH]}))
+        wait_for(lambda: len(events(alice, "a1")) > 4, what="more events")
+        assert len(offers(alice, "a1")) == 1 and len(offers(bob, "b1")) == 1
+        assert json.loads(a_offers[0]["detail"])["other"].startswith("bob/")
+        assert json.loads(b_offers[0]["detail"])["other"].startswith("alice/")
+        for hive, sid, offered in ((alice, "a1", a_offers[0]), (bob, "b1", b_offers[0])):
+            outcome = json.loads(offered["detail"])["outcome"]
+            injected = [e for e in events(hive, sid) if e["action"] == "team.message.injected"]
+            mail = [m for m in ok(hive, "inbox", session=sid, peek=True)["messages"]
+                    if m["from"] == "hive/overlap"]
+            if outcome == "deliver":
+                assert len(injected) == 1 and len(mail) == 1 and "src/app.py" in mail[0]["body"]
+            else:
+                assert injected == [] and mail == []
+        seen_by_bob = json.dumps(ok(bob, "who")["sessions"]) + json.dumps(ok(bob, "mesh"))
+        assert ".env" not in seen_by_bob
+        assert any(e["path"].endswith(".env") for e in events(alice, "a1"))
+    finally:
+        alice.stop()
+        bob.stop()
