@@ -8,6 +8,7 @@ removed machine, a stranger).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -26,12 +27,23 @@ from ..conftest import Hive, run_in_terminal
 
 MESH = '[mesh]\nlisten = "127.0.0.1:0"\nmdns = false\n'
 T = TypeVar("T")
+_TEAM: list[Hive] = []  # the machines of the running test, whose logs a timeout shows
 
 
 @pytest.fixture(autouse=True)
 def _keys_in_files(monkeypatch: pytest.MonkeyPatch) -> None:
     # Several machines on one host: each keeps its key in its own state folder.
     monkeypatch.setenv("HIVE_KEYRING", "off")
+    _TEAM.clear()
+
+
+def _logs() -> str:
+    parts = []
+    for machine in _TEAM:
+        with contextlib.suppress(OSError):
+            lines = (machine.home / "sidecar.log").read_text().splitlines()[-15:]
+            parts.append(f"--- {machine.home.name}\n" + "\n".join(lines))
+    return "\n".join(parts)
 
 
 def wait_for(check: Callable[[], T], timeout: float = 30, what: str = "condition") -> T:
@@ -41,7 +53,7 @@ def wait_for(check: Callable[[], T], timeout: float = 30, what: str = "condition
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+            raise AssertionError(f"timed out waiting for {what}\n{_logs()}")
         time.sleep(0.05)
 
 
@@ -68,6 +80,7 @@ def form_team(make_hive: Any, people: list[str], configs: dict[str, str] | None 
         machine = make_hive(MESH + configs.get(person, ""), person=person)
         machine.start()
         machines.append(machine)
+        _TEAM.append(machine)
     machines[0].cli("init", "acme", "--as", people[0], check=True)
     link = machines[0].cli_json("invite")["link"]
     for machine, person in zip(machines[1:], people[1:], strict=True):
