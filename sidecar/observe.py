@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 
     from .server import Connection, Sidecar
     from .sessions import Session
+    from .store import Store
 
 log = logging.getLogger("hive.sidecar.observe")
 
@@ -91,8 +92,15 @@ def _keep_prefix(value: str) -> str:
     return REDACTED
 
 
+# One cheap pass that every rule below needs to match first: most strings skip the five rules.
+_MAYBE = re.compile(r"(?i)private[_ -]?key|authorization|://|secret|token|passw|api[_-]?key|access[_-]?key|credential|"
+                    + "|".join(re.escape(p) for p in _PREFIXES))
+
+
 def redact(text: str) -> str:
     """Secrets in ``text`` replaced by ``[REDACTED]`` (provider prefixes kept: ``ghp_[REDACTED]``)."""
+    if not text or not _MAYBE.search(text):
+        return text
     text = _PEM.sub(lambda m: f"-----BEGIN {m.group(1)}PRIVATE KEY-----{REDACTED}", text)
     text = _AUTH.sub(lambda m: m.group(1) + (m.group(2) + " " if m.group(2) else "") + REDACTED, text)
     text = _URL_CREDS.sub(lambda m: m.group(1) + REDACTED + "@", text)
@@ -276,14 +284,68 @@ COLUMNS = ("at", "session", "harness", "action", "tool", "call_id", "path", "com
            "method", "fidelity", "detail")
 
 
-async def store_events(sidecar: Sidecar, events: Sequence[Event]) -> None:
-    """Append ``events`` in one statement; committed (group commit) when this returns."""
+MAX_ROWS = 32766 // len(COLUMNS)  # SQLite's bound on parameters in one statement
+
+
+@dataclass
+class _Batch:
+    events: list[Event]
+    done: anyio.Event
+    error: BaseException | None = None
+
+
+class _Writer:
+    """Group insert: whoever writes while no write runs becomes the flusher, and every event that
+    arrives meanwhile goes into the next single multi-row insert and commit, so a burst of hooks
+    costs a few statements and fsyncs, not one each. No task of its own, so nothing polls."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.next = _Batch([], anyio.Event())
+        self.flushing = False
+
+    async def add(self, events: Sequence[Event]) -> None:
+        mine = self.next
+        mine.events.extend(events)
+        if not self.flushing:
+            self.flushing = True
+            try:
+                while self.next.events:
+                    batch, self.next = self.next, _Batch([], anyio.Event())
+                    try:
+                        await self._insert(batch.events)
+                    except Exception as exc:
+                        batch.error = exc
+                    finally:
+                        batch.done.set()
+            finally:
+                self.flushing = False
+        await mine.done.wait()
+        if mine.error is not None:
+            raise mine.error
+
+    async def _insert(self, events: list[Event]) -> None:
+        statements = []
+        for start in range(0, len(events), MAX_ROWS):
+            chunk = events[start:start + MAX_ROWS]
+            marks = ", ".join(["(" + ", ".join("?" * len(COLUMNS)) + ")"] * len(chunk))
+            params = [value for e in chunk for value in e.row()]
+            # A call already stored under the same (session, action, call id, path) is ignored: dedupe.
+            statements.append((f"INSERT OR IGNORE INTO events ({', '.join(COLUMNS)}) VALUES {marks}", params))
+        await self.store.write(statements)
+
+
+_writers: dict[int, _Writer] = {}
+
+
+async def store_events(store: Store, events: Sequence[Event]) -> None:
+    """Append ``events``; committed (group insert and group commit) when this returns."""
     if not events:
         return
-    marks = ", ".join(["(" + ", ".join("?" * len(COLUMNS)) + ")"] * len(events))
-    params = [value for e in events for value in e.row()]
-    # A call already stored under the same (session, action, call id, path) is ignored: dedupe.
-    await sidecar.store.write([(f"INSERT OR IGNORE INTO events ({', '.join(COLUMNS)}) VALUES {marks}", params)])
+    writer = _writers.get(id(store))
+    if writer is None or writer.store is not store:
+        writer = _writers[id(store)] = _Writer(store)
+    await writer.add(events)
 
 
 # ---- presence --------------------------------------------------------------------------------
@@ -380,7 +442,7 @@ async def ingest(sidecar: Sidecar, harness: str, point: HookPoint, payload: dict
     events = normalize(harness, point.event, payload, session.key, session.cwd)
     if not events:
         return []
-    await store_events(sidecar, events)
+    await store_events(sidecar.store, events)
     seen = OBSERVED.setdefault(session.key, Observed(files={}))
     before = (seen.state, seen.head, tuple(recent_files(session.key)))
     now = events[0].at
@@ -492,7 +554,7 @@ async def _notice(sidecar: Sidecar, session: Session, other: str, path: str, whe
             f"\"{one_line(other, 80)}\" before the edits collide.")
     event = Event(at=now, session=session.key, harness=session.agent, action="overlap.noticed", path=path,
                   method="hook", fidelity="inferred", detail=json.dumps({"other": other, "repo": repo, "at": when}))
-    await store_events(sidecar, [event])
+    await store_events(sidecar.store, [event])
     try:
         from .gate import Evidence, Item, gate_of
 
@@ -507,7 +569,7 @@ async def _notice(sidecar: Sidecar, session: Session, other: str, path: str, whe
         evidence=(Evidence("file", f"{repo}:{path}"),), key=f"overlap:{repo}:{path}:{other}",
         proposer=OVERLAP_SENDER, data={"session": session.key, "other": other, "path": path},
     ))
-    await store_events(sidecar, [Event(at=time.time(), session=session.key, harness=session.agent,
+    await store_events(sidecar.store, [Event(at=time.time(), session=session.key, harness=session.agent,
                                        action="overlap.offered", path=path, method="hook", fidelity="inferred",
                                        detail=json.dumps({"other": other, "outcome": decision.outcome,
                                                           "rule": decision.rule, "item": decision.item_id}))])
@@ -529,7 +591,7 @@ async def deliver_notice(sidecar: Sidecar, key: str, address: str, title: str, b
                       sent_at=time.time())
     await deliver_local(sidecar, message, None)
     session = sidecar.sessions.by_key.get(key)
-    await store_events(sidecar, [Event(at=time.time(), session=key, harness=session.agent if session else "",
+    await store_events(sidecar.store, [Event(at=time.time(), session=key, harness=session.agent if session else "",
                                        action="team.message.injected", path=path, method="hook",
                                        fidelity="observed",
                                        detail=json.dumps({"id": message.id, "from": OVERLAP_SENDER,

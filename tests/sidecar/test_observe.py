@@ -128,6 +128,8 @@ def test_redaction_keeps_provider_prefixes_and_removes_every_secret_shape() -> N
     for secret in ("abc.def.ghi", "hunter2", "0123456789abcdef", "api03-aaaa", "swordfish", "b3BlbnNzaC1rZXk"):
         assert secret not in text
     assert "ghp_[REDACTED]" in text and "sk-ant-[REDACTED]" in text
+    assert redact('{"private_key": "abcd1234"}') == '{"private_key": "[REDACTED]"}'
+    assert redact("nothing secret here") == "nothing secret here"
     assert "Authorization: Bearer [REDACTED]" in text and "https://[REDACTED]@example.com" in text
     # Redaction comes before the cap: a cut never leaves the start of a secret behind.
     capped = clean("x" * 4090 + " ghp_0123456789abcdefABCDEF", cap=4100)
