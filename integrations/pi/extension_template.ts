@@ -30,6 +30,9 @@ const MAX_WAIT_SECS = 600;
 // start (no model, no key); a steer waits for the running tool calls, which can take long.
 const PUSH_IDLE_MS = 60 * 1000;
 const PUSH_BUSY_MS = 10 * 60 * 1000;
+const ONE_SHOT_ARGS = process.argv.some(
+  (arg, i, all) => arg === "-p" || arg === "--print" || arg === "--mode=json" || (arg === "--mode" && all[i + 1] === "json"),
+);
 
 type Reply = { ok: true; result: Record<string, unknown> } | { ok: false; code: string; message: string };
 type Details = Record<string, unknown>;
@@ -377,6 +380,18 @@ export default function (pi: ExtensionAPI) {
     }
   }
 
+  // `pi -p` and `--mode json` run the prompt they were given, then exit. A turn a push starts
+  // while that prompt is still being prepared makes pi refuse the prompt ("Agent is already
+  // processing a prompt") and fail the run, so there idle mail waits for before_agent_start.
+  // (Print mode chosen by piped stdin alone is not told apart from RPC mode here.)
+  function oneShot(): boolean {
+    try {
+      return lastCtx?.hasUI === false && ONE_SHOT_ARGS;
+    } catch {
+      return false;
+    }
+  }
+
   // A check_inbox that is long-polling takes pushed mail as its answer.
   let waiting: ((deliver: Deliver) => void) | null = null;
 
@@ -390,6 +405,10 @@ export default function (pi: ExtensionAPI) {
         const take = waiting;
         waiting = null;
         take(deliver);
+        return;
+      }
+      if (oneShot() && idle()) {
+        link.notify("undelivered", { ids: deliver.ids });
         return;
       }
       // pi only looks at deliverAs while the agent is streaming: then "steer" puts the text
