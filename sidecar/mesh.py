@@ -393,6 +393,9 @@ class Mesh:
         self._expelling: set[int] = set()
         self.eager: set[str] = set()  # dial these at once (the inviter, right after a join)
         self._probing: set[int] = set()
+        # Inbound messages that may still owe their sender a receipt: while none do, a poke (one
+        # per local request) costs no query.
+        self._open_inbound = 0
         self._digest: tuple[Any, str] = (object(), "")
         self._broadcast_base: dict[str, Any] | None = None
         self._presence_dirty: set[str] = set()
@@ -493,6 +496,10 @@ class Mesh:
         self._poked.set()
 
     async def _load(self) -> None:
+        row = await self.sc.store.fetchone(
+            "SELECT COUNT(*) FROM inbound WHERE (state = 'accepted' AND reported != 'read') "
+            "OR (due != '' AND due != reported AND reported != 'read')")
+        self._open_inbound = int(row[0]) if row else 0
         saved = await self.sc.store.get_kv("mesh.addresses")
         if saved:
             with contextlib.suppress(ValueError, TypeError):
@@ -1139,6 +1146,8 @@ class Mesh:
                 if isinstance(item, list) and len(item) == 2 and all(isinstance(v, str) for v in item):
                     statements.append(("UPDATE inbound SET reported = ? WHERE id = ? AND peer = ?",
                                        (item[1], item[0], link.peer)))
+                    if item[1] in ("read", "refused"):
+                        self._open_inbound -= 1  # nothing more to tell about this one
                     flow = self.flows.get(id(link))
                     if flow is not None:
                         flow.receipts.discard((item[0], item[1]))
@@ -1344,6 +1353,7 @@ class Mesh:
         await self.sc.store.write([*thread, (
             "INSERT OR IGNORE INTO inbound (id, peer, sender, recipient, state, note, received_at) "
             "VALUES (?, ?, ?, ?, 'accepted', ?, ?)", (message_id, link.peer, sender, recipient, note, now))])
+        self._open_inbound += 1
         await self._ack(link, message_id, state, note)
 
     async def _deposit(self, message: Message, entry: Entry | None) -> tuple[str, str]:
@@ -1361,6 +1371,8 @@ class Mesh:
 
     async def _flush_receipts(self, peer: str | None) -> None:
         """Tell senders what became of their messages: read, approved (delivered) or dropped."""
+        if peer is None and self._open_inbound <= 0:
+            return
         where = "" if peer is None else "AND i.peer = ?"
         params: tuple[Any, ...] = () if peer is None else (peer,)
         rows = await self.sc.store.fetchall(
@@ -1430,6 +1442,7 @@ class Mesh:
                 "UPDATE inbound SET state = 'accepted', due = 'delivered', frame = NULL, note = ? WHERE id = ?",
                 (note, message_id))])
             results.append({"id": message_id, "state": state, "note": note})
+        self._open_inbound += len(results)
         self.poke()
         return results
 
