@@ -290,7 +290,8 @@ async def hook(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> d
     session = await refresh(sidecar, caller, request, force=point.event == "session.start")
     nothing = {"stdout": point.no_opinion, "ids": [], "session": session.key}
     try:  # events, presence and overlaps; a failure there must not cost the hook its mail
-        await observe.ingest(sidecar, caller.harness.name, point, caller.payload, session)
+        await observe.ingest(sidecar, caller.harness.name, point, caller.payload, session,
+                             caller.harness.presence())
     except Exception:
         log.exception("recording the hook's events failed")
     if point.event == "session.end":

@@ -37,13 +37,14 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from . import doing
 from .defang import one_line
 from .errors import BadRequest
 from .render import Message
 from .ulid import new_ulid
 
 if TYPE_CHECKING:
-    from hive.integrations.descriptor import HookPoint
+    from hive.integrations.descriptor import HookPoint, Presence
 
     from .server import Connection, Sidecar
     from .sessions import Session
@@ -437,11 +438,22 @@ def _root(session: Session) -> str:
 
 
 async def ingest(sidecar: Sidecar, harness: str, point: HookPoint, payload: dict[str, Any], session: Session,
-                 approval: str = "") -> list[Event]:
-    """Store what one hook call says, update the session's presence, and look for overlaps."""
+                 presence: Presence | None = None) -> list[Event]:
+    """Store what one hook call says, update the session's presence, and look for overlaps.
+
+    ``presence`` is the harness descriptor's: a point it lists under ``waiting_approval`` means an
+    approval was asked (recorded as ``approval.requested``) and the session waits until the next
+    busy or idle event answers it.
+    """
     events = normalize(harness, point.event, payload, session.key, session.cwd)
     if not events:
         return []
+    approval = ""
+    if presence is not None and point.event in presence.waiting_approval:
+        approval = "requested"
+        events.append(Event(at=events[0].at, session=session.key, harness=harness, action="approval.requested",
+                            tool=events[0].tool, call_id=events[0].call_id, cwd=session.cwd,
+                            method=events[0].method, fidelity="inferred"))
     await store_events(sidecar.store, events)
     seen = OBSERVED.setdefault(session.key, Observed(files={}))
     before = (seen.state, seen.head, tuple(recent_files(session.key)))
@@ -469,6 +481,10 @@ async def ingest(sidecar: Sidecar, harness: str, point: HookPoint, payload: dict
         seen.head = await _git_head(root if _root(session) else "")
     if point.event == "session.end":
         OBSERVED.pop(session.key, None)
+    else:
+        doing.doing_of(sidecar).follow(session)
+        if events[0].tool:
+            await doing.from_tool_call(sidecar, session, [_tool_input(payload)])
     if (seen.state, seen.head, tuple(recent_files(session.key))) != before:
         sidecar.mesh.poke()  # the mesh sends presence when it changed
     if modified:

@@ -248,3 +248,37 @@ def test_two_sessions_on_two_machines_editing_one_file_each_get_exactly_one_noti
     finally:
         alice.stop()
         bob.stop()
+
+
+# ---- doing -----------------------------------------------------------------------------------------
+
+
+def test_doing_comes_from_the_transcript_title_and_todo_calls_and_follows_appends(hive: Hive, tmp_path: Path) -> None:
+    cwd, _ = git_repo(tmp_path / "api")
+    transcript = tmp_path / "t.jsonl"
+    filler = json.dumps({"type": "user", "message": {"content": "x" * 1000}}) + "\n"
+    todos = {"todos": [{"content": "Write tests", "status": "completed", "activeForm": "Writing tests"},
+                       {"content": "Add kid", "status": "in_progress", "activeForm": "add kid to verifier"}]}
+    transcript.write_text(filler * 3000 + json.dumps({"type": "ai-title", "aiTitle": "JWT middleware"}) + "\n"
+                          + json.dumps({"type": "assistant", "message": {"content": [
+                              {"type": "tool_use", "name": "TodoWrite", "input": todos}]}}) + "\n", encoding="utf-8")
+    hook(hive, "claude-code", "SessionStart", claude("d1", cwd, "SessionStart", source="startup",
+                                                     transcript_path=str(transcript)))
+
+    def doing() -> str:
+        return str(ok(hive, "who")["sessions"][0]["doing"])
+
+    wait_for(lambda: doing() == "JWT middleware · add kid to verifier", timeout=10, what="doing from the transcript")
+    # Appended bytes are read as they land (watchfiles), half a line waits for its end.
+    entry = json.dumps({"type": "ai-title", "aiTitle": "JWT rotation"})
+    with transcript.open("a", encoding="utf-8") as out:
+        out.write(entry[:10])
+        out.flush()
+        out.write(entry[10:] + "\n")
+    wait_for(lambda: doing() == "JWT rotation · add kid to verifier", timeout=10, what="the appended title")
+    # A plan tool call seen by a hook names the task at once.
+    hook(hive, "claude-code", "PostToolUse", claude("d1", cwd, "PostToolUse", tool_name="TodoWrite",
+                                                    tool_use_id="toolu_t", transcript_path=str(transcript),
+                                                    tool_input={"todos": [{"content": "Ship it",
+                                                                           "status": "in_progress"}]}))
+    assert doing() == "JWT rotation · Ship it"
