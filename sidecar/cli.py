@@ -138,6 +138,18 @@ def cmd_events(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_folder(args: argparse.Namespace) -> int:
+    path = os.path.abspath(os.path.expanduser(args.path)) if args.path else None
+    result = _call("folder", path=path, state=args.state)
+    if args.json:
+        _print_json(result)
+    elif args.state:
+        print(f"hive is {args.state} in {path}")
+    else:
+        print("\n".join(result["off"]) or "hive is on everywhere")
+    return 0
+
+
 def cmd_send(args: argparse.Namespace) -> int:
     text = " ".join(args.text)
     if text == "-":
@@ -450,6 +462,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("events", cmd_events, "show the normalized events hooks recorded (secrets redacted)")
     p.add_argument("--session", help="only this session (key, name or address)")
     p.add_argument("--limit", type=int, default=100, help="the newest N (default 100)")
+    p.add_argument("--json", action="store_true")
+    p = add("folder", cmd_folder, "turn hive off (or back on) for sessions working in a folder")
+    p.add_argument("path", nargs="?", help="the folder (default: list the folders that are off)")
+    p.add_argument("state", nargs="?", choices=["off", "on"])
     p.add_argument("--json", action="store_true")
     p = add("send", cmd_send, "send a message to a session (or, from a terminal, a group)")
     p.add_argument("to", help="person/session, a session name, person/*, repo:NAME or *")

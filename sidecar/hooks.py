@@ -41,7 +41,7 @@ from hive.integrations import registry
 from hive.integrations.descriptor import HookPoint
 from hive.integrations.hook_client import ENV_FILE, ENV_NAMES, harness_pid
 
-from . import observe
+from . import folders, observe
 from .config import slug
 from .errors import BadRequest
 from .render import Message, frames
@@ -287,6 +287,8 @@ async def hook(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> d
     point = caller.point
     if point is None or caller.key is None:
         return {"stdout": point.no_opinion if point else "", "ids": [], "session": caller.key}
+    if await folders.is_off(sidecar, _cwd(caller, request)):  # the person turned hive off here
+        return {"stdout": point.no_opinion, "ids": [], "session": None}
     session = await refresh(sidecar, caller, request, force=point.event == "session.start")
     nothing = {"stdout": point.no_opinion, "ids": [], "session": session.key}
     try:  # events, presence and overlaps; a failure there must not cost the hook its mail

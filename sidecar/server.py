@@ -94,6 +94,7 @@ OP_MODULES: tuple[str, ...] = (
     "hive.sidecar.team",
     "hive.sidecar.gate",
     "hive.sidecar.observe",
+    "hive.sidecar.folders",
 )
 
 

@@ -282,3 +282,16 @@ def test_doing_comes_from_the_transcript_title_and_todo_calls_and_follows_append
                                                     tool_input={"todos": [{"content": "Ship it",
                                                                            "status": "in_progress"}]}))
     assert doing() == "JWT rotation · Ship it"
+
+
+def test_a_folder_turned_off_registers_nothing_and_its_hooks_print_nothing(hive: Hive, tmp_path: Path) -> None:
+    cwd, _ = git_repo(tmp_path / "private")
+    hive.cli("folder", str(tmp_path), "off", check=True)
+    reply = hook(hive, "claude-code", "SessionStart", claude("f1", cwd, "SessionStart", source="startup"))
+    step(hive, "claude-code", "edit", "f1", cwd)
+    assert reply["stdout"] == "" and reply["session"] is None
+    assert ok(hive, "who", all=True)["sessions"] == [] and events(hive, "f1") == []
+    assert str(tmp_path) in hive.cli("folder", check=True).stdout
+    hive.cli("folder", str(tmp_path), "on", check=True)
+    step(hive, "claude-code", "start", "f1", cwd)
+    assert [s["agent"] for s in ok(hive, "who")["sessions"]] == ["claude-code"]
