@@ -12,9 +12,11 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -355,6 +357,32 @@ def new_machine(with_clis: bool) -> Machine:
     return machine
 
 
+def strays(machine: Machine) -> list[int]:
+    """Processes (other than sidecars) still running with this machine's HOME or state folder."""
+    marks = {f"HOME={machine.home}".encode(), f"HIVE_HOME={machine.state}".encode()}
+    found: list[int] = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            environ = set((entry / "environ").read_bytes().split(b"\0"))
+            command = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if marks & environ and b"hive.sidecar\0--detach" not in command and int(entry.name) != os.getpid():
+            found.append(int(entry.name))
+    return found
+
+
+def wait_for_strays(machine: Machine, timeout: float = 30) -> None:
+    if not Path("/proc/self/environ").exists():
+        return
+    deadline = time.monotonic() + timeout
+    while strays(machine) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in strays(machine):  # children of the CLIs this test ran, still alive: end them
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 @contextlib.contextmanager
 def machine_context(with_clis: bool, defaults: bool = True) -> Iterator[Machine]:
     machine = new_machine(with_clis)
@@ -363,6 +391,9 @@ def machine_context(with_clis: bool, defaults: bool = True) -> Iterator[Machine]
             write_defaults(machine)
         yield machine
     finally:
+        # An MCP health check may leave `hive mcp` finishing its start-up after the CLI exited, and it
+        # would start a sidecar once stopped: let those end first.
+        wait_for_strays(machine)
         machine.stop_sidecars()
         # Folders made read-only by a test must be writable again to be removed.
         for folder, dirs, _ in os.walk(machine.root):
