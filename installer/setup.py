@@ -382,6 +382,8 @@ def apply_remove(removals: list[Removal], manifest: Manifest, backups: Backups) 
             backups.note(entry.path, "removed" if removal.after is None else "restored", backup,
                          sorted(removal.partial or entry.harnesses))
         if removal.partial:
+            if fileops.sha256(removal.before) != entry.written:
+                entry.restorable = False  # edited since setup: a later full removal must keep the edits
             entry.harnesses = sorted(set(entry.harnesses) - removal.partial)
             entry.keys = [(owner, record) for owner, record in entry.keys if owner not in removal.partial]
             entry.written = fileops.sha256(removal.after)
