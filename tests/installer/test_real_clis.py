@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import REPO
 from tests.installer.conftest import (
     CLIS,
     Machine,
@@ -283,3 +284,9 @@ def test_after_remove_the_clis_show_only_the_persons_own_entries(real: RealRun) 
     assert real.pi_after is not None
     names = {c["name"] for c in real.pi_after.commands}
     assert "greet" in names and "skill:hive" not in names
+
+
+def test_ci_installs_exactly_the_cli_versions_these_tests_pin() -> None:
+    specs = (REPO / ".ci" / "npm-packages").read_text().split()
+    for harness, (_, package, version) in CLIS.items():
+        assert f"{package}@{version}" in specs, f"{harness}: .ci/npm-packages lacks {package}@{version}"
