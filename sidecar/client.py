@@ -158,6 +158,7 @@ class Client:
             raise Unreachable(f"the connection to the sidecar broke ({exc!r})") from exc
         finally:
             self._pending.pop(request_id, None)
+            send.close()
         if reply.get("ok"):
             return reply.get("result") or {}
         raise from_wire(reply.get("error") or {})

@@ -6,7 +6,8 @@ a long poll never holds up the requests behind it on the same connection. A conn
 registered sessions with ``push`` also receives ``{"event": "deliver", "session", "ids", "text"}``
 and answers with a ``delivered`` request once the text reached its agent.
 
-Nothing here runs on a timer: work happens when a request or a message arrives.
+Nothing here polls: work happens when a request, a message or a frame arrives; the only timers
+are deadlines (the mesh's dial backoff, the gate's next hold bound).
 """
 
 from __future__ import annotations
@@ -327,9 +328,16 @@ class Sidecar:
             "socket": str(self.paths.socket), "person": self.settings.person,
             "machine": self.settings.machine, "uptime": round(now - self.started, 3),
             "sessions_live": len(live), "sessions_known": len(self.sessions.by_key),
-            "terminal_unread": count, "terminal_unread_from": senders, "team": None,
+            "terminal_unread": count, "terminal_unread_from": senders, "team": self._team_name(),
             "waiting": sorted(address for address, n in self.parked.items() if n > 0),
         }
+
+    def _team_name(self) -> str | None:
+        team = getattr(self, "team", None)
+        state = getattr(team, "state", None)
+        if state is None:
+            return None
+        return state.meta.body.name if state.meta is not None else state.id
 
     async def op_register(self, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
         info = request.get("session")
