@@ -495,11 +495,14 @@ class Mesh:
         """Something local may have changed (a session, a read message, the roster): look soon."""
         self._poked.set()
 
-    async def _load(self) -> None:
+    async def _count_open_inbound(self) -> None:
         row = await self.sc.store.fetchone(
             "SELECT COUNT(*) FROM inbound WHERE (state = 'accepted' AND reported != 'read') "
             "OR (due != '' AND due != reported AND reported != 'read')")
         self._open_inbound = int(row[0]) if row else 0
+
+    async def _load(self) -> None:
+        await self._count_open_inbound()
         saved = await self.sc.store.get_kv("mesh.addresses")
         if saved:
             with contextlib.suppress(ValueError, TypeError):
@@ -1146,13 +1149,15 @@ class Mesh:
                 if isinstance(item, list) and len(item) == 2 and all(isinstance(v, str) for v in item):
                     statements.append(("UPDATE inbound SET reported = ? WHERE id = ? AND peer = ?",
                                        (item[1], item[0], link.peer)))
-                    if item[1] in ("read", "refused"):
-                        self._open_inbound -= 1  # nothing more to tell about this one
                     flow = self.flows.get(id(link))
                     if flow is not None:
                         flow.receipts.discard((item[0], item[1]))
             if statements:
                 await self.sc.store.write(statements)
+                # Counted again, not decremented: a receipt may be acked twice (a flush between
+                # the discard above and this write sends it again), which would leave later
+                # receipts unsent behind a count that reached zero too early.
+                await self._count_open_inbound()
             return
         message_id, state = frame.get("id"), frame.get("state")
         if not isinstance(message_id, str) or state not in ACK_STATES:
