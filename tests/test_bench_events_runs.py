@@ -14,7 +14,7 @@ def test_events_benchmark_quick_run() -> None:
                                check=False)
     report = f"stdout:\n{completed.stdout}\nstderr:\n{completed.stderr}"
     assert completed.returncode == 0, report
-    for figure in ("events/s durable, store", "events/s durable, hook op"):
+    for figure in ("events/s durable, store", "events/s durable, hook op", "presence latency p50"):
         row = next((line for line in completed.stdout.splitlines() if line.startswith(figure)), "")
         assert row and "nan" not in row.lower(), report
     assert "removed" in completed.stdout.splitlines()[-1], report

@@ -13,15 +13,25 @@ Run it from the repository root with the project's venv:
    with a bounded number in flight; the sidecar answers each hook only after its events are
    committed. Counted from the rows in the ``events`` table at the end.
 
-Nothing is asserted: the figures are for people to read next to the aim (5,000 events/s).
+3. presence latency: two machines (two state folders, one team formed with ``hive init``,
+   ``invite`` and ``join`` on loopback). A hook on the first flips its session between busy and
+   idle; the time runs until the second machine's ``who`` shows the new state. The second side is
+   asked every 2 ms (the figure's resolution): a benchmark may poll, the sidecar never does.
+
+Nothing is asserted: the figures are for people to read next to the aims (5,000 events/s, presence
+under 100 ms).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sqlite3
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -98,6 +108,52 @@ async def bench_hooks(paths: StatePaths, calls: int, in_flight: int) -> float:
     return rate
 
 
+MESH = '[mesh]\nlisten = "127.0.0.1:0"\nmdns = false\n'
+
+
+def cli(home: Path, *args: str) -> str:
+    env = dict(os.environ, HIVE_HOME=str(home), HIVE_KEYRING="off")
+    done = subprocess.run([sys.executable, "-m", "hive.sidecar.cli", *args], env=env, capture_output=True,
+                          text=True, timeout=60, check=True)
+    return done.stdout
+
+
+async def bench_presence(folder: Path, samples: int) -> float:
+    homes = []
+    for n, person in enumerate(("alice", "bob")):
+        home = folder / person
+        home.mkdir(mode=0o700)
+        (home / "config.toml").write_text(f'person = "{person}"\nmachine = "m{n}"\n{MESH}', encoding="utf-8")
+        assert start_detached(StatePaths(home)), "a sidecar did not start"
+        homes.append(home)
+    alice, bob = homes
+    cli(alice, "init", "acme", "--as", "alice")
+    cli(bob, "join", json.loads(cli(alice, "invite", "--json"))["link"], "--as", "bob")
+    latencies = []
+    async with Client.open(StatePaths(alice)) as a, Client.open(StatePaths(bob)) as b:
+        async def state_at_bob() -> str:
+            sessions = (await b.call("who"))["sessions"]
+            return next((s["state"] for s in sessions if s["person"] == "alice"), "")
+
+        while (await b.call("mesh"))["links"] == []:  # noqa: ASYNC110  # the bench watches from outside
+            await anyio.sleep(0.05)
+        for n in range(samples + 1):
+            event, state = ("UserPromptSubmit", "busy") if n % 2 == 0 else ("Stop", "idle")
+            payload = {"session_id": "p1", "cwd": "/tmp", "hook_event_name": event}
+            start = time.perf_counter()
+            await a.call("hook", harness="claude-code", event=event, payload=payload, env={"CLAUDECODE": "1"})
+            with anyio.fail_after(10):
+                while await state_at_bob() != state:  # noqa: ASYNC110  # 2 ms resolution, see the docstring
+                    await anyio.sleep(0.002)
+            if n:  # the first one also waits for the session to appear at all
+                latencies.append((time.perf_counter() - start) * 1000)
+        for client in (a, b):
+            await client.call("shutdown")
+    p50 = statistics.median(latencies)
+    print(f"presence hook -> peer who: p50 {p50:.1f} ms, max {max(latencies):.1f} ms over {samples} flips")
+    return p50
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
@@ -114,11 +170,15 @@ def main() -> None:
         paths = StatePaths(home)
         assert start_detached(paths), "the sidecar did not start"
         hook_rate = anyio.run(bench_hooks, paths, calls // 4, 64)
+        print("== 3. presence latency: hook on one machine -> who on a teammate's")
+        presence_p50 = anyio.run(bench_presence, folder, 10 if args.quick else 50)
         print("== summary ==")
         print(f"events/s durable, store    {store_rate:>10,.0f}   aim {AIM:,.0f}   "
               f"{'met' if store_rate >= AIM else 'below'}")
         print(f"events/s durable, hook op  {hook_rate:>10,.0f}   aim {AIM:,.0f}   "
               f"{'met' if hook_rate >= AIM else 'below'}")
+        print(f"presence latency p50 (ms)  {presence_p50:>10,.1f}   aim {100:,}   "
+              f"{'met' if presence_p50 <= 100 else 'above'}")
     finally:
         shutil.rmtree(folder, ignore_errors=True)
         print(f"removed {folder}")
