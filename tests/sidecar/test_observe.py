@@ -295,3 +295,19 @@ def test_a_folder_turned_off_registers_nothing_and_its_hooks_print_nothing(hive:
     hive.cli("folder", str(tmp_path), "on", check=True)
     step(hive, "claude-code", "start", "f1", cwd)
     assert [s["agent"] for s in ok(hive, "who")["sessions"]] == ["claude-code"]
+
+
+def test_two_sessions_on_one_machine_editing_one_file_are_each_told_once(hive: Hive, tmp_path: Path) -> None:
+    one, _ = git_repo(tmp_path / "one")
+    two, _ = git_repo(tmp_path / "two")  # another clone of the same origin: the same normalized repo
+    step(hive, "claude-code", "start", "l1", one)
+    step(hive, "gemini", "start", "l2", two)
+    step(hive, "claude-code", "edit", "l1", one)
+    step(hive, "gemini", "edit", "l2", two)
+    step(hive, "claude-code", "edit", "l1", one)
+
+    def offered(sid: str) -> list[str]:
+        return [json.loads(e["detail"])["other"] for e in events(hive, sid) if e["action"] == "overlap.offered"]
+
+    address = {s["agent"]: s["address"] for s in ok(hive, "who")["sessions"]}
+    assert offered("l1") == [address["gemini"]] and offered("l2") == [address["claude-code"]]
