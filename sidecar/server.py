@@ -32,12 +32,12 @@ import anyio
 from anyio.abc import SocketAttribute, SocketStream, TaskGroup
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from . import __version__, observe
+from . import __version__, folders, observe
 from .addresses import Entry, Target, is_group, resolve
 from .ask import confirm_group, group_question, notify_person
 from .config import HOUR, Settings, load_settings
 from .defang import brackets, one_line
-from .errors import BadRequest, Conflict, HiveError, NotFound, TooLarge, UnknownOp
+from .errors import BadRequest, Conflict, HiveError, NotFound, Refused, TooLarge, UnknownOp
 from .gate import run_gate
 from .mailbox import Mailbox
 from .mesh import Mesh
@@ -343,6 +343,9 @@ class Sidecar:
         info = request.get("session")
         if not isinstance(info, dict):
             raise BadRequest("register needs a 'session' object with at least 'key' and 'agent'")
+        if isinstance(info.get("cwd"), str) and await folders.is_off(self, info["cwd"]):
+            raise Refused(f"the person turned hive off in this folder ({info['cwd']}); `hive folder PATH on` "
+                          "turns it back on")
         hold = bool(request.get("hold") or request.get("push"))
         session, new = await self.sessions.register(info, conn.id if hold else None)
         if request.get("push") and session.tier == "push":

@@ -292,6 +292,9 @@ def test_a_folder_turned_off_registers_nothing_and_its_hooks_print_nothing(hive:
     assert reply["stdout"] == "" and reply["session"] is None
     assert ok(hive, "who", all=True)["sessions"] == [] and events(hive, "f1") == []
     assert str(tmp_path) in hive.cli("folder", check=True).stdout
+    # An MCP server registering from there is told why.
+    refused = hive.request({"id": 1, "op": "register", "session": {"key": "m1", "agent": "codex", "cwd": cwd}})
+    assert not refused["ok"] and "turned hive off" in refused["error"]["message"]
     hive.cli("folder", str(tmp_path), "on", check=True)
     step(hive, "claude-code", "start", "f1", cwd)
     assert [s["agent"] for s in ok(hive, "who")["sessions"]] == ["claude-code"]
