@@ -153,11 +153,11 @@ class Team:
     def bob_address(self) -> str:
         return "bob/web-codex"
 
-    def send_from_bob(self, to: str, body: str) -> dict[str, Any]:
+    def send_from_bob(self, to: str, body: str, fyi: bool = False) -> dict[str, Any]:
         """bob's session sends ``body`` to ``to`` (an address bob's sidecar sees)."""
         wait_for(lambda: any(s["address"] == to for s in self.bob_ok("who")["sessions"]), timeout=30,
                  what=f"bob's sidecar to see {to}")
-        result = self.bob_ok("send", to=to, body=body, **{"from": TEAMMATE_KEY})["results"][0]
+        result = self.bob_ok("send", to=to, body=body, fyi=fyi, **{"from": TEAMMATE_KEY})["results"][0]
         # Across the mesh: the message is in alice's mailbox once her sidecar acked it.
         wait_for(lambda: not self.bob_ok("sent", ids=[result["id"]])["messages"][0].get("in_outbox"),
                  timeout=30, what="alice's sidecar to take the message")

@@ -168,6 +168,27 @@ def _texts(value: Any) -> str:
     return ""
 
 
+def _leaves(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [leaf for v in value.values() for leaf in _leaves(v)]
+    if isinstance(value, list):
+        return [leaf for v in value for leaf in _leaves(v)]
+    return []
+
+
+def _result(text: str) -> Turn:
+    """A tool result; one that is JSON (Claude Code passes ``structuredContent`` on as JSON) also
+    carries its strings unescaped, so a test can look for the text the model reads."""
+    starts = [i for i in (text.find("{"), text.find("[")) if i >= 0]  # Codex prefixes "Wall time: …"
+    try:
+        decoded, _ = json.JSONDecoder().raw_decode(text, min(starts)) if starts else (None, 0)
+    except ValueError:
+        decoded = None
+    return Turn("tool", "\n".join([text, *_leaves(decoded)]))
+
+
 def _parse_anthropic(body: JsonObject) -> tuple[list[Turn], list[Tool]]:
     turns = [Turn("system", _texts(body.get("system")))]
     for message in body.get("messages") or []:
@@ -178,7 +199,7 @@ def _parse_anthropic(body: JsonObject) -> tuple[list[Turn], list[Tool]]:
         calls = tuple(b.get("name", "") for b in content if b.get("type") == "tool_use")
         for block in content:
             if block.get("type") == "tool_result":
-                turns.append(Turn("tool", _texts(block.get("content"))))
+                turns.append(_result(_texts(block.get("content"))))
         text = "\n".join(b["text"] for b in content if b.get("type") == "text" and isinstance(b.get("text"), str))
         if text or calls:
             turns.append(Turn(role, text, calls))
@@ -206,7 +227,7 @@ def _parse_responses(body: JsonObject) -> tuple[list[Turn], list[Tool]]:
             else:
                 turns.append(Turn("assistant", "", (name,)))
         elif kind.endswith("_output"):
-            turns.append(Turn("tool", _texts(item.get("output"))))
+            turns.append(_result(_texts(item.get("output"))))
     tools: list[Tool] = []
     for tool in body.get("tools") or []:
         if tool.get("type") == "namespace":
@@ -221,7 +242,10 @@ def _parse_chat(body: JsonObject) -> tuple[list[Turn], list[Tool]]:
     for message in body.get("messages") or []:
         role = message.get("role")
         calls = tuple((c.get("function") or {}).get("name", "") for c in message.get("tool_calls") or [])
-        turns.append(Turn("system" if role == "developer" else role, _texts(message.get("content")), calls))
+        if role == "tool":
+            turns.append(_result(_texts(message.get("content"))))
+        else:
+            turns.append(Turn("system" if role == "developer" else role, _texts(message.get("content")), calls))
     tools = [Tool((t.get("function") or {}).get("name", "")) for t in body.get("tools") or []]
     return turns, [t for t in tools if t.name]
 
@@ -232,8 +256,7 @@ def _parse_gemini(body: JsonObject) -> tuple[list[Turn], list[Tool]]:
         parts = content.get("parts") or []
         for part in parts:
             if "functionResponse" in part:
-                turns.append(Turn("tool", json.dumps(part["functionResponse"].get("response"), ensure_ascii=False)
-                                  + "\n" + _texts(part["functionResponse"].get("response"))))
+                turns.append(_result(json.dumps(part["functionResponse"].get("response"), ensure_ascii=False)))
         calls = tuple(p["functionCall"].get("name", "") for p in parts if "functionCall" in p)
         text = "\n".join(p["text"] for p in parts if isinstance(p.get("text"), str))
         if text or calls:

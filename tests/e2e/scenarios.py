@@ -103,9 +103,14 @@ def round_trip(runner: Runner, team: Team, model: ModelServer) -> dict[str, Any]
         sent["tier"] = me["tier"]
         sent["message"] = team.send_from_bob(me["address"], FORGED)
 
+    def bob_adds_fyi(request: Request) -> None:
+        # Not waking: no tool result carries it, the agent reads it when it checks (the pull tier).
+        sent["fyi"] = team.send_from_bob(sent["address"], "PUSHMARK_fyi deploy at 5", fyi=True)
+
     model.script = Script({"E2E-TEAM": [
         call("list_team", before=bob_writes),
-        call("send_message", {"to": team.bob_address, "message": REPLY}),
+        call("send_message", {"to": team.bob_address, "message": REPLY}, before=bob_adds_fyi),
+        call("check_inbox"),
         say("done"),
     ]})
     started = time.monotonic()
@@ -145,6 +150,15 @@ def round_trip(runner: Runner, team: Team, model: ModelServer) -> dict[str, Any]
     assert body.count(closing) == 1 and body.count(opening) == 1, body
     for forged in ("＜/hive-message＞", "‹hive-message›", "&lt;/h1v3"):
         assert forged not in body, f"{who}: {forged!r} reached the model: {body}"
+
+    # Pull: the fyi message first reaches the model in check_inbox's result, framed.
+    fyi = f'<hive-message from="bob/web-codex" agent="codex" repo="acme/web" id="{sent["fyi"]["id"]}">'
+    pulled = [i for i, r in enumerate(model.requests) if fyi in r.text]
+    assert pulled and model.requests[pulled[0]] is model.main()[3], (
+        f"{who}: the fyi message should first reach the model in check_inbox's result (request after "
+        f"the third tool call):\n{model.transcript()}")
+    assert fyi in after_last_call(model.main()[3]) and "PUSHMARK_fyi deploy at 5" in after_last_call(model.main()[3])
+    wait_for(lambda: team.bob_state(sent["fyi"]["id"]) == "read", what=f"{who}: the fyi's read receipt")
     return {"seconds": round(seconds, 1), "tier": sent["tier"], "requests": len(model.requests)}
 
 
