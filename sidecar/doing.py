@@ -171,7 +171,7 @@ class Doing:
         try:
             while True:
                 for tail in list(self.tails.values()):
-                    if tail.read():
+                    if await anyio.to_thread.run_sync(tail.read):  # up to 2 MiB: off the event loop
                         await self._update(tail)
                     if not tail.keys:
                         self.tails.pop(tail.path, None)
@@ -184,7 +184,7 @@ class Doing:
                     touched = {Path(p) for _, p in changes}
                     for path in touched:
                         tail = self.tails.get(path)
-                        if tail is not None and tail.read():
+                        if tail is not None and await anyio.to_thread.run_sync(tail.read):
                             await self._update(tail)
                 # The set changed (a new transcript): start over with it.
         except Exception:

@@ -471,8 +471,8 @@ async def ingest(sidecar: Sidecar, harness: str, point: HookPoint, payload: dict
     for e in events:
         if e.action in ("file.read", "file.modified") and e.path:
             rel = _relative(e.path, session.cwd, root)
-            if sensitive(rel) or sensitive(e.path):
-                continue  # recorded locally above, never part of presence
+            if sensitive(rel) or sensitive(e.path) or os.path.isabs(rel):
+                continue  # credentials, and files outside the repo: recorded locally, never in presence
             edit = e.action == "file.modified" or seen.files.get(rel, (0.0, False))[1]
             seen.files[rel] = (now, edit)
             if e.action == "file.modified":
