@@ -1,0 +1,125 @@
+"""Push into live TUIs: the real interactive harness in tmux, the way a person uses it, wired by
+``hive setup``, against the scripted model, in the loopback-only network.
+
+For each harness: a message sent while the session is idle wakes it and reaches the model with no
+prompt typed; one sent during a slow tool call reaches the model in the same turn, in the request
+that carries the tool result; and the person's own next prompt still works.
+
+Claude Code: the asyncRewake watcher hook (``hive hook claude-code watch``), started at
+SessionStart and re-armed at every Stop, exits 2 with the framed mail, which Claude Code turns
+into a task notification for the model.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.installer.conftest import require_cli
+
+from .conftest import HarnessMachine, Team, contract, harness_team, wait_for
+from .model_server import Call, ModelServer, Request, Script, call, say
+from .scenarios import after_last_call
+from .tui import Tui
+
+CLAUDE_KEY = "sk-ant-fake-0123456789abcdefghij"
+
+
+def frame_of(message: dict[str, Any]) -> str:
+    return f'<hive-message from="bob/web-codex" agent="codex" repo="acme/web" id="{message["id"]}">'
+
+
+def later(seconds: float, action: Any) -> None:
+    """Run ``action`` in ``seconds`` from now, off the model server's thread."""
+    threading.Timer(seconds, action).start()
+
+
+def seed_claude(machine: HarnessMachine) -> None:
+    # What a person's ~/.claude.json holds after the first start: onboarding done, the folder
+    # trusted, the API key accepted (the TUI asks about each once).
+    machine.write(".claude.json", json.dumps({
+        "hasCompletedOnboarding": True, "numStartups": 3, "autoUpdates": False,
+        "customApiKeyResponses": {"approved": [CLAUDE_KEY[-20:]], "rejected": []},
+        "projects": {str(machine.project): {"hasTrustDialogAccepted": True, "hasCompletedProjectOnboarding": True}},
+    }, indent=2) + "\n")
+
+
+@pytest.fixture
+def claude_team(model: ModelServer, keys_in_files: None) -> Iterator[Team]:
+    with harness_team("claude-code", before_setup=seed_claude) as team:
+        yield team
+
+
+def push_checks(harness: str, agent: str, team: Team, model: ModelServer, tui: Tui,
+                sleep: Call, waiting: bool) -> None:
+    """Idle wake, mid-turn push after a slow tool, then the person's own prompt."""
+    who = contract(harness)
+    me = wait_for(lambda: team.machine.session_of(agent), timeout=60, what=f"{who}: the TUI's session to register")
+    address = me["address"]
+
+    def parked() -> bool:
+        return address in team.machine.ok("status")["waiting"]
+
+    if waiting:
+        wait_for(parked, timeout=30, what=f"{who}: the push watcher to wait for mail")
+
+    # Idle: nothing typed; the message alone starts a turn.
+    sent_at = time.monotonic()
+    idle = team.send_from_bob(address, "PUSHMARK_idle are you free?")
+    carriers = model.wait_for(lambda: model.seen(frame_of(idle)), timeout=30,
+                              what=f"{who}: the idle push to reach the model")
+    woke = model.requests[carriers[0]]
+    assert "PUSHMARK_idle are you free?" in woke.text
+    print(f"{harness}: idle push reached the model {woke.at - sent_at:.2f} s after bob's send returned")
+    wait_for(lambda: team.bob_state(idle["id"]) == "read", what=f"{who}: the idle push's read receipt")
+
+    # Busy: bob writes while a slow tool runs; the model gets it with that tool's result.
+    if waiting:
+        wait_for(parked, timeout=30, what=f"{who}: the watcher re-armed after the woken turn")
+    busy: dict[str, Any] = {}
+
+    def bob_writes_soon(request: Request) -> None:
+        later(2.0, lambda: busy.setdefault("message", team.send_from_bob(address, "PUSHMARK_busy the port is 8443")))
+
+    model.script = Script({"E2E-BUSY": [call(sleep.tool, sleep.args, before=bob_writes_soon), say("busy done")],
+                           "E2E-HUMAN": [say("HUMAN-ANSWER-OK")]})
+    tui.type("E2E-BUSY run the slow check")
+    model.wait_for(lambda: busy.get("message") and model.seen(frame_of(busy["message"])), timeout=45,
+                   what=f"{who}: the mid-turn push to reach the model")
+    first = model.requests[model.seen(frame_of(busy["message"]))[0]]
+    last_call = next(t for t in reversed(first.turns) if t.role == "assistant" and t.calls)
+    assert any(sleep.tool in name for name in last_call.calls), (
+        f"{who}: the mid-turn push did not arrive with the slow tool's result:\n{model.transcript()}")
+    assert frame_of(busy["message"]) in after_last_call(first)
+    wait_for(lambda: team.bob_state(busy["message"]["id"]) == "read", what=f"{who}: the busy push's read receipt")
+
+    # The person's own next prompt still works.
+    model.wait_for(lambda: any("busy done" in r.reply for r in model.requests), timeout=30,
+                   what=f"{who}: the busy turn to end")
+    tui.type("E2E-HUMAN hello there")
+    model.wait_for(lambda: model.seen("E2E-HUMAN hello there"), timeout=30, what=f"{who}: the person's prompt")
+    tui.wait_screen("HUMAN-ANSWER-OK")
+
+
+def test_claude_code_tui_push_wakes_an_idle_session_lands_mid_turn_and_leaves_the_prompt_working(
+        model: ModelServer, claude_team: Team) -> None:
+    machine = claude_team.machine
+    tui = Tui(machine.root / "tmux.sock")
+    env = machine.env(ANTHROPIC_BASE_URL=model.url, ANTHROPIC_API_KEY=CLAUDE_KEY, ANTHROPIC_MODEL="claude-fake",
+                      TERM="xterm-256color")
+    tui.start([str(require_cli("claude-code")), "--allowedTools", "Bash(sleep:*)", "mcp__hive__list_team"],
+              machine.project, env)
+    try:
+        push_checks("claude-code", "claude-code", claude_team, model, tui,
+                    Call("Bash", {"command": "sleep 6", "description": "slow check"}), waiting=True)
+    finally:
+        tui.stop()
+        # The watcher notices its harness is gone within its poll interval and exits.
+        wait_for(lambda: claude_team.machine.hive_raw.paths.socket.exists()
+                 and not claude_team.machine.ok("status")["waiting"], timeout=15,
+                 what="the push watcher to exit with claude")
