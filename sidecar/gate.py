@@ -133,7 +133,8 @@ BREAKPOINTS = {"commit": "a commit", "test": "a test run finished", "idle": "the
                "turn": "a turn ended", "pr": "a pull request opened"}
 # What each checkable record kind may say, and what its facts mean for urgency (fact_urgency).
 FACT_STATES = {"test": ("passing", "failing"), "ci": ("passing", "failing"), "deadline": ("open", "done"),
-               "blocked": ("blocked", "unblocked"), "security": ("open", "fixed")}
+               "blocked": ("blocked", "unblocked"), "security": ("open", "fixed"),
+               "overlap": ("open", "resolved")}
 ACTED = ("cited", "replied", "changed", "asked", "wanted")
 # Signals that count for the measures: acted on (a delivered item), mattered (a held or silenced one).
 ACTED_ON = "('cited', 'replied', 'changed', 'wanted')"
@@ -326,6 +327,9 @@ def fact_urgency(fact: Fact, now: float) -> tuple[str, str]:
             return "attention", f"{name} is due in {_span(left)}"
     if fact.kind == "blocked" and fact.state == "blocked":
         return "attention", f"{fact.ref} is blocked" + (f" ({fact.detail})" if fact.detail else "")
+    if fact.kind == "overlap" and fact.state == "open":
+        # hive saw both sessions modify the file itself: a collision in the making, worth a turn.
+        return "attention", f"two live sessions are modifying {fact.ref}"
     if fact.kind == "security" and fact.state == "open":
         return "alarm", f"security finding {fact.ref} is open"
     return "info", ""

@@ -301,6 +301,8 @@ async def hook(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> d
         ACTIVITY.pop(session.key, None)
         return nothing
     _note_activity(caller, point, session.key)
+    if point.event == "turn.stop":
+        await _turn_ended(sidecar, session)
     messages = await _mail_for(sidecar, session, point, caller.payload)
     if not messages:
         return nothing
@@ -309,6 +311,17 @@ async def hook(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> d
         return nothing  # this point cannot carry text to the model (a plugin's, say)
     sidecar.mailbox.mark_shown(messages)
     return {"stdout": stdout, "ids": [m.id for m in messages], "session": session.key}
+
+
+async def _turn_ended(sidecar: Sidecar, session: Session) -> None:
+    """A turn ending is a breakpoint: the gate releases what waited for this session into its
+    mailbox now, so the mail query below carries it in this very reply."""
+    from .gate import gate_of
+
+    try:
+        await gate_of(sidecar).breakpoint(sidecar.settings.person, sidecar.sessions.address(session), "turn")
+    except Exception:  # the gate's trouble must not cost the hook its mail
+        log.exception("the gate's turn breakpoint failed")
 
 
 async def watch(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:

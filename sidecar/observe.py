@@ -580,9 +580,13 @@ async def _notice(sidecar: Sidecar, session: Session, other: str, path: str, whe
         return
     if "overlap" not in gate.deliverers:
         gate.register("overlap", lambda item, decision: _gate_deliver(sidecar, item))
+    # The overlap is a record hive itself observed (both sessions' modify events), which is what
+    # lets the gate rate it above info without taking the proposer's word for it.
+    await gate.record("overlap", f"{repo}:{path}", "open")
     decision = await gate.offer(Item(
         source="overlap", person=sidecar.settings.person, session=address, title=title, body=body,
-        evidence=(Evidence("file", f"{repo}:{path}"),), key=f"overlap:{repo}:{path}:{other}",
+        evidence=(Evidence("overlap", f"{repo}:{path}"), Evidence("file", f"{repo}:{path}")),
+        key=f"overlap:{repo}:{path}:{other}",
         proposer=OVERLAP_SENDER, data={"session": session.key, "other": other, "path": path},
     ))
     await store_events(sidecar.store, [Event(at=time.time(), session=session.key, harness=session.agent,
