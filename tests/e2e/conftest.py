@@ -19,9 +19,12 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import json
 import os
 import shutil
+import socket
+import struct
 import subprocess
 import tempfile
 import time
@@ -60,6 +63,14 @@ def wait_for(check: Callable[[], T], timeout: float = 30, what: str = "condition
 # ---- the network -----------------------------------------------------------------------------------
 
 
+def _loopback_up() -> None:
+    """``ip link set lo up``, without needing iproute2: SIOCGIFFLAGS, then SIOCSIFFLAGS with IFF_UP."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH", b"lo", 0)
+        flags = struct.unpack("16sH", fcntl.ioctl(sock, 0x8913, request)[:18])[1]
+        fcntl.ioctl(sock, 0x8914, struct.pack("16sH", b"lo", flags | 0x1))
+
+
 @contextlib.contextmanager
 def loopback_only() -> Iterator[str]:
     """Move this thread (and every process and thread it starts) into a new network namespace
@@ -71,7 +82,7 @@ def loopback_only() -> Iterator[str]:
             yield f"host loopback (no network namespace: {os.strerror(ctypes.get_errno())})"
             return
         try:
-            subprocess.run(["ip", "link", "set", "lo", "up"], check=True, capture_output=True, timeout=30)
+            _loopback_up()
             yield "own network namespace, loopback only"
         finally:
             if libc.setns(original, CLONE_NEWNET) != 0:
@@ -191,11 +202,27 @@ def _stop(hive: Callable[..., subprocess.CompletedProcess[str]]) -> None:
         hive("stop", timeout=60)
 
 
+@pytest.fixture(scope="session")
+def opencode_plugin() -> Iterator[Path]:
+    """opencode's own plugin package, installed once from the npm cache (offline, opencode would
+    hang its start-up installing it), for each test to copy into its machine's config folder."""
+    root = Path(tempfile.mkdtemp(prefix="hive-e2e-ocp-", dir="/tmp"))
+    try:
+        template = HarnessMachine(root, with_clis=True)
+        (template.home / ".config" / "opencode").mkdir(parents=True)
+        preinstall_opencode_plugin(template)
+        yield template.home / ".config" / "opencode"
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 @contextlib.contextmanager
-def harness_team(harness: str, before_setup: Callable[[HarnessMachine], None] | None = None) -> Iterator[Team]:
+def harness_team(harness: str, before_setup: Callable[[HarnessMachine], None] | None = None,
+                 opencode_plugin: Path | None = None) -> Iterator[Team]:
     """alice's machine wired for ``harness`` by ``hive setup``, and bob's machine, in one team.
 
-    ``before_setup`` writes the person's own harness configuration, which setup must keep."""
+    ``before_setup`` writes the person's own harness configuration, which setup must keep;
+    ``opencode_plugin`` is the folder the ``opencode_plugin`` fixture prepared."""
     require_cli(harness)
     machine = _new_machine()
     bob = Hive(Path(tempfile.mkdtemp(prefix="hive-e2e-bob-", dir="/tmp")))
@@ -203,8 +230,8 @@ def harness_team(harness: str, before_setup: Callable[[HarnessMachine], None] | 
     try:
         if before_setup is not None:
             before_setup(machine)
-        if harness == "opencode":
-            preinstall_opencode_plugin(machine)
+        if opencode_plugin is not None:
+            shutil.copytree(opencode_plugin, machine.home / ".config" / "opencode", symlinks=True, dirs_exist_ok=True)
         out = machine.setup("--only", harness)
         assert "wire" in out or "wired" in out, f"{contract(harness)}: hive setup said:\n{out}"
         machine.hive("init", "acme", "--as", "alice")

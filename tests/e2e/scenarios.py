@@ -70,6 +70,7 @@ class Runner:
 def spawn(machine: HarnessMachine, argv: list[str], env: dict[str, str], name: str) -> Run:
     """Start ``argv`` in the project folder in its own process group, output appended to a log."""
     log = machine.root / f"{name}.log"
+    env = {**env, "PWD": str(machine.project)}  # as a shell sets it; opencode goes by $PWD, not its cwd
     with log.open("a") as out:
         out.write(f"\n$ {' '.join(argv)}\n")
         out.flush()
@@ -198,4 +199,5 @@ def killed_before_next_call(runner: Runner, team: Team, model: ModelServer) -> N
     assert again.process.returncode == 0, f"{who}: the next turn exited {again.process.returncode}:\n{output}"
     assert model.seen("PUSHMARK_kill"), (
         f"{who}: mail a hook showed to a harness that died before its next model call was lost: bob's "
-        f"receipt said {receipt!r} right after the kill, and the next turn never saw it:\n{model.transcript()}")
+        f"receipt said {receipt!r} right after the kill ({sent['message']['state']!r} when sent), and the next "
+        f"turn never saw it:\n{model.transcript()}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -49,8 +50,8 @@ def write_config(machine: HarnessMachine) -> None:
 
 
 @pytest.fixture
-def team(model: ModelServer, keys_in_files: None) -> Iterator[Team]:
-    with harness_team(HARNESS, before_setup=write_config) as team:
+def team(model: ModelServer, keys_in_files: None, opencode_plugin: Path) -> Iterator[Team]:
+    with harness_team(HARNESS, before_setup=write_config, opencode_plugin=opencode_plugin) as team:
         yield team
 
 
@@ -60,6 +61,11 @@ def test_opencode_calls_hive_tools_and_gets_a_teammates_message_pushed_after_the
     assert measured["tier"] == "push"
 
 
+@pytest.mark.xfail(strict=False, reason=(
+    "the plugin confirms a push once client.session.promptAsync accepted it, and opencode keeps the queued "
+    "user message only in memory until the loop takes it after the running tool: a kill in between loses "
+    "it (issue 9, item d). Whether the push lands before or during the tool is a matter of timing, so "
+    "this sometimes passes."))
 def test_opencode_mail_pushed_to_a_harness_killed_before_its_next_model_call_comes_back(
         model: ModelServer, team: Team) -> None:
     killed_before_next_call(runner(), team, model)

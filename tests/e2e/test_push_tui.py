@@ -16,6 +16,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +26,9 @@ from tests.installer.conftest import require_cli
 from .conftest import HarnessMachine, Team, contract, harness_team, wait_for
 from .model_server import Call, ModelServer, Request, Script, call, say
 from .scenarios import after_last_call
+from .test_opencode import CONFIG as OPENCODE_CONFIG
+from .test_opencode import URL_PLACEHOLDER
+from .test_pi import MODELS as PI_MODELS
 from .tui import Tui
 
 CLAUDE_KEY = "sk-ant-fake-0123456789abcdefghij"
@@ -56,9 +60,18 @@ def claude_team(model: ModelServer, keys_in_files: None) -> Iterator[Team]:
 
 
 def push_checks(harness: str, agent: str, team: Team, model: ModelServer, tui: Tui,
-                sleep: Call, waiting: bool) -> None:
-    """Idle wake, mid-turn push after a slow tool, then the person's own prompt."""
+                sleep: Call, waiting: bool, opening: str = "") -> None:
+    """Idle wake, mid-turn push after a slow tool, then the person's own prompt.
+
+    ``opening``: the TUI makes its session only at the first prompt (opencode), so once this text
+    shows (its prompt box) the person says hello first."""
     who = contract(harness)
+    if opening:
+        model.script = Script({"E2E-HELLO": [say("HELLO-ANSWER-OK")]})
+        tui.wait_screen(opening, timeout=60)
+        time.sleep(1)
+        tui.type("E2E-HELLO good morning")
+        tui.wait_screen("HELLO-ANSWER-OK", timeout=60)
     me = wait_for(lambda: team.machine.session_of(agent), timeout=60, what=f"{who}: the TUI's session to register")
     address = me["address"]
 
@@ -123,3 +136,55 @@ def test_claude_code_tui_push_wakes_an_idle_session_lands_mid_turn_and_leaves_th
         wait_for(lambda: claude_team.machine.hive_raw.paths.socket.exists()
                  and not claude_team.machine.ok("status")["waiting"], timeout=15,
                  what="the push watcher to exit with claude")
+
+
+# ---- opencode: hive's plugin pushes with client.session.promptAsync --------------------------------
+
+
+@pytest.fixture
+def opencode_team(model: ModelServer, keys_in_files: None, opencode_plugin: Path) -> Iterator[Team]:
+    def configure(machine: HarnessMachine) -> None:
+        config = json.loads(json.dumps(OPENCODE_CONFIG).replace(URL_PLACEHOLDER, model.url))
+        machine.write(".config/opencode/opencode.json", json.dumps(config, indent=2) + "\n")
+
+    with harness_team("opencode", before_setup=configure, opencode_plugin=opencode_plugin) as team:
+        yield team
+
+
+def test_opencode_tui_push_wakes_an_idle_session_lands_mid_turn_and_leaves_the_prompt_working(
+        model: ModelServer, opencode_team: Team) -> None:
+    machine = opencode_team.machine
+    tui = Tui(machine.root / "tmux.sock")
+    tui.start([str(require_cli("opencode"))], machine.project, machine.env(TERM="xterm-256color"))
+    try:
+        push_checks("opencode", "opencode", opencode_team, model, tui,
+                    Call("bash", {"command": "sleep 6", "description": "slow check"}), waiting=False,
+                    opening="Ask anything")
+    finally:
+        tui.stop()
+
+
+# ---- pi: hive's extension pushes with pi.sendUserMessage --------------------------------------------
+
+
+@pytest.fixture
+def pi_team(model: ModelServer, keys_in_files: None) -> Iterator[Team]:
+    def configure(machine: HarnessMachine) -> None:
+        models = json.loads(json.dumps(PI_MODELS).replace(URL_PLACEHOLDER, model.url))
+        machine.write(".pi/agent/models.json", json.dumps(models, indent=2) + "\n")
+        machine.write(".pi/agent/settings.json", json.dumps({"quietStartup": True, "enableInstallTelemetry": False}))
+
+    with harness_team("pi", before_setup=configure) as team:
+        yield team
+
+
+def test_pi_tui_push_wakes_an_idle_session_lands_mid_turn_and_leaves_the_prompt_working(
+        model: ModelServer, pi_team: Team) -> None:
+    machine = pi_team.machine
+    tui = Tui(machine.root / "tmux.sock")
+    tui.start([str(require_cli("pi")), "--model", "fake/fake-model"], machine.project,
+              machine.env(TERM="xterm-256color"))
+    try:
+        push_checks("pi", "pi", pi_team, model, tui, Call("bash", {"command": "sleep 6"}), waiting=False)
+    finally:
+        tui.stop()

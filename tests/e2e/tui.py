@@ -8,9 +8,12 @@ server, which ends the TUI with a hangup.
 from __future__ import annotations
 
 import shlex
+import shutil
 import subprocess
 import time
 from pathlib import Path
+
+import pytest
 
 from .conftest import wait_for
 
@@ -24,8 +27,11 @@ class Tui:
                               timeout=30)
 
     def start(self, argv: list[str], cwd: Path, env: dict[str, str], width: int = 160, height: int = 50) -> None:
+        if shutil.which("tmux") is None:
+            pytest.fail("tmux is not installed; .ci/apt-packages lists it (run `bash .ci/run`)")
         # The shell line keeps the pane open after the TUI exits, so a failure stays readable.
         line = f"{shlex.join(argv)}; echo TUI-EXITED $?; sleep 600"
+        env = {**env, "PWD": str(cwd)}  # as a shell sets it; opencode goes by $PWD, not its cwd
         done = self.tmux("new-session", "-d", "-s", "main", "-x", str(width), "-y", str(height), "-c", str(cwd), line,
                          env=env)
         assert done.returncode == 0, f"tmux new-session failed: {done.stderr}"
