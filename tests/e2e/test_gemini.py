@@ -19,9 +19,9 @@ import pytest
 
 from tests.installer.conftest import require_cli
 
-from .conftest import HarnessMachine, Team, harness_team
+from .conftest import HarnessMachine, Team, contract, harness_team
 from .model_server import Call, ModelServer
-from .scenarios import Run, Runner, killed_before_next_call, round_trip, spawn
+from .scenarios import Run, Runner, hung_sidecar, killed_before_next_call, round_trip, spawn
 
 HARNESS = "gemini"
 SETTINGS = {
@@ -72,3 +72,10 @@ def test_gemini_calls_hive_tools_and_sees_a_teammates_message_at_the_next_tool_r
 def test_gemini_mail_shown_to_a_harness_killed_before_its_next_model_call_comes_back(
         model: ModelServer, team: Team) -> None:
     killed_before_next_call(runner(), team, model)
+
+
+def test_gemini_hooks_answer_a_hung_sidecar_without_holding_up_the_turn(model: ModelServer, team: Team) -> None:
+    gap = hung_sidecar(runner(), team, model, Call("run_shell_command", {"command": "true", "description": "quick"}))
+    print(f"{HARNESS}: next model call {gap:.2f} s after the tool call, with the sidecar stopped")
+    # The hook client gives up after 150 ms; a hook that waited would add the harness's 5 s timeout.
+    assert gap < 4.0, f"{contract(HARNESS)}: the turn waited {gap:.1f} s for hooks while the sidecar hung"

@@ -5,9 +5,13 @@ For each harness: a message sent while the session is idle wakes it and reaches 
 prompt typed; one sent during a slow tool call reaches the model in the same turn, in the request
 that carries the tool result; and the person's own next prompt still works.
 
-Claude Code: the asyncRewake watcher hook (``hive hook claude-code watch``), started at
-SessionStart and re-armed at every Stop, exits 2 with the framed mail, which Claude Code turns
-into a task notification for the model.
+- Claude Code: the asyncRewake watcher hook (``hive hook claude-code watch``), started at
+  SessionStart and re-armed at every Stop, exits 2 with the framed mail, which Claude Code turns
+  into a task notification for the model.
+- opencode: hive's plugin hands the mail to ``client.session.promptAsync``; the TUI makes its
+  session at the first prompt, so the person says hello first.
+- pi: hive's extension calls ``pi.sendUserMessage`` (a new turn when idle, a steer when busy).
+- Codex: a strict xfail; the descriptor names the app-server push, which the sidecar lacks.
 """
 
 from __future__ import annotations
