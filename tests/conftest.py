@@ -156,7 +156,7 @@ def run_in_terminal(hive: Hive, *args: str, timeout: float = 30) -> tuple[int, s
     master, slave = pty.openpty()
     process = subprocess.Popen(
         [sys.executable, "-m", "hive.sidecar.cli", *args], env=hive.env,
-        stdin=slave, stdout=slave, stderr=slave, preexec_fn=lambda: os.login_tty(slave),  # noqa: PLW1509
+        stdin=slave, stdout=slave, stderr=slave, preexec_fn=lambda: os.login_tty(slave),
     )
     os.close(slave)
     output = b""
