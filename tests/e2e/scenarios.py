@@ -149,7 +149,7 @@ def round_trip(runner: Runner, team: Team, model: ModelServer) -> dict[str, Any]
     body = shown[shown.index(frame):]
     body = body[:body.index(closing) + len(closing)]
     assert runner.render(defang(FORGED)) in body, f"{who}: the body as the model saw it:\n{body}"
-    assert body.count(closing) == 1 and body.count(opening) == 1, body
+    assert body.count(closing) == 1 and body.count(opening) == 1, f"{who}: more than one frame:\n{body}"
     for forged in ("＜/hive-message＞", "‹hive-message›", "&lt;/h1v3"):
         assert forged not in body, f"{who}: {forged!r} reached the model: {body}"
 
@@ -159,7 +159,8 @@ def round_trip(runner: Runner, team: Team, model: ModelServer) -> dict[str, Any]
     assert pulled and model.requests[pulled[0]] is model.main()[3], (
         f"{who}: the fyi message should first reach the model in check_inbox's result (request after "
         f"the third tool call):\n{model.transcript()}")
-    assert fyi in after_last_call(model.main()[3]) and "PUSHMARK_fyi deploy at 5" in after_last_call(model.main()[3])
+    pulled_text = after_last_call(model.main()[3])
+    assert fyi in pulled_text and "PUSHMARK_fyi deploy at 5" in pulled_text, f"{who}: check_inbox gave:\n{pulled_text}"
     wait_for(lambda: team.bob_state(sent["fyi"]["id"]) == "read", what=f"{who}: the fyi's read receipt")
     return {"seconds": round(seconds, 1), "tier": sent["tier"], "requests": len(model.requests)}
 

@@ -79,7 +79,8 @@ def team(model: ModelServer, keys_in_files: None) -> Iterator[Team]:
 def test_codex_calls_hive_tools_and_sees_a_teammates_message_at_the_next_tool_result(
         model: ModelServer, team: Team) -> None:
     measured = round_trip(runner(), team, model)
-    assert measured["tier"] == "push"  # the descriptor's tier; headless runs get it at the next tool result
+    # The descriptor's tier; a headless run has no idle time, so its mail comes at the next tool result.
+    assert measured["tier"] == "push", f"{contract(HARNESS)}: the session registered as {measured}"
 
 
 def test_codex_mail_shown_to_a_harness_killed_before_its_next_model_call_comes_back(

@@ -63,7 +63,7 @@ def write_settings(machine: HarnessMachine) -> None:
 def test_gemini_calls_hive_tools_and_sees_a_teammates_message_at_the_next_tool_result(
         model: ModelServer, team: Team) -> None:
     measured = round_trip(runner(), team, model)
-    assert measured["tier"] == "turn"
+    assert measured["tier"] == "turn", f"{contract(HARNESS)}: the session registered as {measured}"
 
 
 def test_gemini_hooks_answer_a_hung_sidecar_without_holding_up_the_turn(model: ModelServer, team: Team) -> None:

@@ -18,7 +18,7 @@ import pytest
 
 from tests.installer.conftest import require_cli
 
-from .conftest import HarnessMachine, Team, harness_team
+from .conftest import HarnessMachine, Team, contract, harness_team
 from .model_server import Call, ModelServer
 from .scenarios import Run, Runner, round_trip, spawn
 
@@ -58,4 +58,4 @@ def team(model: ModelServer, keys_in_files: None, opencode_plugin: Path) -> Iter
 def test_opencode_calls_hive_tools_and_gets_a_teammates_message_pushed_after_the_tool_result(
         model: ModelServer, team: Team) -> None:
     measured = round_trip(runner(), team, model)
-    assert measured["tier"] == "push"
+    assert measured["tier"] == "push", f"{contract(HARNESS)}: the session registered as {measured}"

@@ -16,7 +16,7 @@ import pytest
 
 from tests.installer.conftest import require_cli
 
-from .conftest import HarnessMachine, Team, harness_team
+from .conftest import HarnessMachine, Team, contract, harness_team
 from .model_server import Call, ModelServer
 from .scenarios import Run, Runner, killed_before_next_call, round_trip, spawn
 
@@ -53,7 +53,7 @@ def team(model: ModelServer, keys_in_files: None) -> Iterator[Team]:
 def test_pi_calls_hive_tools_and_gets_a_teammates_message_steered_in_after_the_tool_result(
         model: ModelServer, team: Team) -> None:
     measured = round_trip(runner(), team, model)
-    assert measured["tier"] == "push"
+    assert measured["tier"] == "push", f"{contract(HARNESS)}: the session registered as {measured}"
 
 
 def test_pi_mail_pushed_to_a_harness_killed_before_its_next_model_call_comes_back(

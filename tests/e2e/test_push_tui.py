@@ -94,7 +94,7 @@ def push_checks(harness: str, agent: str, team: Team, model: ModelServer, tui: T
     carriers = model.wait_for(lambda: model.seen(frame_of(idle)), timeout=30,
                               what=f"{who}: the idle push to reach the model")
     woke = model.requests[carriers[0]]
-    assert "PUSHMARK_idle are you free?" in woke.text
+    assert "PUSHMARK_idle are you free?" in woke.text, f"{who}: the woken request: {woke.text[-2000:]}"
     print(f"{harness}: idle push reached the model {woke.at - sent_at:.2f} s after bob's send returned")
     wait_for(lambda: team.bob_state(idle["id"]) == "read", what=f"{who}: the idle push's read receipt")
 
@@ -115,7 +115,8 @@ def push_checks(harness: str, agent: str, team: Team, model: ModelServer, tui: T
     last_call = next(t for t in reversed(first.turns) if t.role == "assistant" and t.calls)
     assert any(sleep.tool in name for name in last_call.calls), (
         f"{who}: the mid-turn push did not arrive with the slow tool's result:\n{model.transcript()}")
-    assert frame_of(busy["message"]) in after_last_call(first)
+    assert frame_of(busy["message"]) in after_last_call(first), \
+        f"{who}: not after the tool result:\n{model.transcript()}"
     wait_for(lambda: team.bob_state(busy["message"]["id"]) == "read", what=f"{who}: the busy push's read receipt")
 
     # The person's own next prompt still works.
