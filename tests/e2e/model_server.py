@@ -43,6 +43,8 @@ JsonObject = dict[str, Any]
 # ---- the neutral view of a request ---------------------------------------------------------------
 
 
+WAIT_FOR_MCP = "WaitForMcpServers"  # Claude Code's stand-in tool while MCP servers connect
+
 @dataclass(frozen=True)
 class Turn:
     """One entry of a conversation: ``role`` is user, assistant, tool or system."""
@@ -144,7 +146,9 @@ class Script:
             key = next((k for k in self.conversations if k in turn.text), None)
             if key is None:
                 continue
-            rounds = sum(1 for t in request.turns[index + 1:] if t.role == "assistant" and t.calls)
+            # Rounds spent waiting for MCP servers (see _answer) are not steps of the script.
+            rounds = sum(1 for t in request.turns[index + 1:]
+                         if t.role == "assistant" and t.calls and set(t.calls) != {WAIT_FOR_MCP})
             steps = self.conversations[key]
             return steps[rounds] if rounds < len(steps) else Step(text=self.fallback)
         return None
@@ -515,11 +519,24 @@ class ModelServer:
                 raise
         if step.delay:
             time.sleep(step.delay)
+        offered = {t.full for t in request.tools}
+        if WAIT_FOR_MCP in offered and any(not self._offers(request, p.tool) for p in step.calls):
+            # Claude Code starts the first turn while MCP servers still connect and offers this
+            # tool instead; a real model calls it, and so does the script, before its own step.
+            return Answer(calls=((next(t for t in request.tools if t.full == WAIT_FOR_MCP), {}),))
         calls = []
         for planned in step.calls:
             args = planned.args(request) if callable(planned.args) else planned.args
             calls.append((request.tool(planned.tool), args))
         return Answer(text=step.text, calls=tuple(calls))
+
+    @staticmethod
+    def _offers(request: Request, wanted: str) -> bool:
+        try:
+            request.tool(wanted)
+        except LookupError:
+            return False
+        return True
 
     def _handler(self) -> type[http.server.BaseHTTPRequestHandler]:
         server = self
