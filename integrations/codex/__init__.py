@@ -65,7 +65,12 @@ def hive_presence(harness: str) -> Presence | None:
 
 @hookimpl
 def hive_tiers(harness: str) -> Tiers | None:
-    return Tiers(default="push", push="app_server") if harness == NAME else None
+    if harness != NAME:
+        return None
+    # The TUI's own app-server can take turn/steer and turn/start (push.md §2), but hive does not
+    # drive it yet: until it does, senders are told the truth, which is the turn tier.
+    return Tiers(default="turn", push=None,
+                 note="Codex: hooks show it at the next tool call or turn end; no idle wake from hive yet")
 
 
 @hookimpl

@@ -80,7 +80,7 @@ def test_codex_calls_hive_tools_and_sees_a_teammates_message_at_the_next_tool_re
         model: ModelServer, team: Team) -> None:
     measured = round_trip(runner(), team, model)
     # The descriptor's tier; a headless run has no idle time, so its mail comes at the next tool result.
-    assert measured["tier"] == "push", f"{contract(HARNESS)}: the session registered as {measured}"
+    assert measured["tier"] == "turn", f"{contract(HARNESS)}: the session registered as {measured}"
 
 
 def test_codex_mail_shown_to_a_harness_killed_before_its_next_model_call_comes_back(
