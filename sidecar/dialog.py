@@ -24,6 +24,7 @@ Rules all three keep:
 
 from __future__ import annotations
 
+import abc
 import base64
 import contextlib
 import html
@@ -524,16 +525,18 @@ class _ProcessPopup:
         return self.answered or Answer.EXPIRED
 
 
-class _ProgramDialog:
+class _ProgramDialog(abc.ABC):
     """Runs a fixed system program; subclasses say which, and how to tell a desktop is there."""
 
     name = "program"
 
+    @abc.abstractmethod
     def command(self, prompt: Prompt) -> tuple[list[str], dict[str, str]]:
-        raise NotImplementedError
+        """The program's argv and the environment that carries the text (never the argv)."""
 
+    @abc.abstractmethod
     async def preflight(self) -> None:
-        raise NotImplementedError
+        """Raise NoDesktop unless this program can show a dialog here."""
 
     async def available(self, question: bool = True) -> None:
         program = self.command(Prompt("", "", question=question))[0][0]
