@@ -179,9 +179,12 @@ class Doing:
                     return
                 self.changed = anyio.Event()
                 paths = [str(p) for p in self.tails]
-                # watchfiles waits on inotify (or the OS's equivalent) in a thread: no timer here.
-                async for changes in watchfiles.awatch(*paths, stop_event=self.changed, debounce=100, step=50):
-                    touched = {Path(p) for _, p in changes}
+                # watchfiles waits on inotify (or the OS's equivalent) in a thread and wakes every 5 s
+                # anyway; that empty wake-up rereads every tail, which catches bytes appended between
+                # the reads above and the moment the watcher started.
+                async for changes in watchfiles.awatch(*paths, stop_event=self.changed, debounce=100, step=50,
+                                                       yield_on_timeout=True):
+                    touched = {Path(p) for _, p in changes} if changes else set(self.tails)
                     for path in touched:
                         tail = self.tails.get(path)
                         if tail is not None and await anyio.to_thread.run_sync(tail.read):
