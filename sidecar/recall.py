@@ -1,0 +1,182 @@
+"""Recall: which lessons an agent sees for a query and its files, in what order, and how they are shown.
+
+Ranking (seed Part 3 §5) adds five signals, each scaled to 0..1, with these weights::
+
+    score = 1.0 × relevance   FTS5 bm25 over text, applicability and tags, divided by the best match's
+                              (the best text match gets 1; no query: 0 for all)
+          + 0.6 × overlap     the share of the lesson's evidence files the session touched recently
+          + 0.4 × outcome     (successes + 1) / (citations + 2): a new lesson starts at ½
+          + 0.3 × scope       narrowest first: personal 1, this project ⅔, team ⅓, another project 0
+          + 0.2 × freshness   ½ ** (age in days / 90)
+
+Ties go to the newer lesson, then the smaller id, so an order is always the same. Only verified
+lessons are ranked: superseded, retracted, rejected and unreviewed ones never appear. A lesson from
+another project is marked a hypothesis: it was verified there, not here.
+
+Every string of a lesson was written by some agent or person, so everything shown to an agent is
+defanged (:mod:`hive.sidecar.defang`) and framed as ``<hive-lesson …>``, which no lesson text can
+open or close.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+
+from .defang import attr, defang, one_line
+
+W_RELEVANCE = 1.0
+W_OVERLAP = 0.6
+W_OUTCOME = 0.4
+W_SCOPE = 0.3
+W_FRESHNESS = 0.2
+HALF_LIFE_DAYS = 90.0
+DAY_MS = 86_400_000
+SCOPE_SCORES = {"personal": 1.0, "project": 2 / 3, "team": 1 / 3, "other": 0.0}
+MAX_TERMS = 16
+_WORD = re.compile(r"[^\W_]+", re.UNICODE)
+_STOP = frozenset("a an the to of and or in on for is are be it its with when that this by as at from not do does "
+                  "how what why which i you we".split())
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A verified lesson as ranking sees it."""
+
+    id: str
+    kind: str
+    text: str
+    applicability: str
+    scope: str  # personal | project | team
+    project: str  # its project id ("" unless project scope)
+    created_at: int  # ms
+    author: str  # the author's session address
+    origin: str  # the machine (person@machine) its entry came from
+    reviewer: str
+    tags: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()  # repo-relative paths among its evidence
+    citations: int = 0
+    successes: int = 0
+    bm25: float | None = None  # SQLite's bm25(): negative, lower is better; None without a query
+
+
+@dataclass(frozen=True)
+class Ranked:
+    lesson: Candidate
+    score: float
+    signals: dict[str, float] = field(default_factory=dict)
+    hypothesis: bool = False
+    overlap: tuple[str, ...] = ()
+
+    def to_dict(self, now_ms: int) -> dict[str, object]:
+        c = self.lesson
+        return {
+            "id": c.id, "kind": c.kind, "scope": c.scope, "text": defang(c.text),
+            "applicability": defang(c.applicability), "tags": [one_line(t, 40) for t in c.tags],
+            "author": one_line(c.author, 120), "origin": one_line(c.origin, 120),
+            "reviewer": one_line(c.reviewer, 64), "verified": True, "hypothesis": self.hypothesis,
+            "age_days": round(max(now_ms - c.created_at, 0) / DAY_MS, 1), "score": round(self.score, 4),
+            "signals": {k: round(v, 4) for k, v in self.signals.items()},
+            "outcome": {"citations": c.citations, "successes": c.successes},
+            "files": [one_line(f, 300) for f in self.overlap],
+        }
+
+
+def fts_query(text: str) -> str:
+    """An FTS5 MATCH expression for free text: its words, each quoted, OR-ed (bm25 favours more matches)."""
+    words: list[str] = []
+    for word in _WORD.findall(text.lower()):
+        if word in _STOP or word in words or len(word) > 64:
+            continue
+        words.append(word)
+        if len(words) == MAX_TERMS:
+            break
+    return " OR ".join(f'"{w}"' for w in words)
+
+
+def normal_path(path: str) -> str:
+    return path.replace("\\", "/").strip().lstrip("./").strip("/")
+
+
+def _same_file(a: str, b: str) -> bool:
+    # A session may report an absolute path and a lesson a repo-relative one: compare by whole segments.
+    return a == b or a.endswith("/" + b) or b.endswith("/" + a)
+
+
+def overlap(lesson_files: tuple[str, ...], session_files: tuple[str, ...]) -> tuple[str, ...]:
+    mine = [normal_path(f) for f in session_files if f]
+    return tuple(f for f in lesson_files if f and any(_same_file(normal_path(f), s) for s in mine))
+
+
+def scope_key(c: Candidate, project: str) -> str:
+    if c.scope == "project" and c.project != project:
+        return "other"
+    return c.scope
+
+
+def rank(candidates: list[Candidate], *, project: str = "", files: tuple[str, ...] = (), now_ms: int | None = None,
+         limit: int = 20) -> list[Ranked]:
+    """The candidates in recall order, best first, at most ``limit``."""
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    best = min((c.bm25 for c in candidates if c.bm25 is not None), default=None)
+    ranked = []
+    for c in candidates:
+        relevance = (c.bm25 / best) if (c.bm25 is not None and best is not None and best < 0) else 0.0
+        hit = overlap(c.files, files)
+        share = len(hit) / len(c.files) if c.files else 0.0
+        outcome = (c.successes + 1) / (c.citations + 2)
+        where = scope_key(c, project)
+        freshness = 0.5 ** (max(now_ms - c.created_at, 0) / DAY_MS / HALF_LIFE_DAYS)
+        signals = {"relevance": relevance, "overlap": share, "outcome": outcome, "scope": SCOPE_SCORES[where],
+                   "freshness": freshness}
+        score = (W_RELEVANCE * relevance + W_OVERLAP * share + W_OUTCOME * outcome + W_SCOPE * SCOPE_SCORES[where]
+                 + W_FRESHNESS * freshness)
+        ranked.append(Ranked(c, score, signals, hypothesis=where == "other", overlap=hit))
+    ranked.sort(key=lambda r: (-r.score, -r.lesson.created_at, r.lesson.id))
+    return ranked[:limit]
+
+
+# ---- showing ----------------------------------------------------------------------------------
+
+def _age(days: float) -> str:
+    if days < 1:
+        return "today"
+    if days < 60:
+        return f"{int(days)}d"
+    return f"{int(days // 30)}mo"
+
+
+def frame(r: Ranked, now_ms: int) -> str:
+    """One lesson as an agent reads it: a ``<hive-lesson>`` frame with its provenance as attributes."""
+    c = r.lesson
+    days = max(now_ms - c.created_at, 0) / DAY_MS
+    attrs = [f'id="{attr(c.id[:12])}"', f'kind="{attr(c.kind)}"', f'scope="{attr(c.scope)}"',
+             f'reviewed-by="{attr(c.reviewer)}"', f'from="{attr(c.origin)}"', f'age="{_age(days)}"']
+    attrs.append("hypothesis" if r.hypothesis else "verified")
+    lines = [defang(" ".join(c.text.split()))]
+    if c.applicability.strip():
+        lines.append(f"Applies when: {defang(' '.join(c.applicability.split()))}")
+    if r.hypothesis:
+        lines.append("Verified in another project, not this one: treat it as a hypothesis and check it.")
+    return f"<hive-lesson {' '.join(attrs)}>\n" + "\n".join(lines) + "\n</hive-lesson>"
+
+
+def frames(ranked: list[Ranked], now_ms: int | None = None) -> str:
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    if not ranked:
+        return ""
+    tail = ("If one of these helps, say so with cite_lesson(id) when you use it, and whether it worked: "
+            "that is how lessons earn their rank.")
+    return "\n\n".join(frame(r, now_ms) for r in ranked) + "\n" + tail
+
+
+def turn_line(r: Ranked, why: str, now_ms: int | None = None) -> str:
+    """The one framed line turn-tier recall injects."""
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    c = r.lesson
+    days = max(now_ms - c.created_at, 0) / DAY_MS
+    mark = "hypothesis" if r.hypothesis else "verified"
+    text = defang(" ".join(c.text.split()))
+    return (f'<hive-lesson id="{attr(c.id[:12])}" kind="{attr(c.kind)}" scope="{attr(c.scope)}" '
+            f'reviewed-by="{attr(c.reviewer)}" age="{_age(days)}" why="{attr(why)}" {mark}>{text}</hive-lesson>')
