@@ -15,7 +15,10 @@ again from those replies, so callers on both sides catch the same classes:
     ├── Conflict            a name is taken, a lock is held                  (conflict)
     ├── NoDesktop           no desktop to show a pop-up on: ask in-session   (no_desktop)
     │   └── ConfirmOnTerminal  no desktop; a person at this terminal may confirm (confirm_on_terminal)
-    └── Unreachable         no sidecar answers and none could be started     (unreachable)
+    ├── Unreachable         no sidecar answers and none could be started     (unreachable)
+    └── lessons (hive.sidecar.lessons): LessonInvalid (lesson_invalid) and its specific reasons
+        lesson_no_evidence, lesson_no_quote, lesson_too_long, lesson_bad_kind, lesson_bad_scope
+        (all BadRequest); lesson_forged, not_member, lesson_retracted (Refused); lesson_state (Conflict)
 """
 
 from __future__ import annotations
@@ -82,11 +85,65 @@ class Unreachable(HiveError):
     code = "unreachable"
 
 
+class LessonInvalid(BadRequest):
+    """A lesson, review or tombstone that cannot be recorded; subclasses name the reason."""
+
+    code = "lesson_invalid"
+
+
+class LessonNoEvidence(LessonInvalid):
+    code = "lesson_no_evidence"
+
+
+class LessonNoQuote(LessonInvalid):
+    """A preference or decision that does not quote the person it is about."""
+
+    code = "lesson_no_quote"
+
+
+class LessonTooLong(LessonInvalid):
+    code = "lesson_too_long"
+
+
+class LessonBadKind(LessonInvalid):
+    code = "lesson_bad_kind"
+
+
+class LessonBadScope(LessonInvalid):
+    code = "lesson_bad_scope"
+
+
+class LessonForged(Refused):
+    """A signature that does not verify for this team (forged, altered, or another team's)."""
+
+    code = "lesson_forged"
+
+
+class NotMember(Refused):
+    """The signer or named person is not an active member of the team (or of the project)."""
+
+    code = "not_member"
+
+
+class LessonRetracted(Refused):
+    """The lesson was retracted: its body is gone and a late copy is refused."""
+
+    code = "lesson_retracted"
+
+
+class LessonState(Conflict):
+    """The lesson's lifecycle state does not allow that transition."""
+
+    code = "lesson_state"
+
+
 _BY_CODE: dict[str, type[HiveError]] = {
     cls.code: cls
     for cls in (
         HiveError, BadRequest, UnknownOp, TooLarge, NotFound, Ambiguous,
         Refused, GroupRefused, Conflict, NoDesktop, ConfirmOnTerminal, Unreachable,
+        LessonInvalid, LessonNoEvidence, LessonNoQuote, LessonTooLong, LessonBadKind, LessonBadScope,
+        LessonForged, NotMember, LessonRetracted, LessonState,
     )
 }
 

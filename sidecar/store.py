@@ -193,6 +193,89 @@ MIGRATIONS: list[str] = [
     CREATE INDEX events_session ON events(session, id);
     CREATE UNIQUE INDEX events_call ON events(session, action, call_id, path) WHERE call_id != '';
     """,
+    # lessons (hive.sidecar.lesson_store): one gap-free signed log per (machine, log scope); the
+    # headers, reviews and tombstones read from it; deletable text blobs by hash; local drafts;
+    # FTS5 over text, applicability and tags for recall; local citation counters.
+    """
+    CREATE TABLE lesson_log (
+        author TEXT NOT NULL,
+        scope TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        type TEXT NOT NULL,
+        lesson TEXT NOT NULL,
+        entry TEXT NOT NULL,
+        void TEXT NOT NULL DEFAULT '',
+        received_at REAL NOT NULL,
+        PRIMARY KEY (author, scope, seq)
+    ) WITHOUT ROWID;
+    CREATE TABLE lessons (
+        id TEXT PRIMARY KEY,
+        author TEXT NOT NULL,
+        author_person TEXT NOT NULL,
+        scope TEXT NOT NULL,
+        project TEXT NOT NULL DEFAULT '',
+        kind TEXT NOT NULL,
+        header TEXT NOT NULL,
+        body_hash TEXT NOT NULL,
+        supersedes TEXT NOT NULL DEFAULT '',
+        created_at INTEGER NOT NULL,
+        received_at REAL NOT NULL,
+        asked_at REAL NOT NULL,
+        state TEXT NOT NULL DEFAULT 'proposed',
+        eff_scope TEXT NOT NULL,
+        eff_project TEXT NOT NULL DEFAULT '',
+        reviewer TEXT NOT NULL DEFAULT '',
+        text_hash TEXT NOT NULL DEFAULT '',
+        citations INTEGER NOT NULL DEFAULT 0,
+        successes INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE INDEX lessons_state ON lessons(state, asked_at);
+    CREATE INDEX lessons_supersedes ON lessons(supersedes) WHERE supersedes != '';
+    CREATE TABLE lesson_reviews (
+        lesson TEXT NOT NULL,
+        author TEXT NOT NULL,
+        sig TEXT NOT NULL,
+        reviewer TEXT NOT NULL,
+        verdict TEXT NOT NULL,
+        scope TEXT NOT NULL,
+        project TEXT NOT NULL DEFAULT '',
+        text_hash TEXT NOT NULL DEFAULT '',
+        note TEXT NOT NULL DEFAULT '',
+        at INTEGER NOT NULL,
+        PRIMARY KEY (lesson, sig)
+    );
+    CREATE TABLE lesson_tombstones (
+        lesson TEXT PRIMARY KEY,
+        person TEXT NOT NULL,
+        reason TEXT NOT NULL DEFAULT '',
+        at INTEGER NOT NULL
+    );
+    CREATE TABLE lesson_blobs (
+        hash TEXT PRIMARY KEY,
+        lesson TEXT NOT NULL,
+        blob TEXT NOT NULL
+    );
+    CREATE INDEX lesson_blobs_lesson ON lesson_blobs(lesson);
+    CREATE TABLE lesson_drafts (
+        id TEXT PRIMARY KEY,
+        body TEXT NOT NULL,
+        created_at REAL NOT NULL
+    );
+    CREATE VIRTUAL TABLE lesson_fts USING fts5(id UNINDEXED, text, applicability, tags);
+    """,
+    # attachments (hive.sidecar.attachments): where a message's files were saved on this machine,
+    # and what each person's saved files weigh, for the quotas and for deleting them with their message.
+    """
+    ALTER TABLE messages ADD COLUMN files TEXT;
+    CREATE TABLE attachments (
+        id TEXT PRIMARY KEY,
+        person TEXT NOT NULL,
+        folder TEXT NOT NULL,
+        bytes INTEGER NOT NULL,
+        at REAL NOT NULL
+    );
+    CREATE INDEX attachments_person ON attachments(person, at);
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
