@@ -442,6 +442,12 @@ def cmd_digest(args: argparse.Namespace) -> int:
     return digest(args)
 
 
+def cmd_lessons(args: argparse.Namespace) -> int:
+    from .lessons_cli import run  # the lessons' commands live in their own module
+
+    return run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hive", description="Your team's coding agents, as one network.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -543,6 +549,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_gate_arguments(add("gate", cmd_gate, "the gate: its ledger, why it told you (or not), your preferences, "
                                              "sources in shadow, measures"))
+    from .lessons_cli import add_lessons_arguments
+
+    add_lessons_arguments(add("lessons", cmd_lessons, "the team's reviewed lessons: propose, search, review, "
+                                                      "retract, promote to skills, import"))
     p = add("digest", cmd_digest, "what the gate held for you, what it checked and how much it silenced")
     p.add_argument("--since", help="2h, 30m, 7d or an ISO date or time (default: since your last digest)")
     p.add_argument("--peek", action="store_true", help="do not count this as your last digest")
