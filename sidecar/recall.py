@@ -20,11 +20,17 @@ open or close.
 
 from __future__ import annotations
 
+import json
 import re
 import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from .defang import attr, defang, one_line
+
+if TYPE_CHECKING:
+    from .store import Store
 
 W_RELEVANCE = 1.0
 W_OVERLAP = 0.6
@@ -96,7 +102,10 @@ def fts_query(text: str) -> str:
 
 
 def normal_path(path: str) -> str:
-    return path.replace("\\", "/").strip().lstrip("./").strip("/")
+    value = path.replace("\\", "/").strip()
+    while value.startswith("./"):
+        value = value[2:]
+    return value.strip("/")
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -180,3 +189,61 @@ def turn_line(r: Ranked, why: str, now_ms: int | None = None) -> str:
     text = defang(" ".join(c.text.split()))
     return (f'<hive-lesson id="{attr(c.id[:12])}" kind="{attr(c.kind)}" scope="{attr(c.scope)}" '
             f'reviewed-by="{attr(c.reviewer)}" age="{_age(days)}" why="{attr(why)}" {mark}>{text}</hive-lesson>')
+
+
+# ---- reading candidates -----------------------------------------------------------------------
+#
+# One join over the lesson store's tables (hive.sidecar.lesson_store): the FTS row already holds the
+# effective text and applicability, so a search reads no blob and no review.
+
+_SELECT = ("SELECT l.id, l.kind, l.eff_scope, l.eff_project, l.author, l.reviewer, l.created_at, l.citations, "
+           "l.successes, l.header, f.text, f.applicability, f.tags")
+
+
+def _candidate(row: Any, bm25: float | None, origins: Mapping[str, str]) -> Candidate:
+    header = json.loads(row["header"])
+    files = tuple(normal_path(str(e.get("ref", "")).split("#", 1)[0]) for e in header.get("evidence", ())
+                  if isinstance(e, dict) and e.get("kind") == "file")
+    origin = origins.get(row["author"]) or f"{header.get('author_person', '?')}@{str(row['author'])[:8]}"
+    return Candidate(id=row["id"], kind=row["kind"], text=row["text"], applicability=row["applicability"],
+                     scope=row["eff_scope"], project=row["eff_project"], created_at=row["created_at"],
+                     author=str(header.get("author_session", "")), origin=origin, reviewer=row["reviewer"],
+                     tags=tuple(str(row["tags"] or "").split()), files=files, citations=row["citations"],
+                     successes=row["successes"], bm25=bm25)
+
+
+async def by_text(store: Store, text: str, origins: Mapping[str, str], limit: int = 50) -> list[Candidate]:
+    """Verified lessons matching free text, best bm25 first."""
+    match = fts_query(text)
+    if not match:
+        return []
+    rows = await store.fetchall(
+        f"{_SELECT}, bm25(lesson_fts) AS rank FROM lesson_fts f JOIN lessons l ON l.id = f.id "
+        "WHERE lesson_fts MATCH ? AND l.state = 'verified' ORDER BY rank LIMIT ?", (match, limit))
+    return [_candidate(r, float(r["rank"]), origins) for r in rows]
+
+
+async def by_files(store: Store, files: Iterable[str], origins: Mapping[str, str], limit: int = 50) -> list[Candidate]:
+    """Verified lessons whose evidence names one of ``files`` (by file name, then by whole path segments)."""
+    wanted = [normal_path(f) for f in files if f and normal_path(f)]
+    names = sorted({f.rsplit("/", 1)[-1] for f in wanted})[:64]
+    if not names:
+        return []
+    rows = await store.fetchall(
+        f"{_SELECT} FROM lesson_files x JOIN lessons l ON l.id = x.lesson JOIN lesson_fts f ON f.id = l.id "
+        f"WHERE x.name IN ({','.join('?' * len(names))}) AND l.state = 'verified' GROUP BY l.id "
+        "ORDER BY l.created_at DESC LIMIT ?", (*names, limit))
+    found = [_candidate(r, None, origins) for r in rows]
+    return [c for c in found if overlap(c.files, tuple(wanted))]
+
+
+async def search(store: Store, *, text: str = "", files: Iterable[str] = (), project: str = "",
+                 origins: Mapping[str, str] | None = None, limit: int = 20, now_ms: int | None = None,
+                 pool: int = 50) -> list[Ranked]:
+    """Ranked verified lessons for a query and the session's files."""
+    origins = origins or {}
+    files = tuple(files)
+    merged: dict[str, Candidate] = {c.id: c for c in await by_text(store, text, origins, pool)}
+    for c in await by_files(store, files, origins, pool):
+        merged.setdefault(c.id, c)
+    return rank(list(merged.values()), project=project, files=files, now_ms=now_ms, limit=limit)

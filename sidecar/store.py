@@ -276,6 +276,32 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX attachments_person ON attachments(person, at);
     """,
+    # lesson evidence files (hive.sidecar.recall): the repository paths a lesson's evidence names, kept
+    # by triggers on the lessons table, so turn-tier recall finds a session's lessons by file name
+    # without reading every header.
+    """
+    CREATE TABLE lesson_files (
+        lesson TEXT NOT NULL,
+        path TEXT NOT NULL,
+        name TEXT NOT NULL,
+        PRIMARY KEY (lesson, path)
+    ) WITHOUT ROWID;
+    CREATE INDEX lesson_files_name ON lesson_files(name);
+    CREATE TRIGGER lesson_files_add AFTER INSERT ON lessons BEGIN
+        INSERT OR IGNORE INTO lesson_files (lesson, path, name)
+        SELECT NEW.id, p, replace(p, rtrim(p, replace(p, '/', '')), '') FROM (
+            SELECT trim(json_extract(e.value, '$.ref')) AS p FROM json_each(NEW.header, '$.evidence') AS e
+            WHERE json_extract(e.value, '$.kind') = 'file') WHERE p != '';
+    END;
+    CREATE TRIGGER lesson_files_drop AFTER DELETE ON lessons BEGIN
+        DELETE FROM lesson_files WHERE lesson = OLD.id;
+    END;
+    INSERT OR IGNORE INTO lesson_files (lesson, path, name)
+        SELECT id, p, replace(p, rtrim(p, replace(p, '/', '')), '') FROM (
+            SELECT l.id AS id, trim(json_extract(e.value, '$.ref')) AS p
+            FROM lessons AS l, json_each(l.header, '$.evidence') AS e
+            WHERE json_extract(e.value, '$.kind') = 'file') WHERE p != '';
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
