@@ -64,7 +64,9 @@ class Presence:
     idle: tuple[str, ...] = ("turn.stop",)
     waiting_approval: tuple[str, ...] = ()
     transcripts: tuple[str, ...] = ()  # glob patterns relative to the home folder
-    todos: tuple[str, ...] = ()
+    todos: tuple[str, ...] = ()  # task files; the first ``*`` is the session id
+    titles: tuple[str, ...] = ()  # JSON-lines files naming sessions (id -> thread name)
+    running: tuple[str, ...] = ()  # one JSON file per running session ({pid, sessionId, cwd, status})
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,8 @@ class Settings:
     forget_grace: float = 6 * HOUR
     inflight_timeout: float = 90.0
     max_body: int = 64 * 1024
+    # Sessions found on disk that hive does not manage (no hooks, no MCP) go to teammates only if on.
+    share_unmanaged: bool = False
 
 
 def load_settings(path: Path) -> Settings:
@@ -51,4 +53,5 @@ def load_settings(path: Path) -> Settings:
     section = data.get("sidecar", {})
     tuning = {k: float(v) for k, v in section.items()} if isinstance(section, dict) else {}
     allowed = {"session_ttl", "forget_after", "forget_grace", "inflight_timeout"}
-    return Settings(person=person, machine=machine, **{k: v for k, v in tuning.items() if k in allowed})
+    return Settings(person=person, machine=machine, share_unmanaged=data.get("share_unmanaged") is True,
+                    **{k: v for k, v in tuning.items() if k in allowed})

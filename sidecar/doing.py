@@ -1,14 +1,22 @@
 """``doing``: a session's title plus its in-progress task, read from what its harness writes anyway.
 
-Agents never report what they do (seed Part 1 §14). Two sources, both passive:
+Agents never report what they do (seed Part 1 §14). The sources, all passive, with their places
+taken from each harness descriptor's presence plane (``transcripts``, ``titles``, ``todos``):
 
 - todo- and plan-shaped tool calls seen by the hooks (Claude Code ``TodoWrite``, Codex
   ``update_plan``, Gemini ``write_todos``, Cursor ``todo_write``): the in-progress item is the task.
-- the session's transcript (its path comes with the hooks): title entries (Claude Code's
-  ``ai-title``, ``summary``) give the title, and todo or plan arrays inside it the task.
-  Transcripts are tailed incrementally, driven by watchfiles rather than a timer: the first read
-  takes at most the last 2 MiB, later reads only the bytes appended since; a file that is one
-  JSON document (not JSON lines) is reread whole when it changes.
+- the session's transcript (its path comes with the hooks, or from discovery): title entries
+  (Claude Code's ``ai-title``, ``summary``) give the title, and todo or plan arrays inside it the task.
+- title indexes: Codex names threads in ``~/.codex/session_index.jsonl`` (``{id, thread_name}`` lines).
+- task folders: Claude Code keeps one JSON file per task in ``~/.claude/tasks/<session>/``; the one
+  ``in_progress`` is the task.
+- the name a running-session file gives (Claude Code's ``~/.claude/sessions/<pid>.json``), through
+  :mod:`hive.sidecar.discover`.
+
+Files are tailed incrementally, driven by watchfiles rather than a timer: the first read takes at
+most the last 2 MiB, later reads only the bytes appended since; a file that is one JSON document
+(not JSON lines) is reread whole when it changes. A folder that does not exist yet is watched
+through its closest existing parent until it appears.
 
 The line is ``title · task``, clipped to 120 characters, and stored with the session (``doing``),
 so ``who`` and presence carry it.
@@ -20,7 +28,7 @@ import contextlib
 import json
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,7 +48,7 @@ FIRST_READ = 2 * 1024 * 1024
 MAX_DOING = 120
 IN_PROGRESS = {"in_progress", "in-progress", "inprogress", "active", "doing"}
 TITLE_TYPES = {"ai-title", "summary", "title"}
-_TEXT_KEYS = ("activeForm", "content", "step", "description", "title", "text", "task")
+_TEXT_KEYS = ("activeForm", "content", "step", "subject", "description", "title", "text", "task")
 _TITLE_KEYS = ("aiTitle", "title", "summary", "name")
 
 
@@ -79,6 +87,38 @@ def title_of(entry: dict[str, Any]) -> str | None:
     return None
 
 
+News = dict[str, tuple[str | None, str | None]]  # session key -> (new title, new task); None: no news
+
+
+def harness_home() -> Path:
+    """The home folder the harnesses write under (``HOME``, as the harness processes see it)."""
+    return Path.home()
+
+
+def nearest(path: Path) -> Path:
+    """``path`` if it exists, else its closest existing parent: what can be watched until it appears."""
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return candidate
+    return Path("/")
+
+
+def _read_new(path: Path, offset: int, first: int) -> tuple[bytes, int, bool]:
+    """The bytes after ``offset``, or, when ``offset`` is -1 or the file shrank (replaced), the whole
+    file but at most its last ``first`` bytes from the first whole line. Returns them, the offset to
+    read from next time, and whether this read started over."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        again = offset < 0 or size < offset
+        start = max(0, size - first) if again else offset
+        f.seek(start)
+        data = f.read(max(0, size - start))
+    end = start + len(data)
+    if again and start > 0:
+        data = data.partition(b"\n")[2]
+    return data, end, again
+
+
 @dataclass
 class Tail:
     """One transcript being followed."""
@@ -90,38 +130,36 @@ class Tail:
     task: str = ""
     keys: set[str] = field(default_factory=set)
 
-    def read(self) -> bool:
-        """Read what is new; True when title or task changed."""
+    def watched(self) -> Path:
+        return self.path
+
+    def read(self) -> News:
+        """Read what is new; news for every session of this transcript when title or task changed."""
         before = (self.title, self.task)
+        whole = self.path.suffix == ".json"
         try:
-            with open(self.path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                whole = self.path.suffix == ".json"
-                if whole or size < self.offset:  # one document, or the file was replaced: all again
-                    self.offset, self.rest = -1, b""
-                if self.offset < 0:
-                    start = 0 if whole else max(0, size - FIRST_READ)
-                    f.seek(start)
-                    data = f.read()
-                    if start > 0:  # started mid-line: skip to the first whole line
-                        data = data.partition(b"\n")[2]
-                else:
-                    f.seek(self.offset)
-                    data = f.read()
-                self.offset = size
+            if whole:  # one document: all of it, every time it changes
+                data, again = self.path.read_bytes(), True
+            else:
+                data, self.offset, again = _read_new(self.path, self.offset, FIRST_READ)
         except OSError:
-            return False
+            return {}
         if whole:
             with contextlib.suppress(ValueError):
                 self._take(json.loads(data))
         else:
-            data = self.rest + data
-            lines = data.split(b"\n")
+            if again:
+                self.rest = b""
+            lines = (self.rest + data).split(b"\n")
             self.rest = lines.pop()  # an unfinished last line waits for the rest of it
             for raw in lines:
                 with contextlib.suppress(ValueError):
                     self._take(json.loads(raw))
-        return (self.title, self.task) != before
+        title = self.title if self.title != before[0] else None
+        task = self.task if self.task != before[1] else None
+        if title is None and task is None:
+            return {}
+        return {key: (title, task) for key in self.keys}
 
     def _take(self, entry: Any) -> None:
         if not isinstance(entry, dict):
@@ -134,64 +172,254 @@ class Tail:
             self.task = task
 
 
+MAX_NAMES = 10_000
+_ID_KEYS = ("id", "thread_id", "session_id", "sessionId")
+_NAME_KEYS = ("thread_name", "name", "title")
+
+
+@dataclass
+class Titles:
+    """A JSON-lines index that names sessions, one ``{id, thread_name}`` entry per line (Codex's
+    ``~/.codex/session_index.jsonl``). Its folder is watched, as the file may be replaced whole."""
+
+    path: Path
+    offset: int = -1
+    rest: bytes = b""
+    names: dict[str, str] = field(default_factory=dict)
+    told: dict[str, str] = field(default_factory=dict)
+    keys: set[str] = field(default_factory=set)
+
+    def watched(self) -> Path:
+        return nearest(self.path.parent)
+
+    def read(self) -> News:
+        try:
+            data, self.offset, again = _read_new(self.path, self.offset, FIRST_READ)
+        except OSError:
+            data, again = b"", False
+        if again:
+            self.rest = b""
+        lines = (self.rest + data).split(b"\n")
+        self.rest = lines.pop()
+        for raw in lines:
+            try:
+                entry = json.loads(raw)
+            except ValueError:
+                continue
+            if not isinstance(entry, dict):
+                continue
+            ident = next((entry[k] for k in _ID_KEYS if isinstance(entry.get(k), str) and entry[k]), None)
+            name = next((entry[k] for k in _NAME_KEYS if isinstance(entry.get(k), str)), None)
+            if ident is None or name is None:
+                continue
+            self.names.pop(ident, None)  # the newest naming goes last, the oldest is dropped first
+            self.names[ident] = name
+            if len(self.names) > MAX_NAMES:
+                self.names.pop(next(iter(self.names)))
+        news: News = {}
+        for key in self.keys:
+            name = self.names.get(key)
+            if name and self.told.get(key) != name:
+                self.told[key] = name
+                news[key] = (name, None)
+        return news
+
+
+MAX_TASK_FILES = 200
+MAX_TASK_BYTES = 64 * 1024
+
+
+@dataclass
+class Tasks:
+    """One session's task folder (Claude Code's ``~/.claude/tasks/<session>/``): one JSON file per
+    task with a ``status``; the task in progress (the newest, if several) is the session's task."""
+
+    folder: Path
+    pattern: str = "*.json"
+    keys: set[str] = field(default_factory=set)
+    task: str | None = None
+    signature: tuple[tuple[str, int, int], ...] = ()
+
+    @property
+    def path(self) -> Path:
+        return self.folder
+
+    def watched(self) -> Path:
+        return nearest(self.folder)
+
+    def read(self) -> News:
+        try:
+            found = []
+            for file in self.folder.glob(self.pattern):
+                with contextlib.suppress(OSError):
+                    stat = file.stat()
+                    found.append((stat.st_mtime_ns, stat.st_size, file))
+        except OSError:
+            found = []
+        found.sort(reverse=True)
+        found = found[:MAX_TASK_FILES]
+        signature = tuple((f.name, mtime, size) for mtime, size, f in found)
+        if signature == self.signature:
+            return {}  # nothing changed since the last read: no file is parsed again
+        self.signature = signature
+        task: str | None = "" if found else None
+        for _, size, file in found:
+            if size > MAX_TASK_BYTES:
+                continue
+            try:
+                entry = json.loads(file.read_bytes())
+            except (OSError, ValueError):
+                continue
+            if isinstance(entry, dict) and str(entry.get("status", "")).lower() in IN_PROGRESS:
+                task = next((str(entry[k]) for k in _TEXT_KEYS if isinstance(entry.get(k), str) and entry[k]), "")
+                break
+        if task is None or task == self.task:
+            return {}
+        self.task = task
+        return {key: (None, task) for key in self.keys}
+
+
+Source = Tail | Titles | Tasks
+
+
+def _presence_of(agent: str) -> Any:
+    """The harness descriptor's presence plane for a session's agent (None for an unknown agent)."""
+    if agent not in _PRESENCE:
+        try:
+            from hive.integrations import registry
+
+            found = registry.harnesses().get(agent)
+            _PRESENCE[agent] = found.presence() if found is not None else None
+        except Exception:  # a broken harness plugin costs only its own sources
+            log.exception("reading the presence plane of %s failed", agent)
+            _PRESENCE[agent] = None
+    return _PRESENCE[agent]
+
+
+_PRESENCE: dict[str, Any] = {}
+
+
+def task_folder(home: Path, pattern: str, key: str) -> tuple[Path, str] | None:
+    """The folder and file pattern for one session from a ``todos`` glob (its first ``*`` is the
+    session id): ``.claude/tasks/*/*.json`` -> ``~/.claude/tasks/<key>``, ``*.json``."""
+    parts = pattern.split("/")
+    if len(parts) < 2 or "*" not in parts[:-1] or "/" in key or key in (".", ".."):
+        return None
+    index = next(i for i, part in enumerate(parts[:-1]) if "*" in part)
+    parts[index] = parts[index].replace("*", key, 1)
+    return home.joinpath(*parts[:-1]), parts[-1]
+
+
 class Doing:
-    """The watcher of one sidecar: which transcript belongs to which session, and their tails."""
+    """The watcher of one sidecar: which transcripts, title indexes and task folders belong to which
+    session, what each says, and the line they make."""
 
     def __init__(self, sidecar: Sidecar) -> None:
         self.sidecar = sidecar
-        self.tails: dict[Path, Tail] = {}
+        self.sources: dict[Path, Source] = {}
+        self.facts: dict[str, list[str]] = {}  # session key -> [title, task]
+        self.followed: dict[str, str] = {}  # session key -> the transcript already followed
         self.changed = anyio.Event()
         self.running = False
 
+    @property
+    def tails(self) -> dict[Path, Tail]:
+        return {p: s for p, s in self.sources.items() if isinstance(s, Tail)}
+
+    def _add(self, key: str, path: Path, make: Callable[[], Source]) -> None:
+        source = self.sources.get(path)
+        if source is None:
+            source = self.sources[path] = make()
+        if key not in source.keys:
+            source.keys.add(key)
+            self.changed.set()  # the watcher restarts, reading every source, with the new set
+
     def follow(self, session: Session) -> None:
-        """Start following the session's transcript (a no-op if known or missing)."""
-        if not session.transcript:
+        """Follow what the session's harness writes (a no-op when nothing new is known)."""
+        key = session.key
+        if self.followed.get(key) == session.transcript:
             return
-        path = Path(session.transcript)
-        tail = self.tails.get(path)
-        if tail is None:
-            if not path.is_file():
-                return
-            tail = self.tails[path] = Tail(path)
-            self.changed.set()  # the watcher restarts with the new file in its set
-        tail.keys.add(session.key)
-        if not self.running:
+        if key not in self.followed:
+            presence = _presence_of(session.agent)
+            home = harness_home()
+            for pattern in getattr(presence, "titles", ()):
+                self._add(key, home / pattern, lambda p=home / pattern: Titles(p))
+            for pattern in getattr(presence, "todos", ()):
+                found = task_folder(home, pattern, key)
+                if found is not None:
+                    self._add(key, found[0], lambda f=found: Tasks(f[0], f[1]))
+            self.followed[key] = ""
+        if session.transcript:
+            path = Path(session.transcript)
+            if path in self.sources or path.is_file():
+                self._add(key, path, lambda: Tail(path))
+                self.followed[key] = session.transcript
+        if self.changed.is_set() and not self.running and self.sources:
             self.running = True
             self.sidecar.tasks.start_soon(self._run)
 
-    async def _update(self, tail: Tail) -> None:
-        for key in list(tail.keys):
+    def forget(self, key: str) -> None:
+        for path, source in list(self.sources.items()):
+            source.keys.discard(key)
+            if not source.keys:
+                del self.sources[path]
+        self.facts.pop(key, None)
+        self.followed.pop(key, None)
+
+    def _facts(self, session: Session) -> list[str]:
+        facts = self.facts.get(session.key)
+        if facts is None:
+            title = session.doing.partition(" · ")[0] if " · " in session.doing else ""
+            facts = self.facts[session.key] = [title, ""]
+        return facts
+
+    async def note(self, session: Session, title: str | None = None, task: str | None = None) -> None:
+        """News about the session from elsewhere (a hook's todo call, a running-session file)."""
+        facts = self._facts(session)
+        if title is not None:
+            facts[0] = title
+        if task is not None:
+            facts[1] = task
+        await set_doing(self.sidecar, session, line(*facts))
+
+    async def _apply(self, news: News) -> None:
+        for key, (title, task) in news.items():
             session = self.sidecar.sessions.by_key.get(key)
             if session is None or session.ended_at is not None:
-                tail.keys.discard(key)
+                self.forget(key)
                 continue
-            await set_doing(self.sidecar, session, line(tail.title, tail.task))
+            await self.note(session, title, task)
+
+    async def _read(self, sources: Iterable[Source]) -> None:
+        for source in sources:
+            # A first read takes up to 2 MiB: off the event loop.
+            await self._apply(await anyio.to_thread.run_sync(source.read))
 
     async def _run(self) -> None:
         try:
-            while True:
-                for tail in list(self.tails.values()):
-                    if await anyio.to_thread.run_sync(tail.read):  # up to 2 MiB: off the event loop
-                        await self._update(tail)
-                    if not tail.keys:
-                        self.tails.pop(tail.path, None)
-                if not self.tails:
-                    return
+            while self.sources:
                 self.changed = anyio.Event()
-                paths = [str(p) for p in self.tails]
+                await self._read(list(self.sources.values()))
+                watching = {path: source.watched() for path, source in self.sources.items()}
+                if not watching or self.changed.is_set():
+                    continue
                 # watchfiles waits on inotify (or the OS's equivalent) in a thread and wakes every 5 s
-                # anyway; that empty wake-up rereads every tail, which catches bytes appended between
+                # anyway; that empty wake-up rereads every source, which catches bytes appended between
                 # the reads above and the moment the watcher started.
-                async for changes in watchfiles.awatch(*paths, stop_event=self.changed, debounce=100, step=50,
-                                                       yield_on_timeout=True):
-                    touched = {Path(p) for _, p in changes} if changes else set(self.tails)
-                    for path in touched:
-                        tail = self.tails.get(path)
-                        if tail is not None and await anyio.to_thread.run_sync(tail.read):
-                            await self._update(tail)
-                # The set changed (a new transcript): start over with it.
+                async for changes in watchfiles.awatch(*sorted({str(p) for p in watching.values()}),
+                                                       stop_event=self.changed, debounce=100, step=50,
+                                                       yield_on_timeout=True, recursive=False):
+                    touched = {Path(p) for _, p in changes}
+                    near = touched | {p.parent for p in touched}
+                    due = [s for path, s in list(self.sources.items())
+                           if not changes or path in touched or watching.get(path) in near]
+                    await self._read(due)
+                    if any(s.watched() != watching.get(path) for path, s in self.sources.items()):
+                        self.changed.set()  # a folder that was missing appeared: watch it itself
+                        break
+                # The set changed (a new source, or a folder appeared): start over with it.
         except Exception:
-            log.exception("following transcripts failed")
+            log.exception("following what harnesses write failed")
         finally:
             self.running = False
 
@@ -217,11 +445,5 @@ async def from_tool_call(sidecar: Sidecar, session: Session, tool_inputs: Iterab
     """A todo or plan tool call names the task in progress: keep the title, replace the task."""
     for value in tool_inputs:
         task = in_progress(value)
-        if task is None:
-            continue
-        title = session.doing.partition(" · ")[0] if " · " in session.doing else ""
-        tail = next((t for t in doing_of(sidecar).tails.values() if session.key in t.keys), None)
-        if tail is not None:
-            tail.task = task
-            title = tail.title
-        await set_doing(sidecar, session, line(title, task))
+        if task is not None:
+            await doing_of(sidecar).note(session, task=task)

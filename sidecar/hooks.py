@@ -7,7 +7,12 @@ puts waiting mail into the model's context in that harness's shape.
 
 ``hook`` request: ``{"harness", "event", "stdin": <raw text> | "payload": <object>, "env": {...},
 "ppid", "cwd"}``; reply ``{"stdout", "ids", "session"}``. The client prints ``stdout`` as is and
-confirms ``ids`` with ``delivered`` once it is written; until then they are in flight.
+then says so (``hook_written`` with ``ids``). The mail is then held for the harness process
+(see :mod:`hive.sidecar.mailbox`): printed is not yet seen, the model call comes after the hook.
+Proof that the model saw it is the session's next hook at a point only a model's answer leads
+to (a tool call, a turn end: :data:`PROOF`), which confirms it; so does the session's own
+``check_inbox``. If the harness dies first the mail is visible again for the next turn or
+session at that address; a session that ends without the proof leaves it unread.
 
 - Mid-turn points (``wakes_only``) inject waking mail only; stop, prompt and start points inject
   everything. A stop point injects nothing when the harness says this stop already follows a
@@ -39,11 +44,12 @@ import anyio
 
 from hive.integrations import registry
 from hive.integrations.descriptor import HookPoint
-from hive.integrations.hook_client import ENV_FILE, ENV_NAMES, harness_pid
+from hive.integrations.hook_client import ENV_FILE, ENV_NAMES, harness_pid, start_time
 
 from . import folders, observe
 from .config import slug
 from .errors import BadRequest
+from .mailbox import Holder
 from .render import Message, frames
 from .sessions import Session
 
@@ -51,6 +57,10 @@ if TYPE_CHECKING:
     from .server import Connection, Sidecar
 
 MAX_WAIT = 600.0
+# Hook points a harness reaches only after a model call returned (the model asked for a tool, or
+# answered and ended its turn): mail shown at an earlier hook of the session reached that call.
+# A prompt or a session start comes before any model call, so it proves nothing.
+PROOF = frozenset({"tool.before", "tool.after", "turn.stop"})
 MAX_KEY = 200
 WATCHER = "async_rewake"  # the push mechanism (Tiers.push) the watch op serves
 
@@ -222,6 +232,7 @@ async def refresh(sidecar: Sidecar, caller: Caller, request: dict[str, Any], for
     cwd = _cwd(caller, request)
     transcript = caller.payload.get(caller.harness.identity.transcript_field)
     transcript = transcript if isinstance(transcript, str) else ""
+    force = force or caller.key in observe.UNMANAGED  # found on disk first: register it as the hook says
     if (session is not None and not force and session.ended_at is None and session.pid
             and session.agent == slug(caller.harness.name) and session.cwd == (cwd or session.cwd)
             and session.transcript == (transcript or session.transcript)):
@@ -296,7 +307,10 @@ async def hook(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> d
                              caller.harness.presence())
     except Exception:
         log.exception("recording the hook's events failed")
+    if point.event in PROOF:
+        await sidecar.mailbox.confirm_held(session.key)
     if point.event == "session.end":
+        sidecar.mailbox.release_held(session.key)
         await sidecar.sessions.end(session)
         ACTIVITY.pop(session.key, None)
         return nothing
@@ -309,8 +323,25 @@ async def hook(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> d
     stdout = caller.harness.reply(point, frames(messages), caller.payload)
     if stdout == point.no_opinion:
         return nothing  # this point cannot carry text to the model (a plugin's, say)
-    sidecar.mailbox.mark_shown(messages)
+    sidecar.mailbox.mark_shown(messages, await _holder(session, request), conn.id)
     return {"stdout": stdout, "ids": [m.id for m in messages], "session": session.key}
+
+
+async def _holder(session: Session, request: dict[str, Any]) -> Holder:
+    """The harness process this hook's reply goes to (pid 0 when the request does not say)."""
+    ppid = request.get("ppid")
+    if not isinstance(ppid, int) or isinstance(ppid, bool) or ppid <= 1:
+        return Holder(session.key, 0)
+    pid = await _harness_pid(ppid)
+    return Holder(session.key, pid, start_time(pid))
+
+
+async def hook_written(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """The hook client wrote its reply (with these ids) to the harness: hold them for the harness now."""
+    ids = request.get("ids")
+    if not isinstance(ids, list):
+        raise BadRequest("hook_written needs 'ids': the message ids in the reply the hook printed")
+    return {"held": sidecar.mailbox.written(ids, conn.id)}
 
 
 async def _turn_ended(sidecar: Sidecar, session: Session) -> None:
@@ -364,4 +395,4 @@ async def watch(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> 
     return {**answer, "ids": [m.id for m in messages], "text": frames(messages)}
 
 
-OPS = {"hook": hook, "watch": watch}
+OPS = {"hook": hook, "hook_written": hook_written, "watch": watch}

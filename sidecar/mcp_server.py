@@ -349,8 +349,18 @@ class HiveTools:
                 line += ", gone"
             if s["address"] == me:
                 line += ", this is you"
+            if s.get("unmanaged"):
+                line += ", unmanaged (found on disk; no hive hooks or tools)"
+            if s.get("state"):
+                line += f", {s['state'].replace('_', ' ')}"
+            if s.get("head"):
+                line += f", HEAD {s['head'][:12]}"
             if s["doing"]:
                 line += f": {s['doing']}"
+            if s.get("files"):
+                shown = s["files"][:8]
+                more = f" and {len(s['files']) - len(shown)} more" if len(s["files"]) > len(shown) else ""
+                line += f"\n  files touched in the last 30 min: {', '.join(defang(str(f)) for f in shown)}{more}"
             lines.append(line)
         if not lines:
             scope = "" if all else " live"
@@ -359,8 +369,10 @@ class HiveTools:
         return Reply("\n".join([header, *lines]), result)
 
     async def send_message(self, identity: Identity, to: str, message: str, reply_to: str | None,
-                           notify: bool, fyi: bool) -> Reply:
+                           notify: bool, fyi: bool, files: list[str] | None = None) -> Reply:
         request: dict[str, Any] = {"from": identity.key, "to": to, "body": message, "fyi": fyi}
+        if files:
+            request["files"] = files  # read by the sidecar, confined to this session's own folder
         if reply_to:
             request["reply_to"] = reply_to
         if notify:
@@ -488,10 +500,13 @@ def build_server(tools: HiveTools, paths: StatePaths | None = None) -> MCPServer
                                                   "recipient's person (at most one a minute)")] = False,
         fyi: Annotated[bool, Field(description="do not wake the recipient; it sees this at its next "
                                                "natural pause")] = False,
+        files: Annotated[list[str] | None, Field(description="paths of text files in your own repository or "
+                                                             "working folder to attach (at most 10, 256 KB each, "
+                                                             "512 KB in all; no hidden or credential files)")] = None,
     ) -> CallToolResult:
         """Send a message to one other agent session on your team. Only when you need something
         from it or it needs something from you; one message per need, then wait for the reply."""
-        return await tools.run(ctx, lambda me: tools.send_message(me, to, message, reply_to, notify, fyi))
+        return await tools.run(ctx, lambda me: tools.send_message(me, to, message, reply_to, notify, fyi, files))
 
     @tool(ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False))
     async def check_inbox(

@@ -52,12 +52,12 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from . import observe
+from . import attachments, discover, observe
 from .addresses import Entry, Target
 from .approvals import receive_approval, wire_of
 from .config import DAY, slug
 from .defang import defang, one_line
-from .errors import BadRequest, NotFound, Refused
+from .errors import BadRequest, HiveError, NotFound, Refused
 from .render import Message
 from .sessions import TIERS
 from .transport import (
@@ -86,7 +86,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("hive.sidecar.mesh")
 
 PROTO = 1
-FEATURES = ("receipts", "hold", "loop-guard")
+FEATURES = ("receipts", "hold", "loop-guard", "files")
 BACKOFF_START = 2.0
 BACKOFF_MAX = 60.0
 REPLACE_AFTER = 5.0  # a redial replaces an established link older than this
@@ -857,6 +857,8 @@ class Mesh:
         now = time.time()
         sessions, known = [], []
         for s in self.sc.sessions.by_key.values():
+            if not discover.shared(self.sc, s):
+                continue  # found on disk, not managed: stays on this machine unless share_unmanaged
             if self.sc.sessions.is_live(s, now):
                 sessions.append({
                     "name": s.name, "agent": s.agent, "repo": s.repo, "branch": s.branch,
@@ -992,6 +994,8 @@ class Mesh:
         approval = wire_of(message.approval)
         if approval is not None:
             payload["approval"] = approval  # signed by this machine (approvals.py)
+        if message.carried:
+            payload["files"] = attachments.to_wire(message.carried)
         return payload
 
     def _approval(self, raw: dict[str, Any], peer: str, recipient: str, body: str) -> tuple[str | None, str]:
@@ -1309,6 +1313,11 @@ class Mesh:
         if len(body.encode("utf-8")) > self.sc.settings.max_body:
             await self._refuse(link, message_id, sender, recipient, "refused: the message is over the size limit")
             return
+        try:
+            carried = attachments.from_wire(raw.get("files"))
+        except HiveError as exc:
+            await self._refuse(link, message_id, sender, recipient, attachments.refusal_note(exc))
+            return
         wait = self._rate_ok(link.peer)
         if wait:
             await self._ack(link, message_id, "retry",
@@ -1336,6 +1345,12 @@ class Mesh:
                 await self._refuse(link, message_id, sender, recipient,
                                    f"refused: no session called {to_name} on {local_person}'s machine")
                 return
+        if policy != "hold":  # a held message's files are saved (and counted) once it is approved
+            wait = await attachments.quota_wait(self.sc, member.person, carried)
+            if wait:
+                await self._ack(link, message_id, "retry", f"retry: {local_person}'s machine keeps no more of "
+                                f"{member.person}'s files for now", retry_after=round(wait, 2))
+                return
         thread = await self._thread_step(message_id, reply_to, kind)
         if thread is None:
             await self._refuse(link, message_id, sender, recipient, self._loop_note())
@@ -1344,7 +1359,7 @@ class Mesh:
         message = Message(id=message_id, sender=sender, sender_kind=kind,
                           sender_agent=one_line(raw.get("agent"), 32), sender_repo=one_line(raw.get("repo"), 200),
                           recipient=recipient, reply_to=reply_to, body=body, wake=not raw.get("fyi"),
-                          sent_at=time.time(), approval=approval)
+                          sent_at=time.time(), approval=approval, carried=carried)
         now = time.time()
         if policy == "hold":
             note = f"held: {local_person} sees it and approves it before any session does"
@@ -1362,6 +1377,7 @@ class Mesh:
         await self._ack(link, message_id, state, note)
 
     async def _deposit(self, message: Message, entry: Entry | None) -> tuple[str, str]:
+        message = await attachments.keep(self.sc, message)
         waiting = self.sc.parked[message.recipient] > 0
         await self.sc.mailbox.deposit([message], None)
         state, note = await self.sc._after_deposit(Target(message.recipient, entry), message.wake, waiting)
@@ -1441,7 +1457,8 @@ class Mesh:
             message = Message(id=message_id, sender=raw["from"], sender_kind=raw.get("kind", "agent"),
                               sender_agent=raw.get("agent", ""), sender_repo=raw.get("repo", ""),
                               recipient=recipient, reply_to=raw.get("reply_to"), body=body,
-                              wake=not raw.get("fyi"), sent_at=time.time(), approval=approval)
+                              wake=not raw.get("fyi"), sent_at=time.time(), approval=approval,
+                              carried=attachments.from_wire(raw.get("files")))
             state, note = await self._deposit(message, entry)
             await self.sc.store.write([(
                 "UPDATE inbound SET state = 'accepted', due = 'delivered', frame = NULL, note = ? WHERE id = ?",

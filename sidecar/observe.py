@@ -363,6 +363,8 @@ class Observed:
 
 
 OBSERVED: dict[str, Observed] = {}
+# Sessions found on disk (hive.sidecar.discover) that no hook or client has spoken for yet.
+UNMANAGED: set[str] = set()
 # (session key, other session's address, path) -> when it was told; once per window.
 _TOLD: dict[tuple[str, str, str], float] = {}
 
@@ -388,10 +390,11 @@ def recent_files(key: str, now: float | None = None, *, modified_only: bool = Fa
 def presence_of(key: str) -> dict[str, Any]:
     """The fields this session adds to presence: state, files (with when, and whether modified), head."""
     seen = OBSERVED.get(key)
+    unmanaged = key in UNMANAGED
     if seen is None:
-        return {"state": "", "files": [], "head": ""}
+        return {"state": "", "files": [], "head": "", "unmanaged": unmanaged}
     files = recent_files(key)
-    return {"state": seen.state, "head": seen.head,
+    return {"state": seen.state, "head": seen.head, "unmanaged": unmanaged,
             "files": [{"path": p, "at": round(at, 3), "edit": bool(seen.files and seen.files[p][1])}
                       for p, at in files.items() if not sensitive(p)]}
 
@@ -409,7 +412,8 @@ def sanitise_extra(item: dict[str, Any]) -> dict[str, Any]:
         if path and not sensitive(path) and isinstance(at, (int, float)):
             files.append({"path": path, "at": float(at), "edit": bool(f.get("edit"))})
     return {"state": state if state in ("busy", "idle", "waiting_approval") else "",
-            "head": head if re.fullmatch(r"[0-9a-f]{7,64}", head) else "", "files": files}
+            "head": head if re.fullmatch(r"[0-9a-f]{7,64}", head) else "", "files": files,
+            "unmanaged": item.get("unmanaged") is True}
 
 
 async def _git_head(root: str) -> str:
@@ -455,6 +459,7 @@ async def ingest(sidecar: Sidecar, harness: str, point: HookPoint, payload: dict
                             tool=events[0].tool, call_id=events[0].call_id, cwd=session.cwd,
                             method=events[0].method, fidelity="inferred"))
     await store_events(sidecar.store, events)
+    UNMANAGED.discard(session.key)  # a hook speaks for it: hive manages it now
     seen = OBSERVED.setdefault(session.key, Observed(files={}))
     before = (seen.state, seen.head, tuple(recent_files(session.key)))
     now = events[0].at
@@ -481,6 +486,7 @@ async def ingest(sidecar: Sidecar, harness: str, point: HookPoint, payload: dict
         seen.head = await _git_head(root if _root(session) else "")
     if point.event == "session.end":
         OBSERVED.pop(session.key, None)
+        doing.doing_of(sidecar).forget(session.key)
     else:
         doing.doing_of(sidecar).follow(session)
         if events[0].tool:
@@ -625,15 +631,19 @@ def describe_extra(sidecar: Sidecar, key: str | None, person: str, machine: str,
     """``state``, ``files`` (paths) and ``head`` for one directory entry, local or a teammate's."""
     if key is not None:
         extra = presence_of(key)
+        session = sidecar.sessions.by_key.get(key)
+        extra["unmanaged"] = extra["unmanaged"] and not (session is not None and session.holders)
     else:
-        extra = {"state": "", "files": [], "head": ""}
+        extra = {"state": "", "files": [], "head": "", "unmanaged": False}
         mesh = sidecar.mesh
         for member in mesh.team.members():
             if member.person == person and member.machine == machine:
                 for s in mesh.presence.get(member.key, {}).get("sessions", []):
                     if s.get("name") == name:
-                        extra = {"state": s.get("state", ""), "files": s.get("files", []), "head": s.get("head", "")}
-    return {"state": extra["state"], "head": extra["head"], "files": [f["path"] for f in extra["files"]]}
+                        extra = {"state": s.get("state", ""), "files": s.get("files", []), "head": s.get("head", ""),
+                                 "unmanaged": s.get("unmanaged") is True}
+    return {"state": extra["state"], "head": extra["head"], "files": [f["path"] for f in extra["files"]],
+            "unmanaged": extra["unmanaged"]}
 
 
 # ---- ops ---------------------------------------------------------------------------------------

@@ -32,9 +32,9 @@ import anyio
 from anyio.abc import SocketAttribute, SocketStream, TaskGroup
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from . import __version__, folders, observe
+from . import __version__, attachments, discover, folders, observe
 from .addresses import Entry, Target, is_group, resolve
-from .ask import confirm_group, group_question, notify_person
+from .ask import confirm_group, confirm_override, group_question, notify_person
 from .config import HOUR, Settings, load_settings
 from .defang import brackets, one_line
 from .errors import BadRequest, Conflict, HiveError, NotFound, Refused, TooLarge, UnknownOp
@@ -153,6 +153,7 @@ class Sidecar:
                 tg.start_soon(self._watch_signals, tg.cancel_scope)
                 tg.start_soon(listener.serve, self._serve_connection, tg)
                 await tg.start(self.mesh.run)
+                tg.start_soon(discover.run, self)  # sessions hive does not manage, from harnesses' files
                 if ready is not None:
                     ready()
                 await self._stop.wait()
@@ -196,6 +197,7 @@ class Sidecar:
         finally:
             conn.closed = True
             del self.connections[conn.id]
+            self.mailbox.connection_closed(conn.id)  # a hook that died before printing its mail
             with anyio.CancelScope(shield=True):
                 await self.sessions.release(conn.id)
                 self.mesh.poke()
@@ -348,6 +350,7 @@ class Sidecar:
                           "turns it back on")
         hold = bool(request.get("hold") or request.get("push"))
         session, new = await self.sessions.register(info, conn.id if hold else None)
+        observe.UNMANAGED.discard(session.key)  # a client speaks for it
         if request.get("push") and session.tier == "push":
             conn.push_sessions.add(session.key)
         await self._maybe_forget()
@@ -414,6 +417,7 @@ class Sidecar:
         else:
             sender, agent, repo = self.terminal, "", ""
             kind = "person" if conn.at_terminal else "agent"
+        carried = await attachments.for_send(self, request, sender_session, kind == "person")
         # A group goes out only from the person's own mailbox, and only once they confirm it in a
         # pop-up (or, with no desktop, at this client's terminal): see ask.confirm_group.
         group = sender_session is None and is_group(to)
@@ -424,18 +428,22 @@ class Sidecar:
         if group:
             await confirm_group(self, conn, request, group_question(to, len(targets)), body)
             kind = "person"
+        elif kind == "person" and reply_to and any(self.mesh.is_remote(t) for t in targets):
+            # A person's reply restarts the loop guard's count: a loop-guard override, confirmed the same way.
+            await confirm_override(self, conn, request, reply_to, body)
         wake = not request.get("fyi")
         now = time.time()
         messages = [
             Message(id=new_ulid(), sender=sender, sender_kind=kind, sender_agent=agent, sender_repo=repo,
-                    recipient=t.address, reply_to=reply_to, body=body, wake=wake, sent_at=now)
+                    recipient=t.address, reply_to=reply_to, body=body, wake=wake, sent_at=now, carried=carried)
             for t in targets
         ]
         waiting = {t.address for t in targets if self.parked[t.address] > 0}
         sender_key = sender_session.key if sender_session else None
         remote = await self.mesh.send(
             [(t, m) for t, m in zip(targets, messages, strict=True) if self.mesh.is_remote(t)], sender_key)
-        await self.mailbox.deposit([m for m in messages if m.id not in remote], sender_key)
+        local = [await attachments.keep(self, m) for m in messages if m.id not in remote]  # files saved first
+        await self.mailbox.deposit(local, sender_key)
         results = []
         for target, message in zip(targets, messages, strict=True):
             if message.id in remote:
@@ -471,6 +479,8 @@ class Sidecar:
             raise BadRequest("wait is a number of seconds, at most 600") from exc
         if session is not None:
             self.sessions.seen(session)
+            if not request.get("peek"):  # the agent checking its inbox saw what its hooks showed it
+                await self.mailbox.confirm_held(session.key)
         deadline = time.monotonic() + wait
         messages: list[Message] = []
         with anyio.CancelScope() as scope:

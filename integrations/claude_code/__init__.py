@@ -50,7 +50,8 @@ def hive_hook_points(harness: str) -> list[HookPoint] | None:
 def hive_presence(harness: str) -> Presence | None:
     if harness != NAME:
         return None
-    return Presence(transcripts=(".claude/projects/*/*.jsonl",), todos=(".claude/tasks/*/*.json",))
+    return Presence(transcripts=(".claude/projects/*/*.jsonl",), todos=(".claude/tasks/*/*.json",),
+                    running=(".claude/sessions/*.json",))
 
 
 @hookimpl

@@ -60,7 +60,7 @@ def hive_hook_points(harness: str) -> list[HookPoint] | None:
 def hive_presence(harness: str) -> Presence | None:
     if harness != NAME:
         return None
-    return Presence(transcripts=(".codex/sessions/*/*/*/rollout-*.jsonl",))
+    return Presence(transcripts=(".codex/sessions/*/*/*/rollout-*.jsonl",), titles=(".codex/session_index.jsonl",))
 
 
 @hookimpl
