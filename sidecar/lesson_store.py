@@ -134,6 +134,7 @@ class Candidate:
 
 
 Listener = Callable[[str, int], Awaitable[None]]  # (log scope, seq) of an entry written here
+StateListener = Callable[[str, str], Awaitable[None]]  # (lesson id, new stored state), local or replicated
 
 _FTS_TOKEN = re.compile(r"[\w][\w.-]*", re.UNICODE)
 
@@ -164,6 +165,8 @@ class LessonStore:
         self._context = context
         self._lock = anyio.Lock()  # one writer allocates sequence numbers at a time
         self.listeners: list[Listener] = []
+        self.state_listeners: list[StateListener] = []
+        self._changed: list[tuple[str, str]] = []
 
     # ---- writing here ----------------------------------------------------------------
 
@@ -178,7 +181,8 @@ class LessonStore:
             statements = list(extra) + self._log_statements(checked, void="")
             statements += await self._apply(checked)
             await self.store.write(statements)
-            await self._refresh(checked.entry.lesson)
+            await self._refresh(checked.entry.lesson, fresh=checked.entry.type == "lesson")
+        await self._notify_states()
         for listener in list(self.listeners):
             await listener(scope, seq)
         return seq
@@ -524,7 +528,8 @@ class LessonStore:
                 statements = self._log_statements(checked, void="")
                 statements += await self._apply(checked)
             await self.store.write(statements)
-            await self._refresh(entry.lesson)
+            await self._refresh(entry.lesson, fresh=entry.type == "lesson")
+        await self._notify_states()
         return "added"
 
     async def ingest_blob(self, blob: Any) -> str:
@@ -556,6 +561,7 @@ class LessonStore:
         await self.store.write([("INSERT OR IGNORE INTO lesson_blobs (hash, lesson, blob) VALUES (?, ?, ?)",
                                  (digest, lesson_id, _dumps(blob)))])
         await self._refresh(lesson_id)
+        await self._notify_states()
         return "added"
 
     # ---- internals -------------------------------------------------------------------
@@ -606,7 +612,7 @@ class LessonStore:
                     ("DELETE FROM lesson_fts WHERE id = ?", (rec.lesson,))]
         return []
 
-    async def _refresh(self, lesson_id: str) -> None:
+    async def _refresh(self, lesson_id: str, *, fresh: bool = False) -> None:
         """Recompute a lesson's materialized state, effective scope, reviewer and FTS row, and those
         of the lesson it supersedes (whose state depends on this one's)."""
         row = await self.store.fetchone("SELECT * FROM lessons WHERE id = ?", (lesson_id,))
@@ -646,6 +652,18 @@ class LessonStore:
         await self.store.write(statements)
         if row["supersedes"] and row["state"] != state:
             await self._refresh(row["supersedes"])
+        if row["state"] != state or fresh:
+            self._changed.append((lesson_id, state))
+
+    async def _notify_states(self) -> None:
+        """Tell the state listeners, outside the write lock, so they may write in turn."""
+        changed, self._changed = self._changed, []
+        for lesson_id, state in changed:
+            for listener in list(self.state_listeners):
+                try:
+                    await listener(lesson_id, state)
+                except Exception:  # a surface's bug must not stop replication
+                    log.exception("a lesson state listener failed on %s", lesson_id[:12])
 
 
 _SCOPE_WIDTH = {"personal": 0, "project": 1, "team": 2}

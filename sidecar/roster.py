@@ -31,6 +31,10 @@ The state (:class:`TeamState`), and how each part merges
                     one-time invite stays used (``used_by``); the team link's invite is reusable.
     ``link``        the reusable team-link secret, last writer wins. Its invite works until the
                     link is replaced.
+    ``projects``    project membership (:class:`ProjectMember`), one per (project, person), last
+                    writer wins. Who may sign what is read in :func:`view`: a person proposes or
+                    claims ownership of their own membership; the project's owner (the earliest
+                    standing owner claim) confirms or removes others; anyone may leave.
 
 Merging is a union followed by a per-key maximum, so it is commutative, associative and
 idempotent: machines that hold the same entries hold the same state, whatever the order,
@@ -149,6 +153,20 @@ class Invite:
 @dataclass(frozen=True)
 class Link:
     secret: str
+    ts: int
+
+
+PROJECT_ROLES = ("proposed", "member", "owner", "removed")
+_PROJECT_ID = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+@dataclass(frozen=True)
+class ProjectMember:
+    """A person's membership of a project (``hive.sidecar.projects``): who receives its lessons."""
+
+    project: str  # sha256:<hex> of the normalised remote URL
+    person: str
+    role: str  # proposed (by the person) | owner (claimed by the person) | member, removed (by the owner)
     ts: int
 
 
@@ -290,11 +308,12 @@ class TeamState:
     updates: dict[str, Signed[Member]] = field(default_factory=dict)  # machine -> latest self-signed update
     invites: dict[str, Signed[Invite]] = field(default_factory=dict)  # secret hash -> invite
     link: Signed[Link] | None = None
+    projects: dict[str, Signed[ProjectMember]] = field(default_factory=dict)  # "project/person" -> entry
 
     def copy(self) -> TeamState:
         return dataclasses.replace(
             self, admissions=dict(self.admissions), members=dict(self.members), updates=dict(self.updates),
-            invites=dict(self.invites),
+            invites=dict(self.invites), projects=dict(self.projects),
         )
 
     def to_wire(self) -> dict[str, Any]:
@@ -306,6 +325,7 @@ class TeamState:
             "updates": {k: s.to_wire() for k, s in sorted(self.updates.items())},
             "invites": {k: s.to_wire() for k, s in sorted(self.invites.items())},
             "link": self.link.to_wire() if self.link else None,
+            "projects": {k: s.to_wire() for k, s in sorted(self.projects.items())},
         }
 
 
@@ -313,7 +333,7 @@ class TeamState:
 class Entry:
     """One signed entry with its kind, as entries travel and are merged."""
 
-    kind: str  # meta | admission | member | invite | link
+    kind: str  # meta | admission | member | invite | link | project
     signed: Signed[Any]
 
 
@@ -344,7 +364,8 @@ def _wire_entries(obj: dict[str, Any]) -> Iterator[Entry]:
     if obj.get("meta") is not None:
         yield Entry("meta", signed_from_wire(Meta, obj["meta"]))
     for name, kind, cls in (("admissions", "admission", Member), ("members", "member", Member),
-                            ("updates", "member", Member), ("invites", "invite", Invite)):
+                            ("updates", "member", Member), ("invites", "invite", Invite),
+                            ("projects", "project", ProjectMember)):
         part = obj.get(name) or {}
         if not isinstance(part, dict):
             raise Malformed(f"{name} must be an object")
@@ -368,6 +389,8 @@ def entries(state: TeamState) -> Iterator[Entry]:
         yield Entry("invite", s)
     if state.link is not None:
         yield Entry("link", state.link)
+    for s in state.projects.values():
+        yield Entry("project", s)
 
 
 def without_secrets(state: TeamState) -> TeamState:
@@ -379,7 +402,7 @@ def without_secrets(state: TeamState) -> TeamState:
 
 
 _KIND_TYPES: dict[str, type] = {"meta": Meta, "admission": Member, "member": Member, "invite": Invite,
-                                "link": Link}
+                                "link": Link, "project": ProjectMember}
 
 
 def _refusal(state: TeamState, entry: Entry, now: int) -> str | None:
@@ -413,6 +436,9 @@ def _refusal(state: TeamState, entry: Entry, now: int) -> str | None:
             return "malformed link"
     elif isinstance(body, Meta) and not valid_name(body.name):
         return "a team name is a-z, 0-9 and -, at most 64 characters"
+    elif isinstance(body, ProjectMember):
+        if not _PROJECT_ID.fullmatch(body.project) or not valid_name(body.person) or body.role not in PROJECT_ROLES:
+            return "malformed project membership"
     return None
 
 
@@ -462,6 +488,10 @@ def _put(state: TeamState, entry: Entry) -> None:
     elif kind == "link":
         if _later(state.link, s):
             state.link = s
+    elif kind == "project":
+        key = f"{s.body.project}/{s.body.person}"
+        if _later(state.projects.get(key), s):
+            state.projects[key] = s
 
 
 def _prune(state: TeamState, now: int) -> None:
@@ -493,6 +523,8 @@ def _held(state: TeamState, entry: Entry) -> bool:
         return state.members.get(body.key) == s or state.updates.get(body.key) == s
     if kind == "invite" and isinstance(body, Invite):
         return state.invites.get(body.hash) == s
+    if kind == "project" and isinstance(body, ProjectMember):
+        return state.projects.get(f"{body.project}/{body.person}") == s
     return False
 
 
@@ -572,6 +604,7 @@ class Roster:
     refused: dict[str, str]  # admitted machines whose entry does not count, and why
     invites: dict[str, Invite]  # live invites by secret hash
     link: Link | None  # the live team link
+    projects: dict[str, ProjectView] = field(default_factory=dict)  # project id -> owner, members, proposed
 
     def active(self) -> dict[str, MemberView]:
         return {k: m for k, m in self.members.items() if m.active}
@@ -691,7 +724,59 @@ def view(state: TeamState, now: int | None = None) -> Roster:
         invites[h] = inv
     name = state.meta.body.name if state.meta is not None and state.meta.by in depth else ""
     return Roster(team_id=state.id, name=name, founder=founder, depth=depth, members=members,
-                  refused=refused, invites=invites, link=link)
+                  refused=refused, invites=invites, link=link, projects=_projects_view(state, members))
+
+
+@dataclass(frozen=True)
+class ProjectView:
+    """Who is in a project now: the owner, confirmed members (owner included) and open proposals."""
+
+    project: str
+    owner: str
+    members: frozenset[str]
+    proposed: frozenset[str]
+
+
+def _projects_view(state: TeamState, members: dict[str, MemberView]) -> dict[str, ProjectView]:
+    """Read project membership. An entry counts only if its signer was a member then; a person
+    speaks for their own proposal, owner claim and departure; the owner confirms and removes."""
+    by_project: dict[str, list[Signed[ProjectMember]]] = {}
+    for signed in state.projects.values():
+        by_project.setdefault(signed.body.project, []).append(signed)
+    out: dict[str, ProjectView] = {}
+    for project, records in by_project.items():
+        def signer_person(s: Signed[ProjectMember]) -> str:
+            m = members.get(s.by)
+            return m.person if m is not None else ""
+
+        claims = [s for s in records if s.body.role == "owner" and signer_person(s) == s.body.person]
+        if not claims:
+            owner = ""
+        else:
+            owner = min(claims, key=lambda s: s.order).body.person
+        confirmed, proposed = set(), set()
+        for s in records:
+            body, who = s.body, signer_person(s)
+            if body.role == "member" and owner and who == owner:
+                confirmed.add(body.person)
+            elif body.role == "proposed" and who == body.person:
+                proposed.add(body.person)
+        if owner:
+            confirmed.add(owner)
+        out[project] = ProjectView(project=project, owner=owner, members=frozenset(confirmed),
+                                   proposed=frozenset(proposed - confirmed))
+    return out
+
+
+def project_entry(state: TeamState, identity: Identity, project: str, person: str, role: str,
+                  now: int | None = None) -> TeamState:
+    """A new state with a project membership entry signed by ``identity`` (it must win over the
+    current one for that person, so it is stamped after it)."""
+    now = now_ms() if now is None else now
+    current = state.projects.get(f"{project}/{person}")
+    ts = max(now, current.body.ts + 1) if current is not None else now
+    body = ProjectMember(project=project, person=person, role=role, ts=ts)
+    return _checked(state, [Entry("project", sign(identity, state.id, "project", body))], now)
 
 
 # ---- making entries ---------------------------------------------------------------------------

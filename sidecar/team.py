@@ -377,6 +377,11 @@ class Team:
             await self._commit(roster.new_link(self._require(), self.identity), "link")
             return self._link_reply()
 
+    async def project_entry(self, project: str, person: str, role: str) -> None:
+        """Sign a project membership entry (hive.sidecar.projects checks who may) and spread it."""
+        async with self._lock:
+            await self._commit(roster.project_entry(self._require(), self.identity, project, person, role), "project")
+
     def _targets(self, target: str) -> list[MemberView]:
         view = self._roster()
         active = list(view.active().values())

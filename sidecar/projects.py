@@ -1,0 +1,167 @@
+"""Projects: one id per repository however it was cloned, and who is a member (who gets its lessons).
+
+A project id is ``sha256:`` and the SHA-256 of the normalised remote URL: ``git@host:org/repo.git``,
+``ssh://git@host:22/org/repo``, ``https://user@Host/org/repo/`` and ``https://host/org/repo`` are all
+``https://host/org/repo`` (lower-cased, no credentials, port or ``.git``), so an ssh clone and an
+https clone share one project and its memory. A repository without a remote is identified by its
+absolute path, which is then a project of one machine.
+
+Membership is signed in the roster (:class:`hive.sidecar.roster.ProjectMember`), so it travels
+and merges with the team: a person's first session in a repository proposes their membership (or,
+when the project has no owner yet, claims it), and the project's owner confirms proposals
+(``project_confirm``). Inferring membership from activity would let anyone who clones a repo
+receive its lessons, so only a confirmed member (or the owner) receives project lessons.
+
+Ops::
+
+    project_join {repo? | cwd?}          propose this machine's person (or claim an ownerless project)
+    project_confirm {project, person}    the owner confirms a proposal (or re-adds a member)
+    project_remove {project, person}     the owner removes a member; a person may remove themselves
+    project_show {project? | repo?}      owner, members and open proposals
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import TYPE_CHECKING, Any
+
+from .errors import BadRequest, NotFound, NotMember, Refused
+from .hooks import git_facts, remote_project
+from .roster import ProjectView, Roster
+
+if TYPE_CHECKING:
+    from .server import Connection, Sidecar
+
+
+def normalise_remote(url: str) -> str:
+    """``https://host/org/repo`` for any spelling of a git remote; an absolute path stays a path."""
+    url = (url or "").strip()
+    if not url:
+        raise BadRequest("no remote URL or path")
+    if url.startswith("/") or url.startswith("file://"):
+        return url.removeprefix("file://").rstrip("/").removesuffix(".git") or "/"
+    if "://" not in url and ":" not in url and url.count("/") >= 2:
+        return f"https://{url.strip('/').removesuffix('.git').lower()}"  # already host/org/repo
+    return f"https://{remote_project(url).lower()}"
+
+
+def project_id(remote_or_path: str) -> str:
+    """The project id of a remote URL, a ``host/org/repo`` (as sessions hold it) or a repository path."""
+    return "sha256:" + hashlib.sha256(normalise_remote(remote_or_path).encode("utf-8")).hexdigest()
+
+
+def project_of_session(repo: str, cwd: str = "") -> str | None:
+    """The project of a session from its ``repo`` (normalised remote) or, lacking one, its repo root."""
+    if repo and "/" in repo:
+        return project_id(repo)
+    root = git_facts(cwd).get("repo_root", "") if cwd else ""
+    return project_id(root) if root else None
+
+
+def view_of(roster: Roster | None, project: str) -> ProjectView | None:
+    return None if roster is None else roster.projects.get(project)
+
+
+def members(roster: Roster | None, project: str) -> frozenset[str]:
+    view = view_of(roster, project)
+    return view.members if view is not None else frozenset()
+
+
+def is_member(roster: Roster | None, project: str, person: str) -> bool:
+    return person in members(roster, project)
+
+
+def projects_of(roster: Roster | None, person: str) -> list[str]:
+    """The projects ``person`` is a confirmed member (or owner) of."""
+    if roster is None:
+        return []
+    return sorted(p for p, v in roster.projects.items() if person in v.members)
+
+
+async def join(sidecar: Sidecar, project: str) -> dict[str, Any]:
+    """Propose this machine's person for ``project``; claim it when it has no owner. Idempotent."""
+    team = sidecar.team  # type: ignore[attr-defined]
+    person = sidecar.settings.person
+    view = view_of(team.roster, project)
+    if view is not None and (person in view.members or person in view.proposed):
+        return show(team.roster, project)
+    role = "owner" if view is None or not view.owner else "proposed"
+    await team.project_entry(project, person, role)
+    return show(team.roster, project)
+
+
+async def confirm(sidecar: Sidecar, project: str, person: str) -> dict[str, Any]:
+    """The owner's confirmation of ``person``. Raises ``not_member`` unless this machine's person owns it."""
+    team = sidecar.team  # type: ignore[attr-defined]
+    view = view_of(team.roster, project)
+    if view is None:
+        raise NotFound("no such project in the team")
+    if view.owner != sidecar.settings.person:
+        raise NotMember(f"only the project's owner ({view.owner or 'nobody yet'}) confirms its members")
+    if team.roster is None or person not in {m.person for m in team.roster.active().values()}:
+        raise NotMember(f"{person} is not a member of the team")
+    if person not in view.members:
+        await team.project_entry(project, person, "member")
+    return show(team.roster, project)
+
+
+async def remove(sidecar: Sidecar, project: str, person: str) -> dict[str, Any]:
+    team = sidecar.team  # type: ignore[attr-defined]
+    view = view_of(team.roster, project)
+    if view is None:
+        raise NotFound("no such project in the team")
+    me = sidecar.settings.person
+    if me not in (view.owner, person):
+        raise Refused("only the project's owner removes another member")
+    await team.project_entry(project, person, "removed")
+    return show(team.roster, project)
+
+
+def show(roster: Roster | None, project: str) -> dict[str, Any]:
+    view = view_of(roster, project)
+    if view is None:
+        return {"project": project, "owner": "", "members": [], "proposed": []}
+    return {"project": project, "owner": view.owner, "members": sorted(view.members),
+            "proposed": sorted(view.proposed)}
+
+
+def _project_arg(request: dict[str, Any]) -> str:
+    project = request.get("project")
+    if isinstance(project, str) and project.startswith("sha256:"):
+        return project
+    repo, cwd = request.get("repo"), request.get("cwd")
+    found = project_of_session(repo if isinstance(repo, str) else "", cwd if isinstance(cwd, str) else "")
+    if found is None:
+        raise BadRequest("name the project (sha256:...) or a repo (host/org/repo, a remote URL or a cwd in a repo)")
+    return found
+
+
+def _person_arg(request: dict[str, Any]) -> str:
+    person = request.get("person")
+    if not isinstance(person, str) or not person:
+        raise BadRequest("person is required")
+    return person
+
+
+async def op_project_join(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    return await join(sidecar, _project_arg(request))
+
+
+async def op_project_confirm(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    return await confirm(sidecar, _project_arg(request), _person_arg(request))
+
+
+async def op_project_remove(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    return await remove(sidecar, _project_arg(request), _person_arg(request))
+
+
+async def op_project_show(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    return show(sidecar.team.roster, _project_arg(request))  # type: ignore[attr-defined]
+
+
+OPS = {
+    "project_join": op_project_join,
+    "project_confirm": op_project_confirm,
+    "project_remove": op_project_remove,
+    "project_show": op_project_show,
+}
