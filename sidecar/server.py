@@ -32,7 +32,7 @@ import anyio
 from anyio.abc import SocketAttribute, SocketStream, TaskGroup
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from . import __version__, attachments, discover, folders, observe
+from . import __version__, attachments, codex_push, discover, folders, observe
 from .addresses import Entry, Target, is_group, resolve
 from .ask import confirm_group, confirm_override, group_question, notify_person
 from .config import HOUR, Settings, load_settings
@@ -96,6 +96,7 @@ OP_MODULES: tuple[str, ...] = (
     "hive.sidecar.gate",
     "hive.sidecar.observe",
     "hive.sidecar.folders",
+    "hive.sidecar.lesson_ops",
 )
 
 
@@ -289,6 +290,8 @@ class Sidecar:
 
     async def _push(self, session: Session) -> bool:
         """Hand waking mail to the connection that delivers into this session, if any."""
+        if codex_push.serves(session):  # no connection: the sidecar itself drives Codex's app-server
+            return await codex_push.push(self, session)
         conn = self._push_connection(session)
         address = self._address_of(session)
         if conn is None or self.parked[address] > 0:
@@ -441,7 +444,8 @@ class Sidecar:
         waiting = {t.address for t in targets if self.parked[t.address] > 0}
         sender_key = sender_session.key if sender_session else None
         remote = await self.mesh.send(
-            [(t, m) for t, m in zip(targets, messages, strict=True) if self.mesh.is_remote(t)], sender_key)
+            [(t, m) for t, m in zip(targets, messages, strict=True) if self.mesh.is_remote(t)], sender_key,
+            notify=bool(request.get("notify")))
         local = [await attachments.keep(self, m) for m in messages if m.id not in remote]  # files saved first
         await self.mailbox.deposit(local, sender_key)
         results = []
@@ -453,7 +457,7 @@ class Sidecar:
             results.append({"to": target.address, "id": message.id, "state": state, "note": note})
         reply = {"from": sender, "results": results}
         if request.get("notify"):
-            reply.update(await notify_person(self, request, sender, messages))
+            reply.update(await notify_person(self, request, sender, messages, remote))
         return reply
 
     async def _after_deposit(self, target: Target, wake: bool, waiting: bool) -> tuple[str, str]:

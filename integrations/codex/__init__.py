@@ -13,7 +13,9 @@ only once the person has trusted it in ``/hooks``; until then it is silently ski
 must say so. Project ``.codex/`` files load only in trusted projects.
 
 Push: the TUI runs on a local app-server; the sidecar steers a busy turn (``turn/steer``) or
-starts one when idle (``turn/start``) over its control socket, with ``codex queue`` as fallback.
+starts one when idle (``turn/start``) over its control socket, with ``codex queue`` as fallback
+(``app_server.py`` here, driven by ``hive.sidecar.codex_push``). The TUI runs hooks in that
+daemon, so the session's pid is the daemon's, which outlives the TUI.
 """
 
 from __future__ import annotations
@@ -67,10 +69,10 @@ def hive_presence(harness: str) -> Presence | None:
 def hive_tiers(harness: str) -> Tiers | None:
     if harness != NAME:
         return None
-    # The TUI's own app-server can take turn/steer and turn/start (push.md §2), but hive does not
-    # drive it yet: until it does, senders are told the truth, which is the turn tier.
-    return Tiers(default="turn", push=None,
-                 note="Codex: hooks show it at the next tool call or turn end; no idle wake from hive yet")
+    # The sidecar drives the TUI's own app-server (hive.sidecar.codex_push). A session no TUI runs
+    # (`codex exec`) fails its first push and is told as the turn tier from then on.
+    return Tiers(default="push", push="app_server",
+                 note="Codex: pushed through the TUI's app-server; `codex exec` sees it at its next tool call")
 
 
 @hookimpl

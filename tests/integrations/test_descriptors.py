@@ -116,17 +116,11 @@ def test_another_harnesss_name_gets_no_answer_from_a_plugin(name: str) -> None:
     assert module.hive_native_files(harness="acme-agent", context=context()) is None
 
 
-@pytest.mark.parametrize(("name", "push"), [("claude-code", "async_rewake"), ("opencode", "plugin"),
-                                            ("pi", "plugin")])
+@pytest.mark.parametrize(("name", "push"), [("claude-code", "async_rewake"), ("codex", "app_server"),
+                                            ("opencode", "plugin"), ("pi", "plugin")])
 def test_harnesses_that_can_wake_an_idle_session_default_to_push(name: str, push: str) -> None:
     tiers = registry.harness(name).tiers()
     assert (tiers.default, tiers.push) == ("push", push)
-
-
-def test_codex_is_told_as_turn_tier_until_hive_drives_its_app_server() -> None:
-    tiers = registry.harness("codex").tiers()
-    assert (tiers.default, tiers.push) == ("turn", None)
-    assert "no idle wake" in tiers.note
 
 
 @pytest.mark.parametrize("name", ["gemini", "cursor"])

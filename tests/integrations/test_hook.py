@@ -376,7 +376,7 @@ def test_a_codex_session_is_keyed_by_its_thread_id(hive: Hive, workdir: Path) ->
     thread = "019a7c1e-5a60-7d52-8a4e-2a1f3c9b0d11"
     fire(hive, "codex", "SessionStart", thread, str(workdir))
     entry = session_entry(hive, thread)
-    assert (entry["agent"], entry["tier"]) == ("codex", "turn")
+    assert (entry["agent"], entry["tier"]) == ("codex", "push")
 
 
 def test_a_session_in_a_git_checkout_is_listed_with_its_project_and_branch(hive: Hive, workdir: Path) -> None:
