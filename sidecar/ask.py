@@ -25,7 +25,7 @@ import json
 import logging
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -377,50 +377,127 @@ async def confirm_group(sidecar: Sidecar, conn: Connection, request: Mapping[str
     raise Refused(f"not sent: you did not confirm “{question}” ({answer.value})")
 
 
+# ---- loop-guard overrides ----------------------------------------------------------------
+
+async def loop_run(sidecar: Sidecar, reply_to: str) -> int:
+    """Agent messages in a row, with no person in between, in the thread ``reply_to`` belongs to."""
+    row = await sidecar.store.fetchone("SELECT root FROM threads WHERE id = ?", (reply_to,))
+    root = row[0] if row else reply_to
+    row = await sidecar.store.fetchone("SELECT agents FROM thread_runs WHERE root = ?", (root,))
+    return int(row[0]) if row else 0
+
+
+async def confirm_override(sidecar: Sidecar, conn: Connection, request: Mapping[str, Any], reply_to: str,
+                           body: str) -> str:
+    """A person's reply into a thread of agents restarts the loop guard's count, so it is confirmed in
+    the same dialog as a group send (not inferred from a ``…/terminal`` sender any process can claim).
+
+    Returns "" when the thread has no agent run to restart, else how the person confirmed.
+    """
+    run = await loop_run(sidecar, reply_to)
+    if run == 0:
+        return ""
+    limit = sidecar.mesh.config.loop_limit
+    question = (f"Reply as {sidecar.settings.person} in this thread? It restarts the loop guard, which stops agents "
+                f"after {limit} messages in a row with no person in between (now {run}).")
+    return await confirm_group(sidecar, conn, request, question, body)
+
+
 # ---- notify ------------------------------------------------------------------------------
 
 async def notify_person(sidecar: Sidecar, request: Mapping[str, Any], sender: str,
-                        messages: list[Message]) -> dict[str, Any]:
-    """Show a sent message as a notification to its recipient person, if they are at this machine."""
-    mine = [m for m in messages if m.recipient.split("/", 1)[0] == sidecar.settings.person]
-    if not mine:
-        return {"notified": False, "notify_note": "No notification: the recipient's person is on another machine, "
-                                                  "and notifications across machines are not available yet."}
-    message = mine[0]
+                        messages: list[Message], remote: Iterable[str] = ()) -> dict[str, Any]:
+    """Show a sent message as a notification to its recipient person: here when they are at this
+    machine, else by their own machine (the ``notify`` flag on the ``msg`` frame), each subject to
+    the recipient person's gate. ``remote``: ids of the messages that went to other machines."""
+    remote = set(remote)
+    mine = [m for m in messages if m.id not in remote and m.recipient.split("/", 1)[0] == sidecar.settings.person]
+    if mine:
+        shown, note = await notify_here(sidecar, mine[0], mine[0].sent_at, request.get("desktop"))
+        return {"notified": shown, "notify_note": note}
+    away = sorted({m.recipient.split("/", 1)[0] for m in messages if m.id in remote})
+    if away:
+        return {"notified": False, "notify_note": f"{', '.join(away)}'s machine shows a notification when the message "
+                                                  "arrives, if their gate lets it through (`hive gate ledger` there)."}
+    return {"notified": False, "notify_note": "No notification: the message did not go to anyone's machine."}
+
+
+def notify_received(sidecar: Sidecar, message: Message, sent_at: Any) -> None:
+    """A teammate's message arrived asking to notify this machine's person: show it, off the mesh's path."""
+    when = float(sent_at) if isinstance(sent_at, int | float) and not isinstance(sent_at, bool) else 0.0
+
+    async def run() -> None:
+        try:
+            note = (await notify_here(sidecar, message, min(when, time.time()), None))[1]
+        except Exception:
+            log.exception("the notification for %s failed", message.id)
+            return
+        log.info("notify for %s from %s: %s", message.id, message.sender, note)
+
+    sidecar.tasks.start_soon(run)
+
+
+async def notify_here(sidecar: Sidecar, message: Message, sent_at: float,
+                      desktop: Any) -> tuple[bool, str]:
+    """One notification on this machine's desktop for its person, through the gate: (shown, why)."""
+    from .gate import Item, gate_of
+
+    if desktop is not None and not isinstance(desktop, dict):
+        raise BadRequest("desktop must be an object of the client's desktop variables")
     now = time.time()
-    if now - message.sent_at > NOTIFY_MAX_AGE:
-        return {"notified": False, "notify_note": "No notification: the message is older than 15 minutes."}
-    person = sender.split("/", 1)[0]
+    if now - sent_at > NOTIFY_MAX_AGE:
+        return False, "No notification: the message is older than 15 minutes."
+    person = message.sender.split("/", 1)[0]
     notified = desk(sidecar).notified
-    last = notified.get(person, 0.0)
-    if now - last < NOTIFY_EVERY:
-        return {"notified": False,
-                "notify_note": f"No notification: {person} already notified this person in the last minute."}
-    prompt = Prompt(title=f"hive · {sender}", body=clip(clean(message.body), NOTIFY_BODY_LIMIT),
+    if now - notified.get(person, 0.0) < NOTIFY_EVERY:
+        return False, f"No notification: {person} already notified this person in the last minute."
+    notified[person] = now  # counted on the attempt, so a failing desktop is not retried in a loop
+    prompt = Prompt(title=f"hive · {clean(message.sender)}", body=clip(clean(message.body), NOTIFY_BODY_LIMIT),
                     timeout=NOTIFY_TIME, question=False)
+    recipient = message.recipient
+    item = Item(source="notify", person=sidecar.settings.person,
+                session="" if recipient.endswith("/terminal") else recipient,
+                title=clip(f"{clean(message.sender)}: {clean(message.body)}", 200), body="",
+                evidence=(), key=f"notify:{message.id}", proposer=clean(message.sender)[:200],
+                data={"message": message.id})
+
+    async def show(_item: Item, _decision: Any) -> None:
+        await _show(sidecar, prompt, desktop, message.id)
+
+    decision = await gate_of(sidecar).offer_now(item, show)
+    if decision.outcome == "deliver":
+        return True, f"{sidecar.settings.person} was shown a desktop notification."
+    if decision.rule == "deliver.failed":
+        return False, f"No notification was shown: {decision.reason}"
+    return False, (f"No notification: {sidecar.settings.person}'s gate held it back "
+                   f"({decision.rule}: {decision.reason}).")
+
+
+async def _show(sidecar: Sidecar, prompt: Prompt, desktop: dict[str, Any] | None, message_id: str) -> None:
+    """Put the notification up; return once it is on screen, raise if it cannot be shown."""
     shown = anyio.Event()
     failure: list[HiveError] = []
 
-    async def show() -> None:
+    async def run() -> None:
         try:
-            async with _backend(request).show(prompt) as popup:
+            async with backend_for(find_desktop(desktop)).show(prompt) as popup:
                 shown.set()
                 await popup.answer()
         except HiveError as exc:
             failure.append(exc)
         except Exception:
-            log.exception("the notification for %s failed", message.id)
+            log.exception("the notification for %s failed", message_id)
             failure.append(HiveError("the notification failed; see sidecar.log"))
         finally:
             shown.set()
 
-    notified[person] = now  # counted on the attempt, so a failing desktop is not retried in a loop
-    sidecar.tasks.start_soon(show)
+    sidecar.tasks.start_soon(run)
     with anyio.move_on_after(SETTLE_TIMEOUT):
         await shown.wait()
     if failure:
-        return {"notified": False, "notify_note": f"No notification was shown: {failure[0].message}"}
-    return {"notified": True, "notify_note": f"{sidecar.settings.person} was shown a desktop notification."}
+        raise failure[0]
+    if not shown.is_set():
+        raise HiveError("the notification was not on screen in time")
 
 
 OPS = {"ask": op_ask, "ask_stop": op_ask_stop}

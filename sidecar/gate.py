@@ -114,7 +114,9 @@ import anyio
 import anyio.lowlevel
 from anyio.abc import TaskStatus
 
+from . import codeowners
 from .config import DAY, HOUR, slug
+from .defang import one_line
 from .dialog import Answer, Prompt, backend_for, clean, clip, find_desktop
 from .errors import BadRequest, ConfirmOnTerminal, HiveError, NoDesktop, NotFound, Refused
 from .gate_prefs import Prefs, PrefsFile, format_quiet, parse_change, valid_source, write_changes
@@ -140,7 +142,9 @@ ACTED = ("cited", "replied", "changed", "asked", "wanted")
 ACTED_ON = "('cited', 'replied', 'changed', 'wanted')"
 MATTERED = "('asked', 'escalated', 'cited', 'replied', 'changed', 'wanted')"
 OUTCOME_STATE = {"deliver": "delivered", "wait": "pending", "hold": "held", "digest": "digest",
-                 "silence": "silenced", "shadow": "shadow"}
+                 "silence": "silenced", "shadow": "shadow", "relay": "relayed"}
+RELAY_RETRY = 60.0  # an item for a person whose machine is not reachable is tried again this often...
+RELAY_GIVE_UP = DAY  # ...until this long after it was offered; then it waits in the digest here
 ESCALATE_RUNS = 3  # a test or CI failing this many runs in a row is an alarm
 ESCALATE_AFTER = 4 * HOUR  # ...and so is one failing this long
 DEADLINE_ALARM = HOUR  # a deadline this close (or past) is an alarm
@@ -399,6 +403,11 @@ class Seen:
 
 
 Deliverer = Callable[[Item, Decision], Awaitable[None]]
+# (person, why): the roster persons who own the code an item's evidence points at (CODEOWNERS).
+Owners = Callable[[Item], Awaitable[list[tuple[str, str]]]]
+# Hand an item, with the facts its evidence points at, to its person's own machine; returns where
+# it went and what that machine's gate did. Raises HiveError when no machine of theirs took it.
+Relay = Callable[[Item, list[Fact]], Awaitable[str]]
 
 
 # ---- the gate ------------------------------------------------------------------------------
@@ -412,11 +421,15 @@ class Gate:
     """
 
     def __init__(self, store: Store, prefs: PrefsFile, *, clock: Callable[[], float] = time.time,
-                 deliver: Deliverer | None = None) -> None:
+                 deliver: Deliverer | None = None, owners: Owners | None = None,
+                 is_local: Callable[[Item], bool] | None = None, relay: Relay | None = None) -> None:
         self.store = store
         self.prefs_file = prefs
         self.clock = clock
         self.default_deliver = deliver
+        self.owners = owners
+        self.is_local = is_local
+        self.relay = relay
         self.deliverers: dict[str, Deliverer] = {}
         self.open: dict[str, Entry] = {}  # waiting and held items, by id
         self.waiting: dict[str, dict[str, Entry]] = defaultdict(dict)  # person -> waiting items
@@ -522,15 +535,36 @@ class Gate:
         """Decide what happens to ``item`` now; the decision is in the ledger when this returns."""
         return (await self.offer_many([item]))[0]
 
-    async def offer_many(self, items: Iterable[Item]) -> list[Decision]:
-        """Offer several items at once: one commit for all their ledger rows."""
+    async def offer_many(self, items: Iterable[Item], *, relayed: bool = False) -> list[Decision]:
+        """Offer several items at once: one commit for all their ledger rows.
+
+        The decisions come in the order of ``items``; a security finding's copies for the owners
+        of its code follow the item they came from. ``relayed``: the items came from another
+        machine, whose gate already found their code owners.
+        """
+        offered: list[tuple[Item, str]] = []
+        for item in items:
+            offered.append((item, ""))
+            if not relayed and self.owners is not None and self._floor(item):
+                # The first floor: a security finding reaches the owner of the code too, not
+                # only whoever it was proposed for.
+                for person, why in await self.owners(item):
+                    if person != item.person and all(o.person != person for o, _ in offered):
+                        offered.append((_for_person(item, person), why))
         now = self.clock()
-        decided = [self._offer(item, now) for item in items]
+        decided = [self._offer(item, now, owner) for item, owner in offered]
         await self._commit()
         return await self._dispatch(decided)
 
-    def _offer(self, item: Item, now: float) -> tuple[Entry, Decision]:
+    def _offer(self, item: Item, now: float, owner: str = "") -> tuple[Entry, Decision]:
         fingerprint = item.fingerprint
+        # 0. A person on another machine: their own machine's gate decides, with their preferences.
+        if self.is_local is not None and self.relay is not None and not self.is_local(item):
+            entry = Entry(id=self._ids.new(now), item=item, fingerprint=fingerprint, urgency="info", offered_at=now)
+            entry.urgency = self._urgency(item, now)[0]
+            return entry, self._decide(entry, "relay", "relay",
+                                       f"for {item.person}, whose own machine decides with their preferences: "
+                                       "relayed there" + (f" ({owner})" if owner else ""), now)
         prefs = self.prefs(item.person)
         level, because = self._urgency(item, now)
         entry = Entry(id=self._ids.new(now), item=item, fingerprint=fingerprint, urgency=level,
@@ -543,8 +577,9 @@ class Gate:
             if prior is not None and prior.state == "delivered" and RANK[level] <= RANK[prior.urgency]:
                 return entry, self._silence_duplicate(entry, prior, now)
             self._remember(fingerprint, Seen(entry.id, now, level, "delivered"))
+            whose = f"; {item.person} owns the code ({owner})" if owner else ""
             return entry, self._decide(entry, "deliver", "floor.security",
-                                       f"a security finding always reaches its owner: {floor}", now,
+                                       f"a security finding always reaches its owner: {floor}{whose}", now,
                                        channel=prefs.alarm_channel, session=item.session)
         # 2. The person's preferences.
         if item.source in prefs.mute:
@@ -558,6 +593,47 @@ class Gate:
                 self._signal(prior.id, "escalated", f"offered again as {level}: {because}", now)
         self._remember(fingerprint, Seen(entry.id, now, level, "new"))
         return entry, self._route(entry, prefs, now, because, fresh=True)
+
+    async def offer_now(self, item: Item, deliver: Deliverer) -> Decision:
+        """Decide an item that is worth showing now or not at all, and show it with ``deliver``.
+
+        For a pop-up about a message that is already in its mailbox (``notify``): floors, the
+        person's mutes, dedupe, the digest-only channel, shadow and quiet hours apply, and the
+        ledger records it; urgency, budget and breakpoints do not, because holding a pop-up for
+        later is pointless (the message itself waits) and the sender's request is rate-limited
+        where it is made. A pop-up that is not shown is in the digest, never lost.
+        """
+        now = self.clock()
+        entry, decision = self._offer_now(item, now)
+        await self._commit()
+        return (await self._dispatch([(entry, decision)], deliver=deliver))[0]
+
+    def _offer_now(self, item: Item, now: float) -> tuple[Entry, Decision]:
+        prefs = self.prefs(item.person)
+        level = self._urgency(item, now)[0]
+        entry = Entry(id=self._ids.new(now), item=item, fingerprint=item.fingerprint, urgency=level,
+                      offered_at=now, shadow=not prefs.is_live(item.source))
+        if floor := self._floor(item):
+            return entry, self._decide(entry, "deliver", "floor.security",
+                                       f"a security finding always reaches its owner: {floor}", now,
+                                       channel="popup", session=item.session)
+        if item.source in prefs.mute:
+            return entry, self._decide(entry, "silence", "pref.mute", f"{item.person} muted {item.source}", now)
+        prior = self._prior(entry.fingerprint, now)
+        if prior is not None and RANK[level] <= RANK[prior.urgency]:
+            return entry, self._silence_duplicate(entry, prior, now)
+        self._remember(entry.fingerprint, Seen(entry.id, now, level, "new"))
+        if prefs.channel == "digest":
+            return entry, self._decide(entry, "digest", "pref.digest",
+                                       f"{item.person} takes everything but floors as a digest", now)
+        if prefs.quiet_until(now) is not None:
+            return entry, self._decide(entry, "digest", "quiet",
+                                       f"quiet hours ({_quiet_text(prefs)}): a pop-up is shown now or not at all; "
+                                       "what it is about waits where it is", now)
+        return entry, self._decide(entry, "deliver", "now.requested",
+                                   f"{item.proposer or 'its sender'} asked for it to be shown now; {item.person} "
+                                   f"takes {item.source} pop-ups and is outside quiet hours", now,
+                                   channel="popup", session=item.session)
 
     def _silence_duplicate(self, entry: Entry, prior: Seen, now: float) -> Decision:
         prefs = self.prefs(entry.item.person)
@@ -618,6 +694,23 @@ class Gate:
                 if RANK[found] > RANK[level]:
                     level, because = found, why
         return level, because
+
+    def facts_for(self, item: Item) -> list[Fact]:
+        """The records this gate holds about what ``item``'s evidence points at (they travel with a relay)."""
+        found = (self.facts.get((e.kind, e.ref)) for e in item.evidence)
+        return [f for f in found if f is not None]
+
+    async def merge_facts(self, facts: Iterable[Fact]) -> None:
+        """Take records another machine's hive made, where they are newer than this gate's own."""
+        for fact in facts:
+            mine = self.facts.get((fact.kind, fact.ref))
+            if mine is not None and mine.at >= fact.at:
+                continue
+            self.facts[(fact.kind, fact.ref)] = fact
+            self._facts_rows[(fact.kind, fact.ref)] = (fact.kind, fact.ref, fact.state, fact.since, fact.at,
+                                                       fact.runs, fact.due, fact.detail)
+            self._queued += 1
+        await self._commit()
 
     def _floor(self, item: Item) -> str:
         for evidence in item.evidence:
@@ -758,18 +851,23 @@ class Gate:
 
     # ---- delivery ------------------------------------------------------------------------
 
-    async def _dispatch(self, decided: list[tuple[Entry, Decision]]) -> list[Decision]:
-        """Hand delivered items to their deliverers, after their ledger rows are committed."""
+    async def _dispatch(self, decided: list[tuple[Entry, Decision]],
+                        deliver: Deliverer | None = None) -> list[Decision]:
+        """Hand delivered items to their deliverers (or ``deliver``), after their ledger rows are committed."""
         results = []
         failed = False
         for entry, decision in decided:
+            if decision.outcome == "relay":
+                results.append(await self._relay(entry))
+                failed = True  # its outcome there is a ledger row here too
+                continue
             if decision.outcome != "deliver":
                 results.append(decision)
                 continue
-            deliver = self.deliverers.get(entry.item.source, self.default_deliver)
+            show = deliver or self.deliverers.get(entry.item.source, self.default_deliver)
             try:
-                if deliver is not None:
-                    await deliver(entry.item, decision)
+                if show is not None:
+                    await show(entry.item, decision)
             except Exception as exc:
                 message = exc.message if isinstance(exc, HiveError) else "see sidecar.log"
                 if not isinstance(exc, HiveError):
@@ -783,6 +881,27 @@ class Gate:
         if failed:
             await self._commit()
         return results
+
+    async def _relay(self, entry: Entry) -> Decision:
+        """Hand a relayed item to its person's machine; if none takes it, try again later, and after
+        RELAY_GIVE_UP keep it in the digest here, so nothing is lost."""
+        assert self.relay is not None
+        try:
+            where = await self.relay(entry.item, self.facts_for(entry.item))
+        except Exception as exc:
+            message = exc.message if isinstance(exc, HiveError) else "see sidecar.log"
+            if not isinstance(exc, HiveError):
+                log.exception("relaying gate item %s failed", entry.id)
+            now = self.clock()
+            if now - entry.offered_at >= RELAY_GIVE_UP:
+                return self._decide(entry, "digest", "relay.failed",
+                                    f"no machine of {entry.item.person}'s took it for {_span(now - entry.offered_at)}"
+                                    f" ({message}); in the digest here instead", now)
+            due = now + RELAY_RETRY
+            return self._decide(entry, "hold", "relay.wait",
+                                f"{entry.item.person}'s machine did not take it ({message}); tried again at "
+                                f"{_when(self.prefs(entry.item.person), due, now)}", now, due=due)
+        return self._decide(entry, "relay", "relay.taken", where, self.clock())
 
     # ---- breakpoints and deadlines -------------------------------------------------------
 
@@ -841,7 +960,12 @@ class Gate:
             _, entry_id = heapq.heappop(self._due)
             entry = self.open[entry_id]
             prefs = self.prefs(entry.item.person)
-            if entry.state == "held":
+            if entry.state == "held" and self.is_local is not None and self.relay is not None \
+                    and not self.is_local(entry.item):
+                self._close(entry)
+                decided.append((entry, self._decide(entry, "relay", "relay",
+                                                    f"for {entry.item.person}: relayed again", now)))
+            elif entry.state == "held":
                 # The wait for quiet hours to end is over: the item is decided again from its channel on.
                 self._close(entry)
                 decided.append((entry, self._route(entry, prefs, now, "", fresh=False,
@@ -1081,6 +1205,12 @@ class Gate:
         }
 
 
+def _for_person(item: Item, person: str) -> Item:
+    """A copy of ``item`` for another person (a code owner): for them, not for one of the proposer's sessions."""
+    return Item(source=item.source, person=person, title=item.title, body=item.body, session="",
+                evidence=item.evidence, key=item.key, proposer=item.proposer, data=item.data)
+
+
 def _share(part: int, whole: int) -> float | None:
     return round(part / whole, 4) if whole else None
 
@@ -1169,9 +1299,215 @@ def gate_of(sidecar: Sidecar) -> Gate:
 async def run_gate(sidecar: Sidecar, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
     """The sidecar's hook: build its gate, load it, and run its one timer in the sidecar's task group."""
     gate = Gate(sidecar.store, PrefsFile(sidecar.paths.config),
-                deliver=lambda item, decision: deliver_in_sidecar(sidecar, item, decision))
+                deliver=lambda item, decision: deliver_in_sidecar(sidecar, item, decision),
+                owners=lambda item: code_owners(sidecar, item), is_local=lambda item: is_local(sidecar, item),
+                relay=lambda item, facts: relay_item(sidecar, item, facts))
     _gates[sidecar] = gate
     await gate.run(task_status=task_status)
+
+
+# ---- the owner of the code -----------------------------------------------------------------
+
+async def code_owners(sidecar: Sidecar, item: Item) -> list[tuple[str, str]]:
+    """The roster persons who own the files in ``item``'s evidence, by their repository's CODEOWNERS.
+
+    ``file`` evidence is ``repo:path`` (the repository as sessions name it, or its folder) or an
+    absolute path; a repository is found through this machine's sessions in it.
+    """
+    wanted: dict[str, list[str]] = defaultdict(list)  # repository root -> paths in it
+    for evidence in item.evidence:
+        if evidence.kind != "file":
+            continue
+        for root, path in _file_places(sidecar, evidence.ref):
+            wanted[root].append(path)
+    if not wanted:
+        return []
+    team = getattr(sidecar, "team", None)
+    roster = getattr(team, "roster", None)
+    people = set(roster.people()) if roster is not None else set()
+    people.add(sidecar.settings.person)
+
+    def look() -> list[tuple[str, str]]:
+        aliases = codeowners.aliases_from_config(sidecar.paths.config)
+        found: list[tuple[str, str]] = []
+        for root, paths in wanted.items():
+            rules = codeowners.rules_of(root)
+            for path in paths:
+                rule = codeowners.rule_for(rules, path)
+                for owner in rule.owners if rule else ():
+                    person = codeowners.person_for(owner, people, aliases)
+                    if person and all(p != person for p, _ in found):
+                        found.append((person, f"CODEOWNERS line {rule.line} gives {path} to {owner}"))
+        return found
+
+    return await anyio.to_thread.run_sync(look)
+
+
+def _file_places(sidecar: Sidecar, ref: str) -> list[tuple[str, str]]:
+    """(repository root, path in it) for a ``file`` evidence ref."""
+    if ref.startswith("/"):
+        root = _git_root(ref)
+        return [(root, os.path.relpath(ref, root))] if root else []
+    repo, sep, path = ref.partition(":")
+    if not sep or not path:
+        return []
+    if repo.startswith("/"):
+        root = _git_root(repo)
+        return [(root, os.path.relpath(os.path.join(repo, path), root))] if root else []
+    roots = {_git_root(s.cwd) for s in sidecar.sessions.by_key.values() if s.repo == repo and s.cwd}
+    return [(root, path) for root in sorted(r for r in roots if r)]
+
+
+def _git_root(path: str) -> str:
+    """The nearest folder at or above ``path`` that holds ``.git``; "" if none."""
+    current = os.path.abspath(path)
+    while True:
+        if os.path.exists(os.path.join(current, ".git")):
+            return current
+        parent = os.path.dirname(current)
+        if parent == current:
+            return ""
+        current = parent
+
+
+# ---- items for people on other machines ----------------------------------------------------
+
+GATE_FRAME = "gate"
+GATE_ACK = "gate_ack"
+RELAY_ACK_WAIT = 15.0
+_acks: weakref.WeakKeyDictionary[Sidecar, dict[str, tuple[anyio.Event, dict[str, Any]]]] = \
+    weakref.WeakKeyDictionary()
+
+
+def is_local(sidecar: Sidecar, item: Item) -> bool:
+    """Is this machine the one to decide ``item``? Its session lives here, or its person does; a
+    person the team knows only elsewhere is decided on their own machine."""
+    if item.session:
+        entry = next((e for e in sidecar.directory() if e.address == item.session), None)
+        if entry is not None:
+            return entry.key is not None
+    if item.person == sidecar.settings.person:
+        return True
+    me = sidecar.mesh.team.my_key()
+    return not any(m.person == item.person and m.active and m.key != me for m in sidecar.mesh.team.members())
+
+
+def _machines_for(sidecar: Sidecar, item: Item) -> list[str]:
+    """The machines to try for ``item``: the one its session is on, else its person's linked machines,
+    those where the person has a live session first."""
+    mesh = sidecar.mesh
+    entries = sidecar.directory()
+    if item.session:
+        entry = next((e for e in entries if e.address == item.session), None)
+        peer = mesh.peer_of(entry) if entry is not None else None
+        if peer is not None:
+            return [peer]
+    me = mesh.team.my_key()
+    live = {(e.person, e.machine) for e in entries if e.key is None and e.live}
+    members = [m for m in mesh.team.members() if m.person == item.person and m.active and m.key != me]
+    members.sort(key=lambda m: ((m.person, m.machine) not in live, m.machine, m.key))
+    return [m.key for m in members]
+
+
+async def relay_item(sidecar: Sidecar, item: Item, facts: list[Fact]) -> str:
+    """Send ``item`` to its person's machine, whose gate decides; returns what it did there.
+
+    Raises:
+        HiveError: no machine of that person's is linked now, or none answered in time.
+    """
+    mesh = sidecar.mesh
+    tried = []
+    for peer in _machines_for(sidecar, item):
+        link = mesh.links.get(peer)
+        member = mesh.team.member(peer)
+        label = f"{member.person}@{member.machine}" if member else peer[:12]
+        if link is None:
+            tried.append(f"{label} is not linked")
+            continue
+        frame_id = new_ulid()
+        waiter = (anyio.Event(), {})
+        waiting = _acks.setdefault(sidecar, {})
+        waiting[frame_id] = waiter
+        try:
+            await link.send({"t": GATE_FRAME, "id": frame_id, "item": item.public(),
+                             "facts": [f.public() for f in facts]})
+            with anyio.move_on_after(RELAY_ACK_WAIT):
+                await waiter[0].wait()
+        except Exception as exc:  # the link went away under us: try the next machine
+            tried.append(f"{label}: {exc}")
+            continue
+        finally:
+            waiting.pop(frame_id, None)
+        answer = waiter[1]
+        if not waiter[0].is_set():
+            tried.append(f"{label} did not answer")
+        elif answer.get("error"):
+            tried.append(f"{label} refused it: {one_line(answer['error'])}")
+        else:
+            return (f"{label} took it: {one_line(answer.get('outcome'), 16)} ({one_line(answer.get('rule'), 40)}) "
+                    f"{one_line(answer.get('reason'), 300)}").strip()
+    raise HiveError("; ".join(tried) if tried else f"the team knows no machine of {item.person}'s")
+
+
+def _fact_from_wire(raw: Any) -> Fact | None:
+    if not isinstance(raw, Mapping):
+        return None
+    kind, ref, state = raw.get("kind"), raw.get("ref"), raw.get("state")
+    if kind not in FACT_STATES or state not in FACT_STATES[kind] or not isinstance(ref, str) or not ref \
+            or len(ref) > MAX_REF:
+        return None
+    numbers = [raw.get(n) for n in ("since", "at")]
+    if any(isinstance(n, bool) or not isinstance(n, int | float) for n in numbers):
+        return None
+    runs, due = raw.get("runs", 1), raw.get("due")
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+        return None
+    if due is not None and (isinstance(due, bool) or not isinstance(due, int | float)):
+        return None
+    detail = raw.get("detail") if isinstance(raw.get("detail"), str) else ""
+    # A record from another machine cannot claim to be newer than this machine's clock.
+    at = min(float(numbers[1]), time.time())
+    return Fact(kind, ref, state, min(float(numbers[0]), at), at, min(runs, 1000), due, clip(clean(detail), MAX_REF))
+
+
+async def on_frame(sidecar: Sidecar, peer: str, person: str, machine: str, frame: Mapping[str, Any]) -> Any:
+    """A ``gate`` frame (an item for this machine's person, from a teammate's gate) or its ``gate_ack``.
+
+    Returns the acknowledgement to send back for a ``gate`` frame, None for an ack.
+    """
+    if frame.get("t") == GATE_ACK:
+        waiter = _acks.get(sidecar, {}).get(str(frame.get("id")))
+        if waiter is not None:
+            waiter[1].update(frame)
+            waiter[0].set()
+        return None
+    frame_id = frame.get("id")
+    if not is_ulid(frame_id):
+        return None
+    ack: dict[str, Any] = {"t": GATE_ACK, "id": frame_id}
+    try:
+        raw = frame.get("item")
+        item = Item.from_wire(raw)
+        if item.person != sidecar.settings.person:
+            raise Refused(f"{item.person} is not on {sidecar.settings.person}'s machine")
+        session = item.session
+        if session:
+            local = next((e for e in sidecar.directory() if e.address == session and e.key is not None), None)
+            session = session if local is not None else ""  # gone or renamed: it is for the person
+        origin = f"{person}@{machine}"
+        data = {**item.data, "relayed_from": origin}
+        item = Item(source=item.source, person=item.person, title=item.title, body=item.body, session=session,
+                    evidence=item.evidence, key=item.key, proposer=clip(item.proposer or origin, MAX_REF),
+                    data=data)
+        gate = gate_of(sidecar)
+        facts = [f for f in map(_fact_from_wire, frame.get("facts") or []) if f is not None]
+        await gate.merge_facts(facts[:MAX_EVIDENCE])
+        [decision] = (await gate.offer_many([item], relayed=True))[:1]
+        ack.update({"outcome": decision.outcome, "rule": decision.rule, "reason": decision.reason,
+                    "item": decision.item_id})
+    except HiveError as exc:
+        ack["error"] = exc.message
+    return ack
 
 
 async def deliver_in_sidecar(sidecar: Sidecar, item: Item, decision: Decision) -> None:
@@ -1183,7 +1519,7 @@ async def deliver_in_sidecar(sidecar: Sidecar, item: Item, decision: Decision) -
     from .ask import deliver_local
 
     if item.person != sidecar.settings.person:
-        raise HiveError(f"{item.person} is not on this machine, and gate items do not travel between machines yet")
+        raise HiveError(f"{item.person} is not on this machine, and the team knows no machine of theirs")
     text = _delivery_text(item, decision)
     if decision.channel == "popup":
         prompt = Prompt(title=f"hive · {item.source}", body=clip(f"{item.title}\n{item.body}".strip(), 400),
@@ -1230,6 +1566,9 @@ def _delivery_text(item: Item, decision: Decision) -> str:
         lines.append(item.body)
     if item.evidence:
         lines.append("Evidence: " + "; ".join(f"{e.kind} {e.ref}" for e in item.evidence))
+    origin = item.data.get("relayed_from")
+    if isinstance(origin, str) and origin:
+        lines.append(f"Relayed by {origin}'s hive.")
     lines.append(f"Why now: {decision.reason}. (`hive gate why {decision.item_id}`)")
     return "\n".join(lines)
 

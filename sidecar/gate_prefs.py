@@ -53,7 +53,9 @@ from .errors import BadRequest
 
 CHANNELS = ("session", "popup", "digest")
 ALARM_CHANNELS = ("session", "popup")
-DEFAULT_LIVE = frozenset({"overlap"})  # overlap notices may start live; every other source starts in shadow
+# Overlap notices may start live, and so may notify pop-ups, which a sender asks for explicitly (at
+# most one a minute per sending person); every other source starts in shadow.
+DEFAULT_LIVE = frozenset({"overlap", "notify"})
 # Fractions of the daily budget; a source not listed gets DEFAULT_SHARE. They may sum past 1:
 # the daily budget caps the total, the shares only stop one source from spending all of it.
 DEFAULT_SHARES: Mapping[str, float] = {"overlap": 0.25, "lesson": 0.25, "review": 0.4, "notify": 0.25,

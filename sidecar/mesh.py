@@ -1007,8 +1007,11 @@ class Mesh:
             log.info("stripped an approval from %s for %s: %s", peer[:12], recipient, why)
         return approval, body
 
-    async def send(self, pairs: Sequence[tuple[Target, Message]], sender_key: str | None) -> dict[str, dict[str, Any]]:
+    async def send(self, pairs: Sequence[tuple[Target, Message]], sender_key: str | None,
+                   notify: bool = False) -> dict[str, dict[str, Any]]:
         """Queue messages for teammates' sessions; returns each one's result keyed by message id.
+
+        ``notify``: the recipient's machine also shows each as a notification to its person (ask.py).
 
         Each message is in the durable outbox before this returns. A linked recipient usually
         answers within milliseconds; after ``ack_wait`` seconds the answer is ``queued``.
@@ -1030,6 +1033,8 @@ class Mesh:
                 continue
             statements.extend(loop)
             payload = self._msg_payload(message)
+            if notify:
+                payload["notify"] = True
             statements.append((
                 "INSERT OR IGNORE INTO outbox (id, peer, recipient, sender, sender_key, frame, created_at, "
                 "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -1370,6 +1375,10 @@ class Mesh:
             await self._ack(link, message_id, "held", note)
             return
         state, note = await self._deposit(message, entry)
+        if raw.get("notify") is True:
+            from .ask import notify_received  # ask imports the mesh's neighbours; import late
+
+            notify_received(self.sc, message, raw.get("sent_at"))
         await self.sc.store.write([*thread, (
             "INSERT OR IGNORE INTO inbound (id, peer, sender, recipient, state, note, received_at) "
             "VALUES (?, ?, ?, ?, 'accepted', ?, ?)", (message_id, link.peer, sender, recipient, note, now))])

@@ -23,7 +23,8 @@ from hive.sidecar.mesh import sanitise_presence
 from hive.sidecar.transport import MAX_FRAME, LinkClosed, dial, machine_cert
 from hive.sidecar.ulid import new_ulid
 
-from ..conftest import Hive, run_in_terminal
+from ..conftest import Hive
+from .terminal import run_in_terminal_answering
 
 MESH = '[mesh]\nlisten = "127.0.0.1:0"\nmdns = false\n'
 T = TypeVar("T")
@@ -360,8 +361,11 @@ def test_the_loop_guard_stops_agents_and_a_person_resets_it(make_hive: Any) -> N
     assert [r["state"] for r in (one, two, three)] == ["queued"] * 3
     assert four["state"] == "refused"
     assert "Check with your person" in four["note"]
-    code, output = run_in_terminal(alice, "send", "--reply-to", three["id"], "bob/api-codex", "carry on, both")
+    # The person's reply restarts the count, once they confirm it (here at the CLI's own terminal).
+    code, output = run_in_terminal_answering(alice.env, "y", "send", "--reply-to", three["id"], "bob/api-codex",
+                                             "carry on, both")
     assert code == 0, output
+    assert "It restarts the loop guard" in output
     five = send(bob, "alice/web-codex", "pong 2, with alice's blessing", **{"from": "b1", "reply_to": three["id"]})
     assert five["state"] == "queued", five
 
