@@ -10,8 +10,11 @@ all cheap at start-up; ``os`` alone costs about 1 ms), reads the harness's stdin
 150 ms covers everything up to printing. On timeout, error, no sidecar or an empty answer it
 prints the harness's no-opinion reply (argv[3], "" when absent) and exits 0: a failed hive call
 must never become a control decision. When no sidecar answers it starts one detached, without
-waiting for it. Messages shown to the agent are confirmed with ``delivered`` only after stdout
-was written; if writing fails they are released at once (``undelivered``).
+waiting for it. Mail in the reply is not confirmed here: the harness has yet to pass it to the
+model. Once stdout is written the hook tells the sidecar (``hook_written``), which then holds the
+mail for the harness process until the session's next hook after a model call confirms it, or
+makes it visible again if that process dies first; if writing fails the mail is released at once
+(``undelivered``), and if the hook dies before either, closing its connection releases it.
 
 ``<harness> watch`` is the Claude Code push watcher (``asyncRewake``): a background process that
 long-polls the sidecar for waking mail, writes it to stderr and exits 2, which wakes the session.
@@ -480,7 +483,7 @@ def run(argv: list[str]) -> int:
     except BaseException:
         pass
     if ids and sock is not None:
-        op = "delivered" if written else "undelivered"
+        op = "hook_written" if written else "undelivered"
         try:
             _arm(CONFIRM_DEADLINE)
             try:
@@ -550,28 +553,39 @@ def harness_pid(parent: int) -> int:
     return pid
 
 
-def _start_time(pid: int) -> str:
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the name (state first); None if unreadable."""
     try:
         fd = posix.open(f"/proc/{pid}/stat", posix.O_RDONLY)
     except OSError:
-        return ""
+        return None
     try:
         stat = posix.read(fd, 4096).decode("utf-8", "replace")
     finally:
         posix.close(fd)
-    fields = stat[stat.rfind(")") + 1:].split()
-    return fields[19] if len(fields) > 19 else ""
+    return stat[stat.rfind(")") + 1:].split()
 
 
-def _alive(pid: int, started: str) -> bool:
+def start_time(pid: int) -> str:
+    """The process's start time where the system tells it ("" elsewhere), to tell a reused pid apart."""
+    fields = _stat_fields(pid)
+    return fields[19] if fields is not None and len(fields) > 19 else ""
+
+
+def process_alive(pid: int, started: str) -> bool:
+    """Whether ``pid`` still runs and is the process that started at ``started`` ("" to skip that)."""
     try:
         posix.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    # A reused pid is another process: compare start times where the system tells them.
-    return not started or _start_time(pid) == started
+        pass
+    fields = _stat_fields(pid)
+    if fields is None:
+        return not sys.platform.startswith("linux")  # no /proc: kill(0) is all there is
+    if fields and fields[0] in ("Z", "X"):
+        return False  # exited; only its parent has not collected it yet
+    return not started or (len(fields) > 19 and fields[19] == started)
 
 
 # ---- the Claude Code push watcher ---------------------------------------------------------------
@@ -641,12 +655,12 @@ def watch(harness: str) -> int:
     stdin = _read_some(0, 5.0)
     caller = '"op":"watch"' + _describe_caller(harness, "watch", home, environ, stdin)
     target = harness_pid(posix.getppid())
-    started = _start_time(target)
+    started = start_time(target)
     link = _Link(home)
     lock_fd: int | None = None
     try:
         while True:
-            if not _alive(target, started):
+            if not process_alive(target, started):
                 return 0
             try:
                 if lock_fd is None:  # first learn the session's key (registering it if new)

@@ -4,22 +4,37 @@ A message stays unread until whoever showed it to an agent confirms it (``delive
 shown it is *in flight*: hidden from other readers for ``inflight_timeout`` seconds, then
 visible again if nobody confirmed. In-flight state lives in memory on purpose: after a crash
 the reader that was shown a message is gone too, so everything unconfirmed is visible at once.
+
+Mail a hook showed is *held* instead (:class:`Holder`): the hook's text is still on its way to
+the model when the hook exits, so nothing is confirmed yet. It stays hidden while the harness
+process that got it lives, and is confirmed by proof that the model saw it (the session's next
+hook after a model call, or its ``check_inbox``: :meth:`Mailbox.confirm_held`). If that process
+dies first, the mail is visible again at the next read, and a long poll on that mailbox wakes
+(a pidfd where the system has them). Until the hook says its reply is written, the hold is tied
+to the hook's connection: a hook that dies before printing releases the mail when it closes.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
+import os
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
+
+from hive.integrations.hook_client import process_alive
 
 from .config import Settings
 from .render import Message
 from .store import Store
 
 _COLUMNS = (
-    "id, sender, sender_kind, sender_agent, sender_repo, recipient, reply_to, body, wake, sent_at, read_at, approval"
+    "id, sender, sender_kind, sender_agent, sender_repo, recipient, reply_to, body, wake, sent_at, read_at, approval, "
+    "files"
 )
 
 
@@ -29,11 +44,34 @@ def _message(row: Any) -> Message:
     return Message(**data)
 
 
+@dataclass(frozen=True)
+class Holder:
+    """The harness process a hook showed mail to: the mail is its own, unconfirmed, while it lives."""
+
+    session: str  # the session key whose next hook after a model call confirms the mail
+    pid: int  # the harness process; 0 when unknown (then the in-flight timeout applies)
+    started: str = ""  # its start time, telling a reused pid apart ("" where the system hides it)
+
+    def alive(self) -> bool:
+        return self.pid <= 0 or process_alive(self.pid, self.started)
+
+
+@dataclass
+class Showing:
+    """One message in flight: shown to a reader, not yet confirmed."""
+
+    recipient: str
+    wake: bool
+    until: float  # visible again at, unless confirmed first (never, while a live holder has it)
+    holder: Holder | None = None
+    connection: int | None = None  # the hook's connection, until it says its reply is written
+
+
 class Mailbox:
     def __init__(self, store: Store, settings: Settings) -> None:
         self.store = store
         self.settings = settings
-        self.inflight: dict[str, tuple[str, float]] = {}  # id -> (recipient, visible again at)
+        self.inflight: dict[str, Showing] = {}  # message id -> how it is in flight
         self._arrivals: dict[str, anyio.Event] = {}
 
     async def deposit(self, messages: Sequence[Message], sender_key: str | None) -> None:
@@ -41,9 +79,9 @@ class Mailbox:
         await self.store.write(
             (
                 f"INSERT OR IGNORE INTO messages ({_COLUMNS}, sender_key) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (m.id, m.sender, m.sender_kind, m.sender_agent, m.sender_repo, m.recipient,
-                 m.reply_to, m.body, int(m.wake), m.sent_at, None, m.approval, sender_key),
+                 m.reply_to, m.body, int(m.wake), m.sent_at, None, m.approval, m.files, sender_key),
             )
             for m in messages
         )
@@ -68,23 +106,77 @@ class Mailbox:
         return [m for m in messages if self._visible(m.id, now)]
 
     def _visible(self, message_id: str, now: float) -> bool:
-        held = self.inflight.get(message_id)
-        if held is None:
+        showing = self.inflight.get(message_id)
+        if showing is None:
             return True
-        if held[1] <= now:
+        holder = showing.holder
+        if holder is not None and showing.connection is None and holder.pid > 0:
+            # Held: hidden exactly as long as the harness that got it lives (its death is seen here).
+            if holder.alive():
+                return False
+            del self.inflight[message_id]
+            return True
+        if showing.until <= now:
             del self.inflight[message_id]
             return True
         return False
 
-    def mark_shown(self, messages: Sequence[Message]) -> None:
+    def mark_shown(self, messages: Sequence[Message], holder: Holder | None = None,
+                   connection: int | None = None) -> None:
+        """Hide ``messages`` from other readers until confirmed: for ``inflight_timeout`` seconds,
+        or, with a ``holder``, while that harness lives (and ``connection``, the hook's, stays open
+        until it says its reply is written: :meth:`written`)."""
         until = time.time() + self.settings.inflight_timeout
         for m in messages:
-            self.inflight[m.id] = (m.recipient, until)
+            self.inflight[m.id] = Showing(m.recipient, m.wake, until, holder, connection)
+
+    def written(self, ids: Sequence[str], connection: int) -> int:
+        """The hook on ``connection`` wrote its reply: its mail is now only the harness's to lose."""
+        count = 0
+        for message_id in ids:
+            showing = self.inflight.get(message_id) if isinstance(message_id, str) else None
+            if showing is not None and showing.connection == connection:
+                showing.connection = None
+                count += 1
+        return count
+
+    def connection_closed(self, connection: int) -> None:
+        """A hook's connection closed before it said its reply was written: it never printed it."""
+        self.unshow([i for i, s in self.inflight.items() if s.connection == connection])
 
     def unshow(self, ids: Sequence[str]) -> None:
         """A reader gave up before showing these: make them visible again now."""
         for message_id in ids:
-            self.inflight.pop(message_id, None)
+            showing = self.inflight.pop(message_id, None)
+            if showing is not None and showing.wake:
+                self.notify(showing.recipient)
+
+    def _held_by(self, session: str) -> list[tuple[str, Showing]]:
+        return [(i, s) for i, s in self.inflight.items()
+                if s.holder is not None and s.holder.session == session and s.connection is None]
+
+    async def confirm_held(self, session: str) -> int:
+        """Proof came that ``session``'s model saw what its hooks showed: confirm what its living
+        harness holds. Mail whose harness died meanwhile is not confirmed (it is visible again)."""
+        by_recipient: dict[str, list[str]] = {}
+        for message_id, showing in self._held_by(session):
+            if showing.holder is not None and showing.holder.alive():
+                by_recipient.setdefault(showing.recipient, []).append(message_id)
+            else:
+                self.unshow([message_id])
+        confirmed = 0
+        for recipient, ids in by_recipient.items():
+            confirmed += await self.confirm(recipient, ids)
+        return confirmed
+
+    def release_held(self, session: str) -> None:
+        """``session`` ended with mail shown and never proven seen: visible again for the next reader."""
+        self.unshow([i for i, _ in self._held_by(session)])
+
+    def _held_ids(self, recipient: str) -> set[str]:
+        """Mail for ``recipient`` a living harness has in its context, awaiting proof it was seen."""
+        return {i for i, s in self.inflight.items() if s.recipient == recipient and s.holder is not None
+                and s.connection is None and s.holder.pid > 0 and s.holder.alive()}
 
     async def confirm(self, recipient: str, ids: Sequence[str]) -> int:
         """Mark messages read; only those addressed to ``recipient`` and still unread count."""
@@ -112,16 +204,38 @@ class Mailbox:
     async def wait(self, recipient: str, arrival: anyio.Event, seconds: float) -> None:
         """Wait for ``arrival`` or ``seconds``, whichever is first.
 
-        The wait also ends when an in-flight message for this recipient becomes visible again.
+        The wait also ends when an in-flight message for this recipient becomes visible again:
+        its timeout passes, or the harness holding it exits.
         """
         now = time.time()
-        expiries = [until for (to, until) in self.inflight.values() if to == recipient and until > now]
+        showings = [s for s in self.inflight.values() if s.recipient == recipient]
+        holders = {s.holder for s in showings if s.holder is not None and s.holder.pid > 0 and s.connection is None}
+        expiries = [s.until for s in showings if s.until > now
+                    and (s.holder is None or s.holder.pid <= 0 or s.connection is not None)]
         if expiries:
             seconds = min(seconds, min(expiries) - now + 0.01)
         with anyio.move_on_after(max(seconds, 0)):
-            await arrival.wait()
+            if not holders:
+                await arrival.wait()
+                return
+            async with anyio.create_task_group() as tg:
+
+                async def first(waiting: Awaitable[None]) -> None:
+                    await waiting
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(first, arrival.wait())
+                for holder in holders:
+                    tg.start_soon(first, _exited(holder))
 
     async def counts(self, recipient: str) -> tuple[int, list[str]]:
+        """Unread mail still waiting to be shown: what a harness holds is in its context already."""
+        held = self._held_ids(recipient)
+        if held:
+            rows = await self.store.fetchall(
+                "SELECT id, sender FROM messages WHERE recipient = ? AND read_at IS NULL", (recipient,))
+            senders = [r[1] for r in rows if r[0] not in held]
+            return len(senders), sorted(set(senders))
         rows = await self.store.fetchall(
             "SELECT sender, COUNT(*) FROM messages WHERE recipient = ? AND read_at IS NULL GROUP BY sender",
             (recipient,),
@@ -151,3 +265,22 @@ class Mailbox:
              "state": "read" if r[3] is not None else "queued"}
             for r in rows
         ]
+
+
+async def _exited(holder: Holder) -> None:
+    """Return when ``holder``'s process exits: a pidfd turns readable then (Linux); elsewhere its
+    death is noticed at the next read of the mailbox instead."""
+    try:
+        fd = os.pidfd_open(holder.pid)
+    except ProcessLookupError:
+        return
+    except (AttributeError, OSError):
+        await anyio.sleep(math.inf)
+        return
+    try:
+        if not holder.alive():  # the pid was reused before we opened it
+            return
+        await anyio.wait_readable(fd)
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(fd)
