@@ -122,9 +122,11 @@ from .errors import BadRequest, ConfirmOnTerminal, HiveError, NoDesktop, NotFoun
 from .gate_prefs import Prefs, PrefsFile, format_quiet, parse_change, valid_source, write_changes
 from .render import Message
 from .store import Store
+from .transport import FrameError, Link, LinkClosed
 from .ulid import is_ulid, new_ulid
 
 if TYPE_CHECKING:
+    from .mesh import Mesh
     from .server import Connection, Sidecar
 
 log = logging.getLogger("hive.sidecar.gate")
@@ -143,8 +145,7 @@ ACTED_ON = "('cited', 'replied', 'changed', 'wanted')"
 MATTERED = "('asked', 'escalated', 'cited', 'replied', 'changed', 'wanted')"
 OUTCOME_STATE = {"deliver": "delivered", "wait": "pending", "hold": "held", "digest": "digest",
                  "silence": "silenced", "shadow": "shadow", "relay": "relayed"}
-RELAY_RETRY = 60.0  # an item for a person whose machine is not reachable is tried again this often...
-RELAY_GIVE_UP = DAY  # ...until this long after it was offered; then it waits in the digest here
+RELAY_GIVE_UP = DAY  # an item no machine of its person's took is retried this long, then waits in the digest here
 ESCALATE_RUNS = 3  # a test or CI failing this many runs in a row is an alarm
 ESCALATE_AFTER = 4 * HOUR  # ...and so is one failing this long
 DEADLINE_ALARM = HOUR  # a deadline this close (or past) is an alarm
@@ -544,13 +545,14 @@ class Gate:
         """
         offered: list[tuple[Item, str]] = []
         for item in items:
-            offered.append((item, ""))
+            note = item.data.get("code_owner") if relayed else ""  # why the other machine sent it here
+            offered.append((item, clip(note, MAX_REF) if isinstance(note, str) else ""))
             if not relayed and self.owners is not None and self._floor(item):
                 # The first floor: a security finding reaches the owner of the code too, not
                 # only whoever it was proposed for.
                 for person, why in await self.owners(item):
                     if person != item.person and all(o.person != person for o, _ in offered):
-                        offered.append((_for_person(item, person), why))
+                        offered.append((_for_person(item, person, why), why))
         now = self.clock()
         decided = [self._offer(item, now, owner) for item, owner in offered]
         await self._commit()
@@ -897,7 +899,7 @@ class Gate:
                 return self._decide(entry, "digest", "relay.failed",
                                     f"no machine of {entry.item.person}'s took it for {_span(now - entry.offered_at)}"
                                     f" ({message}); in the digest here instead", now)
-            due = now + RELAY_RETRY
+            due = now + self.prefs_file.settings.relay_retry
             return self._decide(entry, "hold", "relay.wait",
                                 f"{entry.item.person}'s machine did not take it ({message}); tried again at "
                                 f"{_when(self.prefs(entry.item.person), due, now)}", now, due=due)
@@ -1205,10 +1207,11 @@ class Gate:
         }
 
 
-def _for_person(item: Item, person: str) -> Item:
-    """A copy of ``item`` for another person (a code owner): for them, not for one of the proposer's sessions."""
+def _for_person(item: Item, person: str, why: str) -> Item:
+    """A copy of ``item`` for a code owner: for them, not for one of the proposer's sessions."""
     return Item(source=item.source, person=person, title=item.title, body=item.body, session="",
-                evidence=item.evidence, key=item.key, proposer=item.proposer, data=item.data)
+                evidence=item.evidence, key=item.key, proposer=item.proposer,
+                data={**item.data, "code_owner": why})
 
 
 def _share(part: int, whole: int) -> float | None:
@@ -1372,6 +1375,7 @@ def _git_root(path: str) -> str:
 
 # ---- items for people on other machines ----------------------------------------------------
 
+GATE_FEATURE = "gate"
 GATE_FRAME = "gate"
 GATE_ACK = "gate_ack"
 RELAY_ACK_WAIT = 15.0
@@ -1417,12 +1421,15 @@ async def relay_item(sidecar: Sidecar, item: Item, facts: list[Fact]) -> str:
     """
     mesh = sidecar.mesh
     tried = []
-    for peer in _machines_for(sidecar, item):
+    for peer in _machines_for(sidecar, item)[:3]:
         link = mesh.links.get(peer)
         member = mesh.team.member(peer)
         label = f"{member.person}@{member.machine}" if member else peer[:12]
         if link is None:
             tried.append(f"{label} is not linked")
+            continue
+        if not mesh.peer_has(peer, GATE_FEATURE):
+            tried.append(f"{label} runs a hive without a gate")
             continue
         frame_id = new_ulid()
         waiter = (anyio.Event(), {})
@@ -1447,6 +1454,19 @@ async def relay_item(sidecar: Sidecar, item: Item, facts: list[Fact]) -> str:
             return (f"{label} took it: {one_line(answer.get('outcome'), 16)} ({one_line(answer.get('rule'), 40)}) "
                     f"{one_line(answer.get('reason'), 300)}").strip()
     raise HiveError("; ".join(tried) if tried else f"the team knows no machine of {item.person}'s")
+
+
+def attach(mesh: Mesh) -> None:
+    """The mesh's hook (``FRAME_MODULES``): this module speaks ``gate`` and ``gate_ack`` frames."""
+    sidecar = mesh.sc
+
+    async def handle(link: Link, member: Any, frame: dict[str, Any]) -> None:
+        ack = await on_frame(sidecar, link.peer, member.person, member.machine, frame)
+        if ack is not None:
+            with contextlib.suppress(LinkClosed, FrameError):
+                await link.send(ack)
+
+    mesh.add_frames(GATE_FEATURE, {GATE_FRAME: handle, GATE_ACK: handle})
 
 
 def _fact_from_wire(raw: Any) -> Fact | None:

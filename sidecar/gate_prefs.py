@@ -5,6 +5,7 @@
 window = 86400                # seconds within which the same fingerprint is a duplicate
 hold_attention = 900          # the longest an attention item waits for a breakpoint (seconds)
 hold_alarm = 120              # ... an alarm when its person turned alarms off
+relay_retry = 60              # how often an item for a person on an unreachable machine is tried again
 budget = 12                   # any preference below may also be set here, as everyone's default
 
 [gate.people.alice]           # alice's own preferences; only alice changes them
@@ -79,6 +80,7 @@ class GateSettings:
     window: float = 24 * 3600.0
     hold_attention: float = 900.0
     hold_alarm: float = 120.0
+    relay_retry: float = 60.0  # an item for a person whose machine did not take it is tried again this often
 
 
 @dataclass(frozen=True)
@@ -352,7 +354,7 @@ class GateConfig:
         problems: list[str] = []
         base = GateSettings()
         numbers: dict[str, float] = {}
-        for key in ("window", "hold_attention", "hold_alarm"):
+        for key in ("window", "hold_attention", "hold_alarm", "relay_retry"):
             if key in gate:
                 value = gate[key]
                 if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
