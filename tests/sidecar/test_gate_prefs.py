@@ -54,7 +54,7 @@ def test_a_change_is_written_into_the_persons_table_and_every_comment_stays(tmp_
     written = path.read_text(encoding="utf-8")
 
     assert (alice.budget, alice.quiet, alice.mute, alice.shares["notify"]) == (6, None, frozenset({"review"}), 0.1)
-    assert alice.live == frozenset({"overlap", "lesson"})
+    assert alice.live == frozenset({"overlap", "notify", "lesson"})  # notify pop-ups start live
     assert prefs.prefs("bob").budget == 2 and prefs.prefs("carol").budget == 10
     for line in ("# my hive", 'person = "alice"   # that\'s me', "budget = 10        # the team's default",
                  "# I start late", "[gate.people.bob]\nbudget = 2"):
