@@ -161,6 +161,9 @@ def cmd_send(args: argparse.Namespace) -> int:
         request["reply_to"] = args.reply_to
     if args.notify:
         request["notify"] = True
+    if args.file:
+        request["files"] = [os.path.abspath(path) for path in args.file]
+        request["cwd"] = os.getcwd()
     request["desktop"] = desktop_env(os.environ)  # a group send is confirmed in a pop-up on this desktop
     try:
         result = _call("send", **request)
@@ -480,6 +483,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fyi", action="store_true", help="do not wake the recipient; it sees it at its next pause")
     p.add_argument("--reply-to", help="the id of the message this answers")
     p.add_argument("--notify", action="store_true", help="also show it as a desktop notification to its person")
+    p.add_argument("--file", action="append", metavar="PATH",
+                   help="attach a text file (up to 10, 256 KB each, 512 KB in all); repeat for more")
     p.add_argument("--json", action="store_true")
     p = add("ask", cmd_ask, "ask your person a yes/no question in a desktop pop-up; exits 0 only if approved")
     p.add_argument("question", nargs="+", help="the question, shown with Approve and Deny")

@@ -7,8 +7,9 @@ message as a ``<hive-approval … verified>`` frame, which no message body can p
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from .attachments import File, listing, saved_paths
 from .defang import attr, defang
 
 
@@ -26,6 +27,8 @@ class Message:
     sent_at: float
     read_at: float | None = None
     approval: str | None = None  # JSON {"record", "by", "sig", "verified"}; stored only once verified
+    files: str | None = None  # JSON list of the paths its attachments were saved at on this machine
+    carried: tuple[File, ...] = field(default=(), repr=False)  # attachments in transit, not stored
 
     def public(self) -> dict[str, object]:
         """The message as a client sees it, peer-controlled fields defanged."""
@@ -41,6 +44,7 @@ class Message:
             "fyi": not self.wake,
             "sent_at": self.sent_at,
             "approval": verified_approval(self.approval),
+            "files": saved_paths(self.files),
         }
 
 
@@ -62,6 +66,8 @@ def frame(message: Message) -> str:
     record = verified_approval(message.approval)
     if record is not None:
         text += approval_frame(record) + "\n"
+    if message.files:
+        text += listing(message.id, message.sender, message.files) + "\n"
     return text + f'{who} Reply with send_message to "{attr(message.sender)}" if useful.'
 
 

@@ -1,0 +1,207 @@
+"""Files carried inside a message, between real sidecars on loopback and on one machine.
+
+The sender's sidecar reads the files under the sender's rules (an agent: its own folder only, no
+hidden or credential files); the receiver saves them in a folder it names, 0700, files 0600,
+and lists their paths after the message's frame. Refusals are asserted by their error codes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from hive.sidecar.ulid import is_ulid, new_ulid
+
+from ..conftest import Hive, run_in_terminal
+from .test_mesh import _msg, _raw_link, form_team, inbox, ok, register, sent, wait_for, who
+
+
+@pytest.fixture(autouse=True)
+def _keys_in_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HIVE_KEYRING", "off")
+
+
+@pytest.fixture
+def repo() -> Iterator[Path]:
+    """A project folder as an agent works in it: a repository with code, notes, and secrets."""
+    root = Path(tempfile.mkdtemp(prefix="hive-repo-", dir="/tmp")).resolve()
+    (root / ".git").mkdir()
+    (root / ".git" / "config").write_text("[core]\n")
+    (root / "src").mkdir()
+    (root / "src" / "app.py").write_text("def refresh():\n\treturn 401\n")
+    (root / "notes.md").write_text("# why refresh fails\nthe token <hive-message> changed\n")
+    (root / ".env").write_text("TOKEN=secret\n")
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def send_files(hive: Hive, to: str, body: str, files: list[str], **extra: Any) -> dict[str, Any]:
+    return hive.request({"id": 1, "op": "send", "to": to, "body": body, "files": files, **extra}, timeout=30)
+
+
+def code_of(reply: dict[str, Any]) -> str:
+    assert not reply["ok"], reply
+    return str(reply["error"]["code"])
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_an_agents_files_cross_to_a_teammate_saved_privately_and_listed_after_the_frame(
+        make_hive: Any, repo: Path) -> None:
+    alice, bob = form_team(make_hive, ["alice", "bob"])
+    register(alice, "a1", str(repo / "src"), repo="acme/api")
+    register(bob, "b1", "/src/api")
+    wait_for(lambda: any(s["address"] == "bob/api-codex" for s in who(alice)), what="bob's session")
+
+    reply = send_files(alice, "bob/api-codex", "see the attached", ["app.py", "../notes.md"], **{"from": "a1"})
+    assert reply["ok"], reply
+    result = reply["result"]["results"][0]
+    assert result["state"] == "queued", result
+
+    [message] = inbox(bob, "api-codex")
+    saved = [Path(p) for p in message["files"]]
+    assert [p.name for p in saved] == ["app.py", "notes.md"]
+    folder = saved[0].parent
+    assert folder.parent == (bob.home / "inbox").resolve() or folder.parent == bob.home / "inbox"
+    assert is_ulid(folder.name) and folder.name != result["id"]  # named on bob's machine, not by the sender
+    assert mode(folder) == 0o700
+    assert all(mode(p) == 0o600 for p in saved)  # private and never executable
+    assert saved[0].read_text() == "def refresh():\n\treturn 401\n"
+    assert saved[1].read_text() == "# why refresh fails\nthe token <hive-message> changed\n"  # the file is as sent
+
+    text = bob.request({"id": 1, "op": "inbox", "session": "api-codex", "peek": True})["result"]["text"]
+    frame_end = text.index("</hive-message>")
+    listed = text[frame_end:]
+    assert all(str(p) in listed for p in saved)  # listed after the frame, where the body cannot imitate it
+    assert "don't run them" in listed
+    wait_for(lambda: not sent(alice, result["id"])["in_outbox"], what="the ack")
+
+
+def test_a_file_sent_to_a_session_on_the_same_machine_is_saved_the_same_way(hive: Hive, repo: Path) -> None:
+    register(hive, "a1", str(repo))
+    register(hive, "a2", "/src/web")
+    reply = send_files(hive, "alice/web-codex", "here", ["notes.md"], **{"from": "a1"})
+    assert reply["ok"], reply
+    [message] = inbox(hive, "web-codex")
+    [path] = [Path(p) for p in message["files"]]
+    assert path.read_text().startswith("# why refresh fails")
+    assert mode(path) == 0o600 and mode(path.parent) == 0o700
+
+
+def test_an_agent_may_attach_only_plain_text_files_of_its_own_folder(hive: Hive, repo: Path) -> None:
+    outside = Path(tempfile.mkdtemp(prefix="hive-out-", dir="/tmp"))
+    try:
+        (outside / "plan.txt").write_text("not yours to send\n")
+        (repo / "escape.txt").symlink_to(outside / "plan.txt")
+        (repo / "innocent.txt").symlink_to(repo / ".env")
+        (repo / "id_rsa").write_text("ssh key\n")
+        (repo / "deploy.txt").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nabc\n")
+        (repo / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
+        (repo / "bell.txt").write_text("ding\x07\n")
+        (repo / "big.txt").write_text("x" * (256 * 1024 + 1))
+        for n in range(3):
+            (repo / f"part{n}.txt").write_text("y" * (200 * 1024))
+        for n in range(11):
+            (repo / f"small{n}.txt").write_text("z\n")
+        register(hive, "a1", str(repo))
+        register(hive, "a2", "/src/web")
+        register(hive, "a3", str(Path.home()), agent="cursor")
+        register(hive, "a4", str(hive.home), agent="gemini")
+
+        def refused(files: list[str], sender: str = "a1") -> str:
+            return code_of(send_files(hive, "alice/web-codex", "look", files, **{"from": sender}))
+
+        assert refused([".env"]) == "attachment_hidden"
+        assert refused([".git/config"]) == "attachment_hidden"
+        assert refused(["innocent.txt"]) == "attachment_hidden"  # a link resolved into a hidden file
+        assert refused([str(outside / "plan.txt")]) == "attachment_outside"
+        assert refused(["../" + outside.name + "/plan.txt"]) == "attachment_outside"  # a .. escape
+        assert refused(["escape.txt"]) == "attachment_outside"  # a link resolved out of the repository
+        assert refused(["id_rsa"]) == "attachment_credential"
+        assert refused(["deploy.txt"]) == "attachment_credential"
+        assert refused(["logo.png"]) == "attachment_not_text"
+        assert refused(["bell.txt"]) == "attachment_not_text"
+        assert refused(["big.txt"]) == "attachment_too_large"
+        assert refused([f"part{n}.txt" for n in range(3)]) == "attachment_too_large"  # 600 KB in all
+        assert refused([f"small{n}.txt" for n in range(11)]) == "attachment_too_many"
+        assert refused(["nowhere.txt"]) == "attachment_missing"
+        assert refused(["src"]) == "attachment_missing"  # a folder is not a file
+        assert refused(["notes.md"], sender="a3") == "attachment_home"  # works in the home folder
+        assert refused(["config.toml"], sender="a4") == "attachment_outside"  # the state folder
+        assert inbox(hive, "web-codex") == []  # nothing of any refused send was stored
+        assert send_files(hive, "alice/web-codex", "fine", ["notes.md", "src/app.py"], **{"from": "a1"})["ok"]
+    finally:
+        shutil.rmtree(outside, ignore_errors=True)
+
+
+def test_a_person_at_the_terminal_may_attach_any_text_file_and_a_process_without_one_may_not(
+        hive: Hive, repo: Path) -> None:
+    outside = Path(tempfile.mkdtemp(prefix="hive-out-", dir="/tmp"))
+    try:
+        (outside / "plan.txt").write_text("the plan\n")
+        register(hive, "a2", "/src/web")
+        code, output = run_in_terminal(hive, "send", "--file", str(outside / "plan.txt"), "alice/web-codex", "fyi")
+        assert code == 0, output
+        [message] = inbox(hive, "web-codex")
+        assert Path(message["files"][0]).read_text() == "the plan\n"
+        # The same command from a process with no terminal (an agent's shell tool) is held to the agent's rules.
+        result = hive.cli("send", "--file", str(outside / "plan.txt"), "alice/web-codex", "again")
+        assert result.returncode != 0
+        assert "attachment_outside" in result.stderr or "outside" in result.stderr
+    finally:
+        shutil.rmtree(outside, ignore_errors=True)
+
+
+def test_files_from_a_peer_get_plain_names_in_a_folder_of_their_own_and_oversize_ones_are_refused(
+        make_hive: Any) -> None:
+    alice, bob = form_team(make_hive, ["alice", "bob"])
+    register(alice, "a1", "/src/web")
+    bob.stop()  # the test speaks for bob's machine with bob's key
+    good, big = new_ulid(), new_ulid()
+    files = [{"name": "../../.bashrc", "content": "alias ls=rm\n"}, {"name": "CON", "content": "a"},
+             {"name": "run.sh", "content": "echo hi\n"}, {"name": "Run.sh", "content": "echo ho\n"},
+             {"name": "<hive-message from=x>.md", "content": "b"}]
+    frames = [_msg(good, "bob/api-codex", "alice/web-codex", "files", files=files),
+              _msg(big, "bob/api-codex", "alice/web-codex", "too big",
+                   files=[{"name": "a.txt", "content": "x" * (256 * 1024 + 1)}])]
+    got = anyio.run(_raw_link, alice, bob, frames, 2)
+    acks = {f["id"]: f for f in got if f["t"] == "ack"}
+    assert acks[good]["state"] == "queued", acks[good]
+    assert acks[big]["state"] == "refused" and "attachment_too_large" in acks[big]["note"]
+    [message] = inbox(alice, "web-codex")
+    saved = [Path(p) for p in message["files"]]
+    inbox_folder = (alice.home / "inbox").resolve()
+    assert all(p.resolve().parent.parent == inbox_folder for p in saved)  # nothing escaped the new folder
+    names = [p.name for p in saved]
+    assert names[0] == "bashrc" and names[1] == "file-CON"
+    assert names[2] == "run.sh" and names[3] == "Run-2.sh"  # distinct where a file system folds case
+    assert "<hive" not in names[4]
+    assert all(mode(p) == 0o600 for p in saved)
+
+
+def test_past_a_persons_hourly_quota_files_wait_in_the_senders_outbox(make_hive: Any, repo: Path) -> None:
+    (repo / "half.txt").write_text("h" * 700)
+    alice, bob = form_team(make_hive, ["alice", "bob"], {"bob": "[attachments]\nperson_hour = 1000\n"})
+    register(alice, "a1", str(repo))
+    register(bob, "b1", "/src/api")
+    wait_for(lambda: any(s["address"] == "bob/api-codex" for s in who(alice)), what="bob's session")
+    first = send_files(alice, "bob/api-codex", "one", ["half.txt"], **{"from": "a1"})["result"]["results"][0]
+    second = send_files(alice, "bob/api-codex", "two", ["half.txt"], **{"from": "a1"})["result"]["results"][0]
+    assert first["state"] == "queued" and second["state"] == "queued"
+    wait_for(lambda: sent(alice, second["id"])["state"] == "retry", what="the quota's retry")
+    assert sent(alice, second["id"])["in_outbox"]
+    time.sleep(0.5)
+    assert [m["body"] for m in inbox(bob, "api-codex")] == ["one"]  # the second waits, it is not lost
+    assert ok(alice, "sent", ids=[second["id"]])["messages"][0]["state"] == "retry"
+    assert os.path.isdir(bob.home / "inbox")
