@@ -53,5 +53,8 @@ def load_settings(path: Path) -> Settings:
     section = data.get("sidecar", {})
     tuning = {k: float(v) for k, v in section.items()} if isinstance(section, dict) else {}
     allowed = {"session_ttl", "forget_after", "forget_grace", "inflight_timeout"}
-    return Settings(person=person, machine=machine, share_unmanaged=data.get("share_unmanaged") is True,
+    # share_unmanaged at the top or in [sidecar]
+    sharing = (data.get("share_unmanaged"), isinstance(section, dict) and section.get("share_unmanaged"))
+    share = any(v is True for v in sharing)
+    return Settings(person=person, machine=machine, share_unmanaged=share,
                     **{k: v for k, v in tuning.items() if k in allowed})

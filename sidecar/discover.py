@@ -240,6 +240,9 @@ class Discovery:
             if session.ended_at is None or session.ended_at >= found.seen - 1:
                 return  # hive manages it (hooks or MCP), or it ended after this file last changed
         self.by_source[found.source] = found.key
+        if found.state:  # before the session shows at all, so it never shows without its state
+            seen = observe.OBSERVED.setdefault(found.key, observe.Observed(files={}))
+            seen.state, seen.since = found.state, found.seen
         transcript = found.transcript or (session.transcript if session else "") or \
             await anyio.to_thread.run_sync(transcript_of, self.home, found.harness, found.key)
         if (session is None or session.ended_at is not None or session.cwd != (found.cwd or session.cwd)
@@ -256,9 +259,6 @@ class Discovery:
         if found.key not in observe.UNMANAGED:
             observe.UNMANAGED.add(found.key)
             await self._save()
-        if found.state:
-            seen = observe.OBSERVED.setdefault(found.key, observe.Observed(files={}))
-            seen.state, seen.since = found.state, found.seen
         follower = doing.doing_of(self.sidecar)
         follower.follow(session)
         if found.title and not follower.facts.get(found.key, [""])[0]:

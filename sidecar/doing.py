@@ -28,6 +28,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +59,16 @@ def line(title: str, task: str) -> str:
     return text if len(text) <= MAX_DOING else text[:MAX_DOING - 1] + "…"
 
 
+_PLAN_TEXT = re.compile(r'^\s*\{.*"(?:plan|todos)"\s*:\s*\[', re.S)
+
+
+def _decoded(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
 def in_progress(value: Any) -> str | None:
     """The in-progress item of the first ``todos`` or ``plan`` array anywhere in ``value``.
 
@@ -76,6 +87,8 @@ def in_progress(value: Any) -> str | None:
                             return next((str(todo[k]) for k in _TEXT_KEYS if isinstance(todo.get(k), str)), "")
                     return ""
             stack.extend(v for v in item.values() if isinstance(v, (dict, list)))
+            # A tool call's arguments may be a JSON string (Codex's update_plan in its rollout).
+            stack.extend(_decoded(v) for v in item.values() if isinstance(v, str) and _PLAN_TEXT.search(v))
         elif isinstance(item, list):
             stack.extend(v for v in item if isinstance(v, (dict, list)))
     return None

@@ -1,0 +1,201 @@
+"""Passive discovery and the disk sources of ``doing``, end to end against real sidecars.
+
+Each test gives the sidecar a home folder of its own (``HOME``) and writes there what the
+harnesses write (../shared/notes/push.md §1c for Claude Code's running-session files, the
+seed's Part 1 §14 for Codex's thread index and Claude Code's task folders); what a person or a
+teammate sees is read from ``who`` and from the MCP server's ``list_team``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..conftest import Hive
+from .test_mcp_server import call, data, hive_mcp, text
+from .test_mesh import form_team, ok, wait_for
+from .test_observe import claude, claude_edit, git_repo, hook
+
+UUID = "0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
+
+
+@pytest.fixture(autouse=True)
+def _keys_in_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HIVE_KEYRING", "off")
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The harnesses' home folder: sidecars started in this test inherit it."""
+    folder = tmp_path / "home"
+    folder.mkdir()
+    monkeypatch.setenv("HOME", str(folder))
+    return folder
+
+
+@pytest.fixture
+def harness_process() -> Iterator[subprocess.Popen[bytes]]:
+    """A process standing in for a running harness: its pid is what the session file names."""
+    process = subprocess.Popen(["sleep", "600"])
+    yield process
+    process.kill()
+    process.wait()
+
+
+def write_json(path: Path, value: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(value), encoding="utf-8")
+    os.replace(temporary, path)  # as the harnesses do: a reader never sees half a file
+
+
+def running_file(home: Path, pid: int, sid: str, cwd: str, status: str, name: str = "") -> Path:
+    path = home / ".claude" / "sessions" / f"{pid}.json"
+    write_json(path, {"pid": pid, "sessionId": sid, "cwd": cwd, "startedAt": 1764670000000, "version": "2.1.197",
+                      "peerProtocol": 1, "kind": "interactive", "entrypoint": "cli", "name": name,
+                      "status": status, "updatedAt": 1764670000000})
+    return path
+
+
+def session_at(hive: Hive, **match: Any) -> dict[str, Any] | None:
+    for s in ok(hive, "who", all=True)["sessions"]:
+        if all(s.get(k) == v for k, v in match.items()):
+            return s
+    return None
+
+
+def test_a_claude_code_session_hive_never_hooked_is_listed_unmanaged_with_its_state_title_and_end(
+        make_hive: Any, home: Path, tmp_path: Path, harness_process: subprocess.Popen[bytes]) -> None:
+    cwd, _ = git_repo(tmp_path / "api")
+    # It was running before the sidecar started: found by the first scan.
+    transcript = home / ".claude" / "projects" / "-tmp-api" / "c-old.jsonl"
+    transcript.parent.mkdir(parents=True)
+    transcript.write_text(json.dumps({"type": "ai-title", "aiTitle": "JWT middleware"}) + "\n", encoding="utf-8")
+    running_file(home, harness_process.pid, "c-old", cwd, "idle")
+    hive = make_hive()
+    hive.start()
+    found = wait_for(lambda: session_at(hive, agent="claude-code", live=True, unmanaged=True, doing="JWT middleware"),
+                     what="discovery, with the title from the transcript")
+    assert found["state"] == "idle" and found["repo"] == "github.com/acme/api"
+    # It gets busy: the file changes, presence follows without any hook.
+    running_file(home, harness_process.pid, "c-old", cwd, "busy")
+    wait_for(lambda: session_at(hive, agent="claude-code", state="busy"), what="busy from the running file")
+    # Its process ends: so does the session.
+    harness_process.kill()
+    harness_process.wait()
+    wait_for(lambda: session_at(hive, agent="claude-code", live=False), what="the session ended with its pid")
+    assert ok(hive, "who")["sessions"] == []
+
+
+def test_a_session_found_on_disk_becomes_managed_at_its_first_hook_and_its_file_going_ends_only_unmanaged_ones(
+        make_hive: Any, home: Path, tmp_path: Path, harness_process: subprocess.Popen[bytes]) -> None:
+    cwd, _ = git_repo(tmp_path / "api")
+    hive = make_hive()
+    hive.start()
+    # Started after the sidecar: found through the watched folder.
+    first = running_file(home, harness_process.pid, "c-new", cwd, "idle", name="billing fix")
+    wait_for(lambda: session_at(hive, unmanaged=True, doing="billing fix"), what="a session appearing on disk")
+    hook(hive, "claude-code", "UserPromptSubmit", claude("c-new", cwd, "UserPromptSubmit", prompt="go"),
+         {"CLAUDECODE": "1"})
+    [me] = ok(hive, "who")["sessions"]
+    assert me["unmanaged"] is False and me["state"] == "busy" and me["tier"] == "push"
+    first.unlink()  # a managed session's end is its hooks' business
+    time.sleep(1)
+    assert ok(hive, "who")["sessions"][0]["live"]
+
+
+def test_a_codex_session_is_found_from_its_recent_rollout_and_named_by_its_thread_name_and_plan(
+        make_hive: Any, home: Path, tmp_path: Path) -> None:
+    cwd, _ = git_repo(tmp_path / "api")
+    day = home / ".codex" / "sessions" / "2026" / "12" / "02"
+    day.mkdir(parents=True)
+    meta = {"timestamp": "2026-12-02T10:00:00.000Z", "type": "session_meta",
+            "payload": {"id": UUID, "timestamp": "2026-12-02T10:00:00.000Z", "cwd": cwd,
+                        "originator": "codex_cli_rs", "cli_version": "0.171.0"}}
+    rollout = day / f"rollout-2026-12-02T10-00-00-{UUID}.jsonl"
+    rollout.write_text(json.dumps(meta) + "\n", encoding="utf-8")
+    # A rollout nobody wrote to for hours is not a running session.
+    old = day / "rollout-2026-12-02T01-00-00-0199a1b2-0000-7000-8000-000000000000.jsonl"
+    old.write_text(json.dumps({**meta, "payload": {**meta["payload"], "id": "old-thread"}}) + "\n", encoding="utf-8")
+    os.utime(old, (time.time() - 4 * 3600, time.time() - 4 * 3600))
+    index = home / ".codex" / "session_index.jsonl"
+    index.write_text(json.dumps({"id": "someone-else", "thread_name": "Other", "updated_at": "x"}) + "\n",
+                     encoding="utf-8")
+    hive = make_hive()
+    hive.start()
+    wait_for(lambda: session_at(hive, agent="codex", unmanaged=True), what="the codex session from its rollout")
+    assert [s["agent"] for s in ok(hive, "who", all=True)["sessions"]] == ["codex"]
+    # Codex names the thread in its index, and its update_plan call lands in the rollout.
+    with index.open("a", encoding="utf-8") as out:
+        out.write(json.dumps({"id": UUID, "thread_name": "Login flow", "updated_at": "2026-12-02T10:01:00Z"}) + "\n")
+    plan = {"plan": [{"step": "read the handler", "status": "completed"},
+                     {"step": "add the refresh token", "status": "in_progress"}]}
+    with rollout.open("a", encoding="utf-8") as out:
+        out.write(json.dumps({"timestamp": "2026-12-02T10:01:00.000Z", "type": "response_item",
+                              "payload": {"type": "function_call", "name": "update_plan",
+                                          "arguments": json.dumps(plan), "call_id": "call_1"}}) + "\n")
+    wait_for(lambda: session_at(hive, agent="codex", doing="Login flow · add the refresh token"),
+             what="doing from the thread index and the plan")
+
+
+def test_claude_code_task_files_name_the_task_even_when_the_folder_appears_later(
+        make_hive: Any, home: Path, tmp_path: Path) -> None:
+    cwd, _ = git_repo(tmp_path / "api")
+    (home / ".claude").mkdir()
+    hive = make_hive()
+    hive.start()
+    hook(hive, "claude-code", "SessionStart", claude("t1", cwd, "SessionStart", source="startup"), {"CLAUDECODE": "1"})
+    tasks = home / ".claude" / "tasks" / "t1"
+    write_json(tasks / "1.json", {"id": "1", "subject": "Write tests", "activeForm": "Writing tests",
+                                  "status": "completed", "blocks": [], "blockedBy": []})
+    write_json(tasks / "2.json", {"id": "2", "subject": "Rotate keys", "activeForm": "Rotating the signing keys",
+                                  "status": "in_progress", "blocks": [], "blockedBy": []})
+    wait_for(lambda: session_at(hive, doing="Rotating the signing keys"), what="the task from the task folder")
+    write_json(tasks / "2.json", {"id": "2", "subject": "Rotate keys", "activeForm": "Rotating the signing keys",
+                                  "status": "completed", "blocks": [], "blockedBy": []})
+    write_json(tasks / "3.json", {"id": "3", "subject": "Ship", "status": "in_progress"})
+    wait_for(lambda: session_at(hive, doing="Ship"), what="the next task")
+
+
+def test_unmanaged_sessions_reach_teammates_only_when_share_unmanaged_is_on(
+        make_hive: Any, home: Path, tmp_path: Path, harness_process: subprocess.Popen[bytes]) -> None:
+    alice, bob = form_team(make_hive, ["alice", "bob"], {"alice": "\n[sidecar]\nshare_unmanaged = true\n"})
+    cwd, _ = git_repo(tmp_path / "api")
+    # Both machines see the same home here, so both find the one session; only alice shares hers.
+    hook(bob, "codex", "SessionStart", {"session_id": "b1", "cwd": cwd, "hook_event_name": "SessionStart",
+                                        "source": "startup"})
+    running_file(home, harness_process.pid, "c-shared", cwd, "busy")
+    for hive, person in ((alice, "alice"), (bob, "bob")):
+        wait_for(lambda h=hive, p=person: session_at(h, unmanaged=True, person=p), what=f"{person}'s own copy")
+    seen_by_bob = wait_for(lambda: session_at(bob, person="alice", unmanaged=True), what="alice's unmanaged at bob")
+    assert seen_by_bob["state"] == "busy"
+    wait_for(lambda: session_at(alice, person="bob", agent="codex"), what="bob's managed session at alice")
+    assert session_at(alice, person="bob", unmanaged=True) is None
+
+
+@pytest.mark.anyio
+async def test_list_team_text_shows_state_head_files_and_unmanaged(make_hive: Any, home: Path, tmp_path: Path,
+                                                                   harness_process: subprocess.Popen[bytes]) -> None:
+    cwd, head = git_repo(tmp_path / "api")
+    hive = make_hive()
+    hive.start()
+    hook(hive, "claude-code", "SessionStart", claude("m1", cwd, "SessionStart", source="startup"), {"CLAUDECODE": "1"})
+    hook(hive, "claude-code", "PostToolUse", claude_edit("m1", cwd, f"{cwd}/src/app.py"), {"CLAUDECODE": "1"})
+    running_file(home, harness_process.pid, "c-side", cwd, "idle")
+    wait_for(lambda: session_at(hive, unmanaged=True), what="the unmanaged session")
+    async with hive_mcp(hive) as session:
+        result = await call(session, "list_team", as_="m1")
+    shown = text(result)
+    mine = next(line for line in shown.splitlines() if "this is you" in line)
+    assert ", busy" in mine and f"HEAD {head[:12]}" in mine
+    assert "files touched in the last 30 min: src/app.py" in shown
+    other = next(line for line in shown.splitlines() if line.startswith("- ") and "this is you" not in line)
+    assert "unmanaged" in other and ", idle" in other
+    assert {s["unmanaged"] for s in data(result)["sessions"]} == {True, False}
