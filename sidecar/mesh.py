@@ -44,7 +44,7 @@ import socket
 import time
 import tomllib
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -87,6 +87,9 @@ log = logging.getLogger("hive.sidecar.mesh")
 
 PROTO = 1
 FEATURES = ("receipts", "hold", "loop-guard", "files")
+# Modules that speak frame kinds of their own. Each has ``attach(mesh)``, which registers its
+# frames, feature and link-up hook with :meth:`Mesh.add_frames`, so _dispatch needs no branch per module.
+FRAME_MODULES: tuple[str, ...] = ("hive.sidecar.lesson_sync",)
 BACKOFF_START = 2.0
 BACKOFF_MAX = 60.0
 REPLACE_AFTER = 5.0  # a redial replaces an established link older than this
@@ -286,6 +289,10 @@ class Member:
     addresses: tuple[str, ...] = ()  # static ones from its roster entry
 
 
+# A module's handler for a frame kind of its own (Mesh.add_frames): the link, its checked member, the frame.
+FrameHandler = Callable[[Link, Member, dict[str, Any]], Awaitable[None]]
+
+
 class TeamView:
     """The roster and machine key as the mesh uses them: :class:`hive.sidecar.team.Team`.
 
@@ -401,6 +408,28 @@ class Mesh:
         self._presence_dirty: set[str] = set()
         self._sent_peers = ""
         self.started = anyio.Event()
+        self.frame_handlers: dict[str, FrameHandler] = {}
+        self.extra_features: list[str] = []
+        self.link_up_hooks: list[Callable[[str], Awaitable[None]]] = []
+        self.peer_features: dict[str, frozenset[str]] = {}  # from each peer's hello, then its presence
+        for module_name in FRAME_MODULES:
+            importlib.import_module(module_name).attach(self)
+
+    def add_frames(self, feature: str, handlers: dict[str, FrameHandler],
+                   on_link_up: Callable[[str], Awaitable[None]] | None = None) -> None:
+        """Handle frame kinds of a module. ``feature`` is announced in hello and presence; send
+        such frames only to peers for which :meth:`peer_has` is true (an older hive drops the link
+        on nothing, but ignores what it cannot read). ``on_link_up(peer)`` runs after each link-up."""
+        self.extra_features.append(feature)
+        self.frame_handlers.update(handlers)
+        if on_link_up is not None:
+            self.link_up_hooks.append(on_link_up)
+
+    def features(self) -> list[str]:
+        return [*FEATURES, *self.extra_features]
+
+    def peer_has(self, peer: str, feature: str) -> bool:
+        return feature in self.peer_features.get(peer, ())
 
     # ---- lifecycle -----------------------------------------------------------------------
 
@@ -686,7 +715,7 @@ class Mesh:
             log.exception("serving %r failed", link)
 
     def _hello(self) -> dict[str, Any]:
-        return {"t": "hello", "team": self.team.team_id, "proto": PROTO, "features": list(FEATURES),
+        return {"t": "hello", "team": self.team.team_id, "proto": PROTO, "features": self.features(),
                 "roster": self._state_digest()}
 
     async def _run_link(self, link: Link) -> bool:
@@ -713,6 +742,8 @@ class Mesh:
                 return False
             if not link.outbound:
                 await link.send(self._hello())
+            self.peer_features[peer] = frozenset(
+                f for f in (first.get("features") or [])[:MAX_FEATURES] if isinstance(f, str) and len(f) <= 32)
             if not self._adopt(link):
                 return False
         except (LinkClosed, TimeoutError, FrameError):
@@ -774,6 +805,8 @@ class Mesh:
         assert self._team_tg is not None
         self._team_tg.start_soon(self._guarded, self._replay, peer)
         self._team_tg.start_soon(self._guarded, self._flush_receipts, peer)
+        for hook in self.link_up_hooks:
+            self._team_tg.start_soon(self._guarded, hook, peer)
 
     def _link_down(self, link: Link) -> None:
         # Unacknowledged messages stay pending in the outbox and go again on the next link.
@@ -808,6 +841,8 @@ class Mesh:
             await self._merge_state(link, frame)
         elif kind == "hello":
             pass
+        elif isinstance(kind, str) and kind in self.frame_handlers:
+            await self.frame_handlers[kind](link, member, frame)
         else:
             log.info("ignored a %.40r frame from %s (a newer hive?)", kind, link.peer[:12])
 
@@ -869,7 +904,7 @@ class Mesh:
                 known.append(s.name)
         sessions.sort(key=lambda d: d["name"])
         presence: dict[str, Any] = {"sessions": sessions[:MAX_SESSIONS], "known": sorted(known)[:MAX_KNOWN],
-                                    "features": list(FEATURES), "addresses": self.my_addresses}
+                                    "features": self.features(), "addresses": self.my_addresses}
         if with_peers:
             presence["peers"] = self._peer_addresses()
         return presence
@@ -897,6 +932,7 @@ class Mesh:
         presence = sanitise_presence(raw)
         presence["at"] = time.time()
         self.presence[peer] = presence
+        self.peer_features[peer] = frozenset(presence["features"])
         if presence["addresses"]:
             self.learn(peer, presence["addresses"])
         me = self.team.my_key()
@@ -1623,7 +1659,7 @@ def _state_delta(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
     delta: dict[str, Any] = {"v": new.get("v"), "id": new["id"], "founder": new["founder"]}
     for single in ("meta", "link"):
         delta[single] = new.get(single) if new.get(single) != old.get(single) else None
-    for section in ("admissions", "members", "updates", "invites"):
+    for section in ("admissions", "members", "updates", "invites", "projects"):
         before = old.get(section) or {}
         delta[section] = {k: v for k, v in (new.get(section) or {}).items() if before.get(k) != v}
     return delta

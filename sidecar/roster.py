@@ -759,8 +759,8 @@ def _projects_view(state: TeamState, members: dict[str, MemberView]) -> dict[str
             body, who = s.body, signer_person(s)
             if body.role == "member" and owner and who == owner:
                 confirmed.add(body.person)
-            elif body.role == "proposed" and who == body.person:
-                proposed.add(body.person)
+            elif body.role in ("proposed", "owner") and who == body.person:
+                proposed.add(body.person)  # a claim that lost to an earlier owner asks to join
         if owner:
             confirmed.add(owner)
         out[project] = ProjectView(project=project, owner=owner, members=frozenset(confirmed),

@@ -97,6 +97,8 @@ OP_MODULES: tuple[str, ...] = (
     "hive.sidecar.observe",
     "hive.sidecar.folders",
     "hive.sidecar.lesson_ops",
+    "hive.sidecar.projects",
+    "hive.sidecar.lesson_sync",
 )
 
 

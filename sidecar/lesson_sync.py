@@ -1,0 +1,321 @@
+"""Lesson replication between teammates' sidecars: each log reaches exactly the machines its scope allows.
+
+Frames (on the mesh's ``hive/1`` links, only to peers that announce the ``lessons`` feature;
+:meth:`hive.sidecar.mesh.Mesh.add_frames` routes them here):
+
+- ``sync {heads: [[author, scope, seq], ...], want: [blob hash, ...]}``: the highest entry this
+  machine holds per log, and the blobs it lacks. Sent at every link-up and whenever an entry
+  arrives out of order. The receiver answers with every entry after those heads in the logs the
+  sender may hold, then the blobs of those lessons and the wanted blobs it may send.
+- ``entry {entries: [signed entry, ...]}``: entries in log order. A new local entry goes at once
+  to every linked peer that may hold it; an entry that arrived from one peer is passed on to the
+  others (the author's signature travels with it, so a relay cannot change it).
+- ``body {blobs: [blob, ...]}``: lesson bodies and edit texts, sent after their entries.
+
+Who may hold a log (:func:`may_hold`), checked by the sender and again by the receiver:
+``personal`` logs only the machines of the author machine's person; ``project:<id>`` logs the
+machines of the project's confirmed members (hive.sidecar.projects) and the author's own; ``team``
+every active member. So a personal lesson never leaves its person's machines, and a project
+lesson never reaches a non-member, even through a relay.
+
+Ops::
+
+    lesson_sync_status                 heads, counts and peers with the feature (tests and benchmarks)
+    lesson_sync_ingest {entries?, blobs?}   take entries or blobs from a local file or export as if a
+                                       peer sent them; returns a result or error code per item
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from . import lesson_store, projects
+from .defang import defang
+from .errors import HiveError, LessonInvalid
+from .roster import Roster
+from .transport import FrameError, LinkClosed, encode_frame
+
+if TYPE_CHECKING:
+    from .mesh import Member, Mesh
+    from .server import Connection, Sidecar
+    from .transport import Link
+
+log = logging.getLogger("hive.sidecar.lesson_sync")
+
+FEATURE = "lessons"
+BATCH_ENTRIES = 256  # entries per frame (a header is well under 4 KiB; a frame may be 4 MiB)
+BATCH_BLOBS = 128  # blobs per frame (at most ~4 KiB of text each)
+MAX_HEADS = 100_000
+MAX_WANT = 2_000
+
+
+def may_hold(roster: Roster | None, machine: str, author: str, scope: str) -> bool:
+    """Whether ``machine`` may hold the log of ``author`` (a machine key) for ``scope``."""
+    if roster is None:
+        return False
+    holder, writer = roster.members.get(machine), roster.members.get(author)
+    if holder is None or writer is None or not holder.active:
+        return False
+    if scope == "team":
+        return True
+    if scope == "personal":
+        return holder.person == writer.person
+    if scope.startswith("project:"):
+        project = scope.removeprefix("project:")
+        return holder.person == writer.person or projects.is_member(roster, project, holder.person)
+    return False
+
+
+class LessonSync:
+    """One per mesh. Reads the sidecar's lesson store; sends only over the mesh's links."""
+
+    def __init__(self, mesh: Mesh) -> None:
+        self.mesh = mesh
+        self.sc: Sidecar = mesh.sc
+        self._store: lesson_store.LessonStore | None = None
+        self.stats = {"entries_in": 0, "entries_out": 0, "blobs_in": 0, "blobs_out": 0, "refused": 0}
+
+    @property
+    def store(self) -> lesson_store.LessonStore:
+        if self._store is None:
+            self._store = lesson_store.of(self.sc)
+            self._store.listeners.append(self._on_local_write)
+        return self._store
+
+    def _roster(self) -> Roster | None:
+        team = getattr(self.sc, "team", None)
+        return getattr(team, "roster", None)
+
+    def _me(self) -> str:
+        return self.mesh.team.my_key()
+
+    def _peers(self, exclude: str = "") -> list[str]:
+        return [p for p in list(self.mesh.links) if p != exclude and self.mesh.peer_has(p, FEATURE)]
+
+    async def _send(self, peer: str, frame: dict[str, Any]) -> bool:
+        link = self.mesh.links.get(peer)
+        if link is None:
+            return False
+        try:
+            await link.send(frame)
+        except (LinkClosed, FrameError) as exc:
+            log.info("could not send a %s frame to %s: %s", frame.get("t"), peer[:12], exc)
+            return False
+        return True
+
+    async def _send_batches(self, peer: str, kind: str, field: str, items: Sequence[Any], size: int) -> None:
+        for start in range(0, len(items), size):
+            if not await self._send(peer, {"t": kind, field: list(items[start:start + size])}):
+                return
+            self.stats[f"{'entries' if kind == 'entry' else 'blobs'}_out"] += len(items[start:start + size])
+
+    # ---- anti-entropy ----------------------------------------------------------------
+
+    async def send_sync(self, peer: str) -> None:
+        if not self.mesh.peer_has(peer, FEATURE) or self._roster() is None:
+            return
+        heads = await self.store.heads()
+        want = await self.store.missing_blobs(MAX_WANT)
+        await self._send(peer, {"t": "sync", "heads": [[a, s, n] for (a, s), n in heads.items()], "want": want})
+
+    async def on_link_up(self, peer: str) -> None:
+        await self.send_sync(peer)
+
+    async def on_sync(self, link: Link, member: Member, frame: dict[str, Any]) -> None:
+        roster = self._roster()
+        peer = link.peer
+        theirs: dict[tuple[str, str], int] = {}
+        for item in (frame.get("heads") or [])[:MAX_HEADS]:
+            if (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str) and isinstance(item[1], str)
+                    and isinstance(item[2], int)):
+                theirs[(item[0], item[1])] = item[2]
+        entries: list[dict[str, Any]] = []
+        lessons: list[str] = []
+        mine = await self.store.heads()
+        me = self._me()
+        behind = any(n > mine.get(k, 0) and may_hold(roster, me, k[0], k[1]) for k, n in theirs.items())
+        for (author, scope), head in mine.items():
+            if not may_hold(roster, peer, author, scope):
+                continue
+            after = theirs.get((author, scope), 0)
+            while after < head:
+                batch = await self.store.entries_after(author, scope, after, BATCH_ENTRIES * 4)
+                if not batch:
+                    break
+                entries += batch
+                lessons += [e["body"]["lesson"] for e in batch if e["body"].get("type") in ("lesson", "review")]
+                after = batch[-1]["body"]["seq"]
+        await self._send_batches(peer, "entry", "entries", entries, BATCH_ENTRIES)
+        blobs = await self._blobs_for(peer, lessons)
+        for digest in (frame.get("want") or [])[:MAX_WANT]:
+            if isinstance(digest, str):
+                blob = await self.store.blob(digest)
+                if blob is not None and await self._may_send_blob(peer, blob):
+                    blobs.append(blob)
+        await self._send_batches(peer, "body", "blobs", blobs, BATCH_BLOBS)
+        if behind and not frame.get("reply"):
+            # The peer holds entries this machine lacks: ask once (a reply never asks back).
+            heads = await self.store.heads()
+            await self._send(peer, {"t": "sync", "reply": True, "want": await self.store.missing_blobs(MAX_WANT),
+                                    "heads": [[a, s, n] for (a, s), n in heads.items()]})
+
+    async def _blobs_for(self, peer: str, lesson_ids: Sequence[str]) -> list[dict[str, Any]]:
+        blobs: list[dict[str, Any]] = []
+        for lesson_id in dict.fromkeys(lesson_ids):
+            for digest in await self.store.blob_hashes_of(lesson_id):
+                blob = await self.store.blob(digest)
+                if blob is not None and await self._may_send_blob(peer, blob):
+                    blobs.append(blob)
+        return blobs
+
+    async def _may_send_blob(self, peer: str, blob: dict[str, Any]) -> bool:
+        row = await self.store.store.fetchone("SELECT author, scope, project FROM lessons WHERE id = ?",
+                                              (blob.get("lesson"),))
+        if row is None:
+            return False
+        from .lessons import log_scope
+
+        return may_hold(self._roster(), peer, row["author"], log_scope(row["scope"], row["project"]))
+
+    # ---- receiving -------------------------------------------------------------------
+
+    async def on_entry(self, link: Link, member: Member, frame: dict[str, Any]) -> None:
+        roster = self._roster()
+        me = self._me()
+        added: list[dict[str, Any]] = []
+        gap = False
+        for obj in frame.get("entries") or []:
+            try:
+                signed = lesson_store.signed_entry(obj)
+            except LessonInvalid as exc:
+                self.stats["refused"] += 1
+                log.info("refused a lesson entry from %s: %s", link.peer[:12], exc.message)
+                continue
+            if not may_hold(roster, me, signed.by, signed.body.scope):
+                self.stats["refused"] += 1
+                log.warning("refused a %s entry from %s: this machine may not hold that log", signed.body.scope,
+                            link.peer[:12])
+                continue
+            try:
+                result = await self.store.ingest(obj, via=link.peer)
+            except HiveError as exc:
+                self.stats["refused"] += 1
+                log.info("refused a lesson entry from %s: %s (%s)", link.peer[:12], exc.message, exc.code)
+                continue
+            if result == "added":
+                self.stats["entries_in"] += 1
+                added.append(obj)
+            elif result == "gap":
+                gap = True
+        if gap:
+            await self.send_sync(link.peer)
+        if added:
+            await self._forward_entries(added, exclude=link.peer)
+
+    async def on_body(self, link: Link, member: Member, frame: dict[str, Any]) -> None:
+        added: list[dict[str, Any]] = []
+        for blob in frame.get("blobs") or []:
+            try:
+                if await self.store.ingest_blob(blob) == "added":
+                    self.stats["blobs_in"] += 1
+                    added.append(blob)
+            except HiveError as exc:
+                self.stats["refused"] += 1
+                log.info("refused a lesson blob from %s: %s (%s)", link.peer[:12], exc.message, exc.code)
+        for peer in self._peers(exclude=link.peer):
+            mine = [b for b in added if await self._may_send_blob(peer, b)]
+            await self._send_batches(peer, "body", "blobs", mine, BATCH_BLOBS)
+
+    # ---- sending what is new -----------------------------------------------------------
+
+    async def _forward_entries(self, entries: list[dict[str, Any]], exclude: str = "") -> None:
+        roster = self._roster()
+        for peer in self._peers(exclude=exclude):
+            mine = [e for e in entries if may_hold(roster, peer, e["by"], e["body"]["scope"])]
+            if not mine:
+                continue
+            try:
+                encode_frame({"t": "entry", "entries": mine})
+            except FrameError:
+                await self._send_batches(peer, "entry", "entries", mine, 1)
+                continue
+            await self._send_batches(peer, "entry", "entries", mine, len(mine))
+
+    async def _on_local_write(self, scope: str, seq: int) -> None:
+        if self._roster() is None:
+            return
+        obj = await self.store.entry(self._me(), scope, seq)
+        if obj is None:
+            return
+        await self._forward_entries([obj])
+        lesson = obj["body"]["lesson"]
+        for peer in self._peers():
+            blobs = await self._blobs_for(peer, [lesson]) if obj["body"].get("type") != "tombstone" else []
+            await self._send_batches(peer, "body", "blobs", blobs, BATCH_BLOBS)
+
+    # ---- status ----------------------------------------------------------------------
+
+    async def status(self) -> dict[str, Any]:
+        heads = await self.store.heads()
+        counts = {}
+        for table in ("lesson_log", "lessons", "lesson_blobs", "lesson_tombstones", "lesson_reviews"):
+            row = await self.store.store.fetchone(f"SELECT COUNT(*) FROM {table}")
+            counts[table] = row[0] if row else 0
+        return {"heads": [[a, s, n] for (a, s), n in sorted(heads.items())], "counts": counts,
+                "peers": sorted(self._peers()), "stats": dict(self.stats)}
+
+
+def attach(mesh: Mesh) -> None:
+    sync = LessonSync(mesh)
+    mesh.__dict__["lesson_sync"] = sync
+    mesh.add_frames(FEATURE, {"sync": sync.on_sync, "entry": sync.on_entry, "body": sync.on_body},
+                    on_link_up=sync.on_link_up)
+
+
+def sync_of(sidecar: Sidecar) -> LessonSync:
+    return sidecar.mesh.__dict__["lesson_sync"]
+
+
+async def op_lesson_sync_status(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """Heads, counts and linked peers with the feature; with ``lessons: [id...]``, what this store
+    holds of each (state, whether its body is here, blob hashes), or null."""
+    sync = sync_of(sidecar)
+    result = await sync.status()
+    wanted = request.get("lessons")
+    if isinstance(wanted, list):
+        held: dict[str, Any] = {}
+        for lesson_id in wanted[:100]:
+            if not isinstance(lesson_id, str):
+                continue
+            view = await sync.store.get(lesson_id)
+            held[lesson_id] = None if view is None else {
+                "state": view.state, "has_body": view.has_body, "scope": view.scope,
+                "blobs": await sync.store.blob_hashes_of(lesson_id), "author_machine": view.author_machine,
+                "text": defang(view.text)}
+        result["lessons"] = held
+    return result
+
+
+async def op_lesson_sync_ingest(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    sync = sync_of(sidecar)
+    results: dict[str, list[str]] = {"entries": [], "blobs": []}
+    for obj in request.get("entries") or []:
+        try:
+            results["entries"].append(await sync.store.ingest(obj, via="local"))
+        except HiveError as exc:
+            results["entries"].append(exc.code)
+    for blob in request.get("blobs") or []:
+        try:
+            results["blobs"].append(await sync.store.ingest_blob(blob))
+        except HiveError as exc:
+            results["blobs"].append(exc.code)
+    added = [obj for obj, result in zip(request.get("entries") or [], results["entries"], strict=False)
+             if result == "added"]
+    if added:
+        await sync._forward_entries(added)
+    return results
+
+
+OPS = {"lesson_sync_status": op_lesson_sync_status, "lesson_sync_ingest": op_lesson_sync_ingest}
