@@ -164,7 +164,7 @@ def cmd_pending(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    result = _call("lesson_show", id=args.id)
+    result = _call("lesson_show", lesson=args.id)
     if args.json:
         _print_json(result)
     else:
@@ -190,7 +190,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_review(args: argparse.Namespace) -> int:
-    view = _call("lesson_show", id=args.id)["lesson"]
+    view = _call("lesson_show", lesson=args.id)["lesson"]
     if not args.json:
         _print_lesson(view)
         print()
@@ -200,14 +200,14 @@ def cmd_review(args: argparse.Namespace) -> int:
     if typed in ("approve", "reject"):
         from .review import question
 
-        request = {"id": view["id"], "verdict": typed, "desktop": desktop_env(os.environ),
+        request = {"lesson": view["id"], "verdict": typed, "desktop": desktop_env(os.environ),
                    "confirmed_on_terminal": question(typed, view["id"])}
         if args.note:
             request["note"] = args.note
         result: dict[str, Any] | None = _call("lesson_review", **request)
     elif typed is None:
         # No terminal: the person decides in a pop-up (Approve approves; Deny leaves it pending).
-        result = _verdict_call("approve", {"id": view["id"], "note": args.note or ""})
+        result = _verdict_call("approve", {"lesson": view["id"], "note": args.note or ""})
     else:
         result = None
     return _report(args, result)
@@ -225,7 +225,7 @@ def _report(args: argparse.Namespace, result: dict[str, Any] | None) -> int:
 
 
 def cmd_verdict(args: argparse.Namespace) -> int:
-    request: dict[str, Any] = {"id": args.id, "note": args.note or ""}
+    request: dict[str, Any] = {"lesson": args.id, "note": args.note or ""}
     verdict = args.lessons_command
     if verdict == "edit":
         request["text"] = " ".join(args.text)
@@ -235,7 +235,7 @@ def cmd_verdict(args: argparse.Namespace) -> int:
 
 
 def cmd_retract(args: argparse.Namespace) -> int:
-    result = _call("lesson_retract", id=args.id, reason=args.reason or "", cwd=os.getcwd())
+    result = _call("lesson_retract", lesson=args.id, reason=args.reason or "", cwd=os.getcwd())
     if args.json:
         _print_json(result)
     else:
@@ -244,7 +244,7 @@ def cmd_retract(args: argparse.Namespace) -> int:
 
 
 def cmd_promote(args: argparse.Namespace) -> int:
-    result = _call("lesson_promote", id=args.id, force=args.force, cwd=os.path.abspath(args.dir or os.getcwd()))
+    result = _call("lesson_promote", lesson=args.id, force=args.force, cwd=os.path.abspath(args.dir or os.getcwd()))
     if args.json:
         _print_json(result)
         return 0

@@ -179,6 +179,15 @@ async def confirm(sidecar: Sidecar, conn: Connection, request: Mapping[str, Any]
     raise Refused(f"not recorded: the person did not confirm “{ask}” ({answer.value})")
 
 
+async def desktop_available(desktop: Mapping[str, Any] | None) -> bool:
+    """Whether a review pop-up could be shown now (the 2 s preflight; at once when there is no bus)."""
+    try:
+        await backend_for(find_desktop(dict(desktop or {}))).available()
+    except NoDesktop:
+        return False
+    return True
+
+
 async def ask_reviewer(sidecar: Sidecar, view: Mapping[str, Any], desktop: Mapping[str, Any] | None) -> Answer | None:
     """Show a fresh proposal to this machine's person, who is its reviewer: Approve or Deny. None: no desktop."""
     shown = prompt(view, "approve", timeout=POPUP_TIME)

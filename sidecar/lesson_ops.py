@@ -1,0 +1,480 @@
+"""The lessons' local protocol ops: what ``hive lessons``, the MCP tools and the hooks ask the sidecar.
+
+Ops (each a request ``{"op": ..., ...}``; ``session`` is the asking session, absent for the person's
+own terminal; ``lesson`` is a lesson id or its first 6+ characters (``id`` is the request's own);
+``cwd`` locates the repository when there is no session):
+
+``lesson_propose``  {kind, text, applicability?, scope?, evidence, tags?, quote?, supersedes?, desktop?}
+                    files a proposal, chooses its reviewer (:mod:`hive.sidecar.review`) and, when that is
+                    this machine's person, puts the review pop-up up (it never waits for it).
+``lesson_list``     {state?, limit?}     ``lesson_show`` {lesson}     ``lesson_pending`` {}
+``lesson_search``   {q, files?, limit?}  ranked verified lessons, framed and defanged (:mod:`recall`)
+``lesson_context``  {task, files?}       the same for a task, at most 5, with the session's own files
+``lesson_cite``     {lesson, worked?}        an agent used a lesson (counts toward its outcome rate)
+``lesson_review``   {lesson, verdict, text?, scope?, note?, desktop?, confirmed_on_terminal?}
+                    records a verdict only once the person confirmed it (pop-up, or typed at the
+                    command's own terminal); an agent's connection has neither and is refused.
+``lesson_retract``  {lesson, reason?}    ``lesson_promote`` {lesson, force?, cwd}
+``lesson_import``   {path?}              Beacon lessons as proposals (:mod:`lesson_import`)
+
+Skills this machine promoted are remembered (``kv``: ``lesson.skill.<root>.<lesson>``) and follow
+their lesson: each op first re-renders the skill of a lesson a verified successor superseded and
+removes the skill of a retracted one (:func:`follow_skills`), whether the change was made here or
+arrived from a teammate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import lesson_import, lesson_store, promote, recall, review
+from .defang import defang, one_line
+from .dialog import Answer
+from .errors import BadRequest, LessonBadScope, LessonState, NotFound, Refused
+from .hooks import git_facts
+from .lesson_store import LessonView
+
+if TYPE_CHECKING:
+    from .server import Connection, Sidecar
+    from .sessions import Session
+
+log = logging.getLogger("hive.sidecar.lessons")
+
+SEARCH_LIMIT = 20
+CONTEXT_LIMIT = 5
+SKILL_KEY = "lesson.skill."
+REVIEWER_KEY = "lesson.reviewer."
+
+
+@dataclass
+class Desk:
+    """Per-sidecar state: proposals whose pop-up is up (not asked twice at once)."""
+
+    asking: set[str] = field(default_factory=set)
+
+
+def desk(sidecar: Sidecar) -> Desk:
+    found = sidecar.__dict__.get("lesson_desk")
+    if found is None:
+        found = sidecar.__dict__["lesson_desk"] = Desk()
+    return found
+
+
+# ---- who and where ----------------------------------------------------------------------------
+
+def _session(sidecar: Sidecar, request: dict[str, Any]) -> Session | None:
+    ref = request.get("session")
+    if ref in (None, "", "terminal", sidecar.terminal):
+        return None
+    return sidecar._session_ref(ref)
+
+
+def _cwd(sidecar: Sidecar, request: dict[str, Any], session: Session | None) -> str:
+    if session is not None and session.cwd:
+        return session.cwd
+    cwd = request.get("cwd")
+    return cwd if isinstance(cwd, str) and os.path.isabs(cwd) else ""
+
+
+def project_here(cwd: str) -> tuple[str, str]:
+    """``(project id, repository root)`` for a folder ("" for either when unknown)."""
+    from .projects import project_id
+
+    facts = git_facts(cwd) if cwd else {}
+    root = facts.get("repo_root", "")
+    origin = facts.get("repo", "")
+    if origin:
+        return project_id(origin), root
+    return (project_id(root), root) if root else ("", "")
+
+
+def origins(sidecar: Sidecar) -> dict[str, str]:
+    """Machine key id -> person@machine, for showing where a lesson came from."""
+    from .team import team_of
+
+    team = team_of(sidecar)
+    found = {m.key: f"{m.person}@{m.machine}" for m in team.members()}
+    try:
+        found.setdefault(team.my_key(), f"{sidecar.settings.person}@{sidecar.settings.machine}")
+    except Exception:  # no readable machine key yet: nothing of this machine's is stored either
+        pass
+    return found
+
+
+def _view_dict(view: LessonView, origin: dict[str, str], *, agent: bool = False) -> dict[str, Any]:
+    """A lesson for a client; for an agent every peer-written string is defanged."""
+    out = view.to_dict()
+    out["author"] = view.author_session
+    out["origin"] = origin.get(view.author_machine, view.author_person)
+    if agent:
+        for key in ("text", "original_text", "applicability", "retract_reason", "author", "origin"):
+            out[key] = defang(str(out[key] or ""))
+        out["tags"] = [one_line(t, 40) for t in view.tags]
+        out["evidence"] = [{k: one_line(v, 400) for k, v in e.items()} for e in view.evidence]
+        if view.quote:
+            out["quote"] = {k: defang(str(v)) if isinstance(v, str) else v for k, v in view.quote.items()}
+    return out
+
+
+# ---- propose ----------------------------------------------------------------------------------
+
+async def op_lesson_propose(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    session = _session(sidecar, request)
+    author = sidecar.sessions.address(session) if session is not None else sidecar.terminal
+    fields = {k: request[k] for k in ("kind", "text", "applicability", "scope", "project", "evidence", "tags",
+                                      "quote", "supersedes") if k in request and request[k] is not None}
+    fields.setdefault("scope", "project")
+    project, root = project_here(_cwd(sidecar, request, session))
+    if fields["scope"] == "project" and not fields.get("project"):
+        if not project:
+            raise LessonBadScope("a project lesson is proposed from inside its repository (no git repository here); "
+                                 "or choose scope team or personal")
+        fields["project"] = project
+    store = lesson_store.of(sidecar)
+    ctx = await lesson_store.context_of(sidecar)
+    body = lesson_store.new_lesson_here(ctx, fields, session=author)
+    view = await (store.supersede(body.supersedes, body) if body.supersedes else store.propose(body))
+    choice = await review.choose_reviewer(sidecar, scope=view.scope, author_person=view.author_person,
+                                          files=review.file_refs(view.evidence), repo_root=root)
+    await sidecar.store.set_kv(REVIEWER_KEY + view.id, json.dumps({"person": choice.person, "why": choice.why}))
+    note = f"proposed; {choice.person} reviews it ({_why(choice.why)})."
+    if view.state == "verified":
+        note = "already verified."
+    elif choice.person == sidecar.settings.person:
+        desktop = request.get("desktop") if isinstance(request.get("desktop"), dict) else None
+        if view.id in desk(sidecar).asking:
+            note += " Its pop-up is already up."
+        elif await review.desktop_available(desktop):
+            desk(sidecar).asking.add(view.id)
+            sidecar.tasks.start_soon(_ask_here, sidecar, view, desktop)
+            note += " A pop-up asks them now; unanswered, it waits in `hive lessons pending`."
+        else:
+            note += " There is no desktop to ask on: it waits in `hive lessons pending`."
+    else:
+        note += (" It waits in their `hive lessons pending` once it reaches their machine. Until then no agent "
+                 "sees it.")
+    return {"id": view.id, "state": view.state, "reviewer": choice.person, "reviewer_why": choice.why,
+            "scope": view.scope, "project": view.project, "note": note}
+
+
+def _why(why: str) -> str:
+    return {"personal": "a personal lesson is its own person's", "codeowners": "CODEOWNERS of its evidence files",
+            "touches": "whose sessions touched its evidence files most in 30 days",
+            "proposer": "no owner of its evidence files is known"}.get(why, why)
+
+
+async def _ask_here(sidecar: Sidecar, view: LessonView, desktop: dict[str, Any] | None) -> None:
+    """The review pop-up for this machine's person; a click is their verdict, silence changes nothing."""
+    try:
+        origin = origins(sidecar)
+        answer = await review.ask_reviewer(sidecar, _view_dict(view, origin), desktop)
+        if answer in (Answer.APPROVED, Answer.DENIED):
+            verdict = "approve" if answer is Answer.APPROVED else "reject"
+            after = await lesson_store.of(sidecar).review(view.id, verdict, note="answered in a desktop pop-up")
+            await follow_skills(sidecar)
+            log.info("lesson %s %s in a pop-up: %s", view.id[:12], verdict, after.state)
+    except LessonState:
+        pass  # decided meanwhile (at a terminal, or by a teammate)
+    except Exception:
+        log.exception("the review pop-up for lesson %s failed", view.id[:12])
+    finally:
+        desk(sidecar).asking.discard(view.id)
+
+
+# ---- reading ----------------------------------------------------------------------------------
+
+async def _suggested(sidecar: Sidecar, lesson_id: str) -> str:
+    raw = await sidecar.store.get_kv(REVIEWER_KEY + lesson_id)
+    if not raw:
+        return ""
+    try:
+        return str(json.loads(raw).get("person") or "")
+    except ValueError:
+        return ""
+
+
+def _limit(request: dict[str, Any], default: int, high: int) -> int:
+    value = request.get("limit", default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequest(f"limit is a whole number, at most {high}")
+    return min(max(value, 1), high)
+
+
+async def op_lesson_list(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    await follow_skills(sidecar)
+    state = request.get("state")
+    states = [state] if isinstance(state, str) and state else None
+    views = await lesson_store.of(sidecar).list(states=states, limit=_limit(request, 100, 1000))
+    origin = origins(sidecar)
+    rows = []
+    for v in views:
+        row = _view_dict(v, origin)
+        row["suggested_reviewer"] = await _suggested(sidecar, v.id) if v.state in ("proposed", "held") else ""
+        rows.append(row)
+    return {"lessons": rows}
+
+
+async def op_lesson_show(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    view = await _find(sidecar, request)
+    row = _view_dict(view, origins(sidecar), agent=_session(sidecar, request) is not None)
+    row["suggested_reviewer"] = await _suggested(sidecar, view.id)
+    return {"lesson": row}
+
+
+async def op_lesson_pending(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """Proposals this person may decide: every pending one, the person's own first."""
+    await follow_skills(sidecar)
+    origin = origins(sidecar)
+    me = sidecar.settings.person
+    rows = []
+    for v in await lesson_store.of(sidecar).pending():
+        if v.scope == "personal" and v.author_person != me:
+            continue
+        row = _view_dict(v, origin)
+        row["suggested_reviewer"] = await _suggested(sidecar, v.id)
+        rows.append(row)
+    rows.sort(key=lambda r: (r["suggested_reviewer"] not in ("", me), r["received_at"]))
+    return {"person": me, "lessons": rows}
+
+
+async def _find(sidecar: Sidecar, request: dict[str, Any]) -> LessonView:
+    ref = request.get("lesson")  # not "id": that names the request itself
+    if not isinstance(ref, str) or not ref:
+        raise BadRequest("name a lesson by its id (at least its first 6 characters)")
+    return await lesson_store.of(sidecar).find(ref.strip().lower())
+
+
+# ---- recall -----------------------------------------------------------------------------------
+
+def _files(request: dict[str, Any], name: str = "files") -> tuple[str, ...]:
+    value = request.get(name) or []
+    if not isinstance(value, list) or not all(isinstance(f, str) for f in value):
+        raise BadRequest(f"{name} is a list of paths")
+    return tuple(f for f in value[:64] if f.strip())
+
+
+async def _recall(sidecar: Sidecar, request: dict[str, Any], text: str, limit: int,
+                  with_session_files: bool) -> dict[str, Any]:
+    from .observe import recent_files
+
+    session = _session(sidecar, request)
+    files = _files(request)
+    if with_session_files and session is not None:
+        files = files + tuple(recent_files(session.key))
+    project, _ = project_here(_cwd(sidecar, request, session))
+    now_ms = int(time.time() * 1000)
+    ranked = await recall.search(sidecar.store, text=text, files=files, project=project, origins=origins(sidecar),
+                                 limit=limit, now_ms=now_ms)
+    return {"lessons": [r.to_dict(now_ms) for r in ranked], "text": recall.frames(ranked, now_ms),
+            "project": project}
+
+
+async def op_lesson_search(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    q = request.get("q") or ""
+    if not isinstance(q, str):
+        raise BadRequest("q is the text to search for")
+    return await _recall(sidecar, request, q, _limit(request, SEARCH_LIMIT, 100), with_session_files=False)
+
+
+async def op_lesson_context(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    task = request.get("task") or ""
+    if not isinstance(task, str):
+        raise BadRequest("task is the task in plain words")
+    return await _recall(sidecar, request, task, CONTEXT_LIMIT, with_session_files=True)
+
+
+async def op_lesson_cite(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    worked = request.get("worked")
+    if worked is not None and not isinstance(worked, bool):
+        raise BadRequest("worked is true, false, or left out while unknown")
+    view = await _find(sidecar, request)
+    if view.state != "verified":
+        raise LessonState(f"lesson {view.id[:12]} is {view.state}; only verified lessons are cited")
+    after = await lesson_store.of(sidecar).cite(view.id, success=worked)
+    return {"id": after.id, "citations": after.citations, "successes": after.successes,
+            "outcome_rate": round(after.outcome_rate, 4), "note": "Thanks: recorded."}
+
+
+# ---- verdicts and retraction ------------------------------------------------------------------
+
+async def op_lesson_review(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    verdict = request.get("verdict")
+    if verdict not in ("approve", "reject", "edit"):
+        raise BadRequest("verdict is approve, reject or edit")
+    view = await _find(sidecar, request)
+    if view.state not in ("proposed", "held"):
+        raise LessonState(f"lesson {view.id[:12]} is {view.state}; only a proposed or held lesson is reviewed")
+    text = request.get("text") if verdict == "edit" else None
+    if verdict == "edit" and (not isinstance(text, str) or not text.strip()):
+        raise BadRequest("an edit needs the replacement text")
+    scope = request.get("scope") or None
+    if scope is not None and scope not in ("personal", "project", "team"):
+        raise BadRequest("scope is personal, project or team")
+    note = request.get("note") or ""
+    if not isinstance(note, str):
+        raise BadRequest("note is text")
+    how = await review.confirm(sidecar, conn, request, _view_dict(view, origins(sidecar)), verdict, text=text,
+                               scope=scope)
+    where = "in a desktop pop-up" if how == "desktop" else "at a terminal"
+    note = (note + " " if note else "") + f"(confirmed {where})"
+    after = await lesson_store.of(sidecar).review(view.id, verdict, scope=scope, text=text, note=note[:600])
+    await follow_skills(sidecar)
+    word = {"approve": "approved", "reject": "rejected", "edit": "approved with your text"}[verdict]
+    return {"id": after.id, "state": after.state, "reviewer": after.reviewer, "confirmed": how,
+            "note": f"lesson {after.id[:12]} {word}; it is {after.state}."}
+
+
+async def op_lesson_retract(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    view = await _find(sidecar, request)
+    reason = request.get("reason") or ""
+    if not isinstance(reason, str):
+        raise BadRequest("reason is text")
+    after = await lesson_store.of(sidecar).retract(view.id, reason[:600])
+    removed = await follow_skills(sidecar)
+    note = (f"lesson {after.id[:12]} retracted: its text is deleted here and on each teammate's machine as the "
+            "retraction reaches it; a copy someone saved outside hive is not.")
+    if removed:
+        note += f" Removed {len(removed)} skill folder(s)."
+    return {"id": after.id, "state": after.state, "removed": removed, "note": note}
+
+
+# ---- skills -----------------------------------------------------------------------------------
+
+def _skill_key(root: Path, lesson_id: str) -> str:
+    return f"{SKILL_KEY}{hashlib.sha256(str(root).encode()).hexdigest()[:16]}.{lesson_id}"
+
+
+def _source(view: LessonView, origin: dict[str, str]) -> promote.SkillSource:
+    return promote.SkillSource(
+        id=view.id, kind=view.kind, text=view.text, applicability=view.applicability, scope=view.effective_scope,
+        reviewer=view.reviewer, author=view.author_session or view.author_person, tags=view.tags,
+        project=view.effective_project, quote=str((view.quote or {}).get("words", "")),
+        evidence=tuple(f"{e.get('kind')}: {e.get('ref')}" for e in view.evidence), supersedes=view.supersedes)
+
+
+async def op_lesson_promote(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    await follow_skills(sidecar)
+    view = await _find(sidecar, request)
+    if view.state != "verified":
+        raise LessonState(f"lesson {view.id[:12]} is {view.state}; only a verified lesson becomes a skill")
+    cwd = request.get("cwd")
+    if not isinstance(cwd, str) or not os.path.isabs(cwd):
+        raise BadRequest("promote needs 'cwd': a folder of the project")
+    project, root = project_here(cwd)
+    if not root:
+        raise NotFound(f"no git repository at or above {cwd}: a skill is written into a project")
+    if view.effective_scope == "project" and view.effective_project != project:
+        raise Refused("that lesson belongs to another project; promote it from inside that project's repository")
+    folder = await _skill_record(sidecar, Path(root), view.id)
+    written = promote.write_skill(Path(root), _source(view, origins(sidecar)), folder=folder,
+                                  force=bool(request.get("force")))
+    await _remember_skill(sidecar, Path(root), view.id, written.skill)
+    return written.to_dict()
+
+
+async def _skill_record(sidecar: Sidecar, root: Path, lesson_id: str) -> str | None:
+    raw = await sidecar.store.get_kv(_skill_key(root, lesson_id))
+    return json.loads(raw)["folder"] if raw else None
+
+
+async def _remember_skill(sidecar: Sidecar, root: Path, lesson_id: str, folder: str) -> None:
+    await sidecar.store.set_kv(_skill_key(root, lesson_id),
+                               json.dumps({"root": str(root), "folder": folder, "lesson": lesson_id}))
+
+
+async def follow_skills(sidecar: Sidecar) -> list[str]:
+    """Bring every skill this machine promoted in line with its lesson; returns the folders removed."""
+    rows = await sidecar.store.fetchall("SELECT key, value FROM kv WHERE key >= ? AND key < ?",
+                                        (SKILL_KEY, SKILL_KEY[:-1] + "/"))
+    if not rows:
+        return []
+    store = lesson_store.of(sidecar)
+    removed: list[str] = []
+    origin: dict[str, str] | None = None
+    for row in rows:
+        record = json.loads(row[1])
+        root, folder, lesson_id = Path(record["root"]), record["folder"], record["lesson"]
+        view = await store.get(lesson_id)
+        if view is None or view.state == "retracted":
+            promote.remove_skill(root, folder, (lesson_id,))
+            await sidecar.store.write([("DELETE FROM kv WHERE key = ?", (row[0],))])
+            removed.append(str(root / promote.SKILLS_DIR / folder))
+            continue
+        if view.state != "superseded" or not view.superseded_by:
+            continue
+        successor = await store.get(view.superseded_by)
+        if successor is None or successor.state != "verified":
+            continue
+        origin = origin if origin is not None else origins(sidecar)
+        try:
+            promote.write_skill(root, _source(successor, origin), folder=folder, replaces=lesson_id)
+        except Exception as exc:  # a hand-edited file, or a folder gone: say so in the log, keep the record
+            log.warning("could not re-render %s for lesson %s: %s", folder, successor.id[:12], exc)
+            continue
+        await sidecar.store.write([("DELETE FROM kv WHERE key = ?", (row[0],))])
+        await _remember_skill(sidecar, root, successor.id, folder)
+    return removed
+
+
+# ---- import -----------------------------------------------------------------------------------
+
+async def op_lesson_import(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    path = request.get("path")
+    if path is not None and (not isinstance(path, str) or not os.path.isabs(path)):
+        raise BadRequest("path is the absolute path of a Beacon memory.db")
+    report = lesson_import.read(path)
+    store = lesson_store.of(sidecar)
+    ctx = await lesson_store.context_of(sidecar)
+    project_cache: dict[str, str] = {}
+    proposed, skipped = [], list(report.skipped)
+    for item in report.found:
+        project = ""
+        if item.remote_url:
+            from .projects import project_id
+
+            project = project_cache.setdefault(item.remote_url, project_id(item.remote_url))
+        fields: dict[str, Any] = {
+            "kind": item.kind, "text": item.text, "applicability": item.applicability,
+            "scope": "project" if project else "personal", "project": project,
+            "evidence": [{"kind": e["kind"], "ref": e["ref"]} for e in item.evidence],
+            "tags": [t for t in (lesson_import_tag(t) for t in item.tags) if t],
+        }
+        try:
+            body = lesson_store.new_lesson_here(ctx, fields, session=f"{sidecar.terminal} (beacon import)")
+            view = await store.propose(body)
+        except Exception as exc:
+            code = getattr(exc, "code", "internal")
+            skipped.append({"id": item.beacon_id, "reason": f"{code}: {getattr(exc, 'message', exc)}"})
+            continue
+        await sidecar.store.set_kv(REVIEWER_KEY + view.id, json.dumps({"person": sidecar.settings.person,
+                                                                       "why": "proposer"}))
+        proposed.append({"id": view.id, "beacon_id": item.beacon_id, "state": view.state, "scope": view.scope})
+    return {"path": str(path or lesson_import.default_path()), "proposed": proposed, "skipped": skipped}
+
+
+def lesson_import_tag(tag: str) -> str:
+    from .config import slug
+
+    return slug(tag, 40)
+
+
+OPS = {
+    "lesson_propose": op_lesson_propose,
+    "lesson_list": op_lesson_list,
+    "lesson_show": op_lesson_show,
+    "lesson_pending": op_lesson_pending,
+    "lesson_search": op_lesson_search,
+    "lesson_context": op_lesson_context,
+    "lesson_cite": op_lesson_cite,
+    "lesson_review": op_lesson_review,
+    "lesson_retract": op_lesson_retract,
+    "lesson_promote": op_lesson_promote,
+    "lesson_import": op_lesson_import,
+}
