@@ -12,7 +12,7 @@ from typing import Any
 from hive.sidecar.projects import project_id
 
 from ..conftest import Hive
-from .test_mesh import _keys_in_files, form_team, ok, wait_for  # noqa: F401  (the autouse fixture)
+from .test_mesh import MESH, _keys_in_files, form_team, ok, wait_for  # noqa: F401  (the autouse fixture)
 
 REPO = "git@github.com:acme/api.git"
 PROJECT = project_id(REPO)
@@ -33,13 +33,6 @@ def holds(hive: Hive, lesson_id: str) -> dict[str, Any] | None:
 
 def status(hive: Hive) -> dict[str, Any]:
     return ok(hive, "lesson_sync_status")
-
-
-def settled(machines: list[Hive]) -> bool:
-    """Every machine has sent and received all it will: their logs and counts stop changing."""
-    first = [status(m)["heads"] for m in machines]
-    second = [status(m)["heads"] for m in machines]
-    return first == second
 
 
 def test_a_project_lesson_reaches_project_members_and_never_a_non_member(make_hive: Any) -> None:
@@ -65,3 +58,70 @@ def test_a_project_lesson_reaches_project_members_and_never_a_non_member(make_hi
     assert holds(bob, lesson) is None and holds(dave, lesson) is None
     heads = {tuple(h[:2]) for h in status(dave)["heads"]}
     assert (lesson_author := seen["author_machine"]) and (lesson_author, f"project:{PROJECT}") not in heads
+
+
+def retract(hive: Hive, lesson_id: str, reason: str) -> dict[str, Any]:
+    # the lesson goes both as "id" and "lesson": lesson_ops reads one of them
+    reply = hive.request({"id": lesson_id, "lesson": lesson_id, "op": "lesson_retract", "reason": reason}, timeout=30)
+    assert reply["ok"], reply
+    return reply["result"]
+
+
+def team_with_two_machines_of_alice(make_hive: Any) -> tuple[Hive, Hive, Hive]:
+    """alice on two machines (an own-machine invite) and bob, all linked."""
+    machines = form_team(make_hive, ["alice", "bob"])
+    alice, bob = machines
+    desk = make_hive(MESH, person="alice")
+    desk.start()
+    machines.append(desk)
+    desk.cli("join", ok(alice, "team_invite", own_machine=True)["link"], check=True)
+    for m in machines:
+        wait_for(lambda m=m: len(ok(m, "mesh")["links"]) == 2, what="three machines linked")
+    return alice, desk, bob
+
+
+def test_a_personal_lesson_reaches_its_persons_other_machine_and_no_one_else(make_hive: Any) -> None:
+    alice, desk, bob = team_with_two_machines_of_alice(make_hive)
+    personal = propose(alice, "personal", "I keep my scratch branches under wip/; never push them.")
+    seen = wait_for(lambda: holds(desk, personal), what="the personal lesson on alice's other machine")
+    assert seen["has_body"] and seen["scope"] == "personal"
+    sentinel = propose(alice, "team", "The staging database is reset every night at 02:00 UTC.")
+    wait_for(lambda: holds(bob, sentinel), what="a later team lesson on bob's machine")
+    assert holds(bob, personal) is None
+    assert all(not h[1] == "personal" for h in status(bob)["heads"])
+
+
+def test_a_retraction_deletes_the_body_on_every_machine_and_a_late_copy_is_refused(make_hive: Any) -> None:
+    alice, bob, carol = form_team(make_hive, ["alice", "bob", "carol"])
+    text = "Never run migrations from a laptop: use the deploy job."
+    applicability = "when running the api tests"
+    lesson = propose(alice, "team", text)
+    for m in (bob, carol):
+        wait_for(lambda m=m: (holds(m, lesson) or {}).get("has_body"), what="the body everywhere")
+    body = {"lesson": lesson, "role": "body", "text": text, "applicability": applicability, "quote": None}
+    assert ok(carol, "lesson_sync_ingest", blobs=[body])["blobs"] == ["duplicate"]  # the very bytes it holds
+
+    carol.stop()  # offline while the lesson is retracted: it learns at its next link
+    assert retract(alice, lesson, "it was wrong")["state"] == "retracted"
+    gone = wait_for(lambda: (holds(bob, lesson) or {}).get("state") == "retracted" and holds(bob, lesson),
+                    what="the retraction on bob's machine")
+    assert not gone["has_body"] and gone["blobs"] == [] and gone["text"] == ""
+    assert not holds(alice, lesson)["has_body"]
+
+    carol.start()
+    wait_for(lambda: (holds(carol, lesson) or {}).get("state") == "retracted", what="the retraction after restart")
+    assert not holds(carol, lesson)["has_body"] and holds(carol, lesson)["blobs"] == []
+    # a copy of the body arriving late (from an export, or a machine that missed the retraction) is refused
+    for m in (alice, bob, carol):
+        assert ok(m, "lesson_sync_ingest", blobs=[body])["blobs"] == ["lesson_retracted"]
+        assert not holds(m, lesson)["has_body"]
+
+
+def test_a_machine_that_was_offline_catches_up_on_every_log_in_order(make_hive: Any) -> None:
+    alice, bob = form_team(make_hive, ["alice", "bob"])
+    bob.stop()
+    ids = [propose(alice, "team", f"Lesson number {n}: keep fixtures small.") for n in range(30)]
+    bob.start()
+    wait_for(lambda: all((holds(bob, i) or {}).get("has_body") for i in ids), what="all 30 lessons on bob")
+    heads = {(h[0], h[1]): h[2] for h in status(bob)["heads"]}
+    assert heads[(holds(alice, ids[0])["author_machine"], "team")] == 30
