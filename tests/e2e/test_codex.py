@@ -2,7 +2,8 @@
 
 Tier shown here: turn (PostToolUse ``additionalContext``, which Codex sends as a developer
 message after the tool output). The descriptor's push tier goes through the TUI's app-server,
-which ``codex exec`` does not offer. The person's own config.toml comes first: the scripted
+which ``codex exec`` does not use: its first push fails and drops the session to the turn tier
+(the TUI's push is in ``test_push_tui.py``). The person's own config.toml comes first: the scripted
 provider, an unknown model slug (a known one hides MCP tools behind ``tool_search``), no update
 check, no analytics, no plugin marketplace (../shared/notes/harnesses.md §2).
 ``--dangerously-bypass-hook-trust`` stands in for the person trusting hive's hooks in ``/hooks``.
@@ -79,8 +80,11 @@ def team(model: ModelServer, keys_in_files: None) -> Iterator[Team]:
 def test_codex_calls_hive_tools_and_sees_a_teammates_message_at_the_next_tool_result(
         model: ModelServer, team: Team) -> None:
     measured = round_trip(runner(), team, model)
-    # The descriptor's tier; a headless run has no idle time, so its mail comes at the next tool result.
-    assert measured["tier"] == "turn", f"{contract(HARNESS)}: the session registered as {measured}"
+    # The descriptor's tier. `codex exec` runs its thread in-process, not on the TUI's app-server, so
+    # the first push fails: the mail waits for the next tool result, and the session is told as turn.
+    assert measured["tier"] == "push", f"{contract(HARNESS)}: the session registered as {measured}"
+    listed = [s for s in team.machine.ok("who", all=True)["sessions"] if s["agent"] == HARNESS and s["machine"] == "m1"]
+    assert [s["tier"] for s in listed] == ["turn"], f"{contract(HARNESS)}: after a failed push it is listed as {listed}"
 
 
 def test_codex_mail_shown_to_a_harness_killed_before_its_next_model_call_comes_back(

@@ -11,12 +11,17 @@ that carries the tool result; and the person's own next prompt still works.
 - opencode: hive's plugin hands the mail to ``client.session.promptAsync``; the TUI makes its
   session at the first prompt, so the person says hello first.
 - pi: hive's extension calls ``pi.sendUserMessage`` (a new turn when idle, a steer when busy).
-- Codex: not tested; the descriptor names the app-server push, which the sidecar lacks (see the issue note).
+- Codex: the sidecar itself drives the TUI's app-server over its control socket (``turn/start``
+  when idle, ``turn/steer`` mid-turn); the person trusts hive's hooks in the TUI's start-up review.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -30,6 +35,8 @@ from tests.installer.conftest import require_cli
 from .conftest import HarnessMachine, Team, contract, harness_team, wait_for
 from .model_server import Call, ModelServer, Request, Script, call, say
 from .scenarios import after_last_call
+from .test_codex import CONFIG as CODEX_CONFIG
+from .test_codex import PORT_PLACEHOLDER as CODEX_URL
 from .test_opencode import CONFIG as OPENCODE_CONFIG
 from .test_opencode import URL_PLACEHOLDER
 from .test_pi import MODELS as PI_MODELS
@@ -198,4 +205,51 @@ def test_pi_tui_push_wakes_an_idle_session_lands_mid_turn_and_leaves_the_prompt_
         tui.stop()
 
 
-# ---- Codex: the descriptor promises push through the TUI's app-server --------------------------------
+# ---- Codex: the sidecar pushes through the TUI's own app-server ------------------------------------
+
+
+@pytest.fixture
+def codex_team(model: ModelServer, keys_in_files: None) -> Iterator[Team]:
+    def configure(machine: HarnessMachine) -> None:
+        # The person's config (test_codex.CONFIG), with the scripted model's port, in a project they trust.
+        machine.write(".codex/config.toml", CODEX_CONFIG.replace(CODEX_URL, model.url)
+                      + f'\n[projects."{machine.project}"]\ntrust_level = "trusted"\n')
+
+    with harness_team("codex", before_setup=configure) as team:
+        try:
+            yield team
+        finally:
+            stop_codex_daemon(team.machine)
+
+
+def stop_codex_daemon(machine: HarnessMachine) -> None:
+    """The TUI starts Codex's app-server daemon, which outlives it: stop it with Codex's own command,
+    then its pid-update loop, which that command leaves running (by the pid Codex recorded)."""
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        subprocess.run([str(require_cli("codex")), "app-server", "daemon", "stop"], env=machine.env(),
+                       capture_output=True, timeout=60)
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        record = machine.home / ".codex" / "app-server-daemon" / "daemon-updater.pid"
+        pid = int(json.loads(record.read_text(encoding="utf-8"))["pid"])
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        if b"pid-update-loop" in argv and str(machine.home).encode() in argv[0]:
+            os.kill(pid, signal.SIGTERM)
+
+
+def test_codex_tui_push_wakes_an_idle_session_lands_mid_turn_and_leaves_the_prompt_working(
+        model: ModelServer, codex_team: Team) -> None:
+    machine = codex_team.machine
+    tui = Tui(machine.root / "tmux.sock")
+    env = machine.env(FAKE_OPENAI_KEY="sk-fake", TERM="xterm-256color")
+    tui.start([str(require_cli("codex"))], machine.project, env)
+    try:
+        # What a person does once: Codex lists hive's new hooks for review; they trust them all.
+        tui.wait_screen("Trust all and continue", timeout=90)
+        tui.tmux("send-keys", "-t", "main", "Down")
+        time.sleep(0.3)
+        tui.tmux("send-keys", "-t", "main", "Enter")
+        push_checks("codex", "codex", codex_team, model, tui,
+                    Call("exec_command", {"cmd": "sleep 6", "yield_time_ms": 30000}), waiting=False,
+                    opening="Ask Codex to do anything")  # hooks (SessionStart too) fire from the first prompt
+    finally:
+        tui.stop()
