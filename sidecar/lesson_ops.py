@@ -51,6 +51,7 @@ SEARCH_LIMIT = 20
 CONTEXT_LIMIT = 5
 SKILL_KEY = "lesson.skill."
 REVIEWER_KEY = "lesson.reviewer."
+IMPORT_KEY = "lesson.beacon."  # a Beacon record imported once stays one lesson
 
 
 @dataclass
@@ -435,6 +436,10 @@ async def op_lesson_import(sidecar: Sidecar, conn: Connection, request: dict[str
     project_cache: dict[str, str] = {}
     proposed, skipped = [], list(report.skipped)
     for item in report.found:
+        done = await sidecar.store.get_kv(IMPORT_KEY + item.beacon_id)
+        if done:
+            skipped.append({"id": item.beacon_id, "reason": f"already imported as lesson {done[:12]}"})
+            continue
         project = ""
         if item.remote_url:
             from .projects import project_id
@@ -455,6 +460,7 @@ async def op_lesson_import(sidecar: Sidecar, conn: Connection, request: dict[str
             continue
         await sidecar.store.set_kv(REVIEWER_KEY + view.id, json.dumps({"person": sidecar.settings.person,
                                                                        "why": "proposer"}))
+        await sidecar.store.set_kv(IMPORT_KEY + item.beacon_id, view.id)
         proposed.append({"id": view.id, "beacon_id": item.beacon_id, "state": view.state, "scope": view.scope})
     return {"path": str(path or lesson_import.default_path()), "proposed": proposed, "skipped": skipped}
 
