@@ -407,6 +407,7 @@ class Mesh:
         self._broadcast_base: dict[str, Any] | None = None
         self._presence_dirty: set[str] = set()
         self._sent_peers = ""
+        sidecar.sessions.elsewhere = self.names_elsewhere
         self.started = anyio.Event()
         self.frame_handlers: dict[str, FrameHandler] = {}
         self.extra_features: list[str] = []
@@ -495,7 +496,29 @@ class Mesh:
         # (The reference rebroadcast every merge that changed anything: N² frames per change.)
         if getattr(change, "reason", "") != "merge":
             self._state_dirty = True
+        if getattr(change, "reason", "") == "leave":
+            await self._tell_leaving()
         self.roster_changed()
+
+    async def _tell_leaving(self) -> None:
+        """This machine signed its departure and forgets the team as soon as this returns: every
+        linked member gets the whole state now (there is no later link-up to catch up at), and
+        a ping answered on each link says the frame got there before the links close."""
+        self._state_dirty = False
+        team = getattr(self.sc, "team", None)
+        state = getattr(team, "state", None)
+        if state is None or not self.links:
+            return
+        frame = {"t": "state", "state": state.to_wire()}
+
+        async def tell(link: Link) -> None:
+            with anyio.move_on_after(HELLO_TIMEOUT / 2), contextlib.suppress(LinkClosed, FrameError, ConnectionError):
+                await link.send(frame)
+                await link.protocol.ping()
+
+        async with anyio.create_task_group() as tg:
+            for link in list(self.links.values()):
+                tg.start_soon(tell, link)
 
     def _state_digest(self) -> str:
         """A short hash of the roster, so two machines that agree skip the state exchange."""
@@ -941,8 +964,36 @@ class Mesh:
             if other != me and member is not None and member.active:
                 self.learn(other, addresses)
         self._presence_dirty.add(peer)
+        await self._rename_clashes(peer, presence)
         self.poke()  # stored by the flusher, coalesced: one write for a burst of presence frames
         await observe.on_peer_presence(self.sc, peer)
+
+    def names_elsewhere(self) -> set[str]:
+        """Session names this person's other machines hold, live or known: an address names one session."""
+        if self.team.team_id is None:
+            return set()
+        me, person = self.team.my_key(), self.sc.settings.person
+        names: set[str] = set()
+        for peer, presence in self.presence.items():
+            member = self.team.member(peer)
+            if peer != me and member is not None and member.active and member.person == person:
+                names.update(s["name"] for s in presence["sessions"])
+                names.update(presence["known"])
+        return names
+
+    async def _rename_clashes(self, peer: str, presence: dict[str, Any]) -> None:
+        """Two machines of one person named sessions alike before either heard of the other's: the
+        machine with the larger key renames its own (unread mail follows), the other keeps its names."""
+        member = self.team.member(peer)
+        if member is None or member.person != self.sc.settings.person or peer > self.team.my_key():
+            return
+        theirs = {s["name"] for s in presence["sessions"]}
+        for session in list(self.sc.sessions.by_key.values()):
+            if session.name in theirs:
+                old = session.name
+                await self.sc.sessions.set_status(session, None, self.sc.sessions.free_name(session))
+                log.info("renamed session %s to %s: %s's machine %s has one of that name", old, session.name,
+                         member.person, member.machine)
 
     def entries(self) -> list[Entry]:
         """Teammates' sessions for the directory: person and machine from the roster, never the peer."""

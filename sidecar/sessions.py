@@ -5,12 +5,17 @@ address, so a name outlives the process that held it. A new session started in t
 by the same agent inherits a stale session's name, and with it that name's unread mail, which
 is what lets "tell the api agent X" survive a restart. A session elsewhere with the same
 default name gets ``-2`` instead (the reference system keyed inheritance on the name alone).
+
+Addresses name a person's session whichever of their machines it runs on, so a name that
+another machine of the same person holds (``elsewhere``, which the mesh fills from presence)
+is taken here too.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,6 +88,7 @@ class Sessions:
         self.store = store
         self.settings = settings
         self.by_key: dict[str, Session] = {}
+        self.elsewhere: Callable[[], set[str]] = set  # names this person's other machines hold
 
     async def load(self) -> None:
         for row in await self.store.fetchall("SELECT * FROM sessions"):
@@ -109,15 +115,20 @@ class Sessions:
 
     def _pick_name(self, key: str, base: str, place: str, agent: str, now: float) -> str:
         holders = {s.name: s for s in self.by_key.values() if s.key != key}
+        taken = self.elsewhere()
         current = holders.get(base)
-        if current is None:
+        if current is None and base not in taken:
             return base
-        if not self.is_live(current, now) and current.place() == place and current.agent == agent:
+        if (current is not None and base not in taken and not self.is_live(current, now)
+                and current.place() == place and current.agent == agent):
             return base  # the same place and agent: take over the stale name and its mail
         n = 2
         while True:
             candidate = f"{base[:60]}-{n}"
             other = holders.get(candidate)
+            if candidate in taken:
+                n += 1
+                continue
             if other is None:
                 return candidate
             if not self.is_live(other, now) and other.place() == place and other.agent == agent:
@@ -211,6 +222,8 @@ class Sessions:
             holder = self.by_name(wanted)
             if holder is not None and holder.key != session.key:
                 raise Conflict(f"{wanted!r} is already the name of another session; pick another")
+            if wanted != session.name and wanted in self.elsewhere():
+                raise Conflict(f"{wanted!r} is the name of a session on another machine of yours; pick another")
             if wanted != session.name:
                 old_address = self.address(session)
                 session.name = wanted
@@ -222,6 +235,10 @@ class Sessions:
         statements.append(self._upsert(session))
         await self.store.write(statements)
         return old_address
+
+    def free_name(self, session: Session) -> str:
+        """A name for ``session`` that no other session of this person holds, here or elsewhere."""
+        return self._pick_name(session.key, session.name, session.place(), session.agent, time.time())
 
     async def end(self, session: Session) -> None:
         session.ended_at = time.time()

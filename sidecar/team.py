@@ -201,7 +201,7 @@ class Team:
             log.info("the stored roster no longer lists this machine as active; forgetting the team")
             await self._clear("removed")
             return
-        self._apply_names()
+        await self._apply_names()
 
     def _set(self, state: TeamState | None) -> None:
         self.state = state
@@ -232,7 +232,7 @@ class Team:
         with contextlib.suppress(Exception):  # best effort: secure_delete already zeroed the pages
             await self.sc.store.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         self._set(None)
-        self._apply_names()
+        await self._apply_names()
         await self._notify(TeamChange(reason=reason, state=None))
 
     async def _notify(self, change: TeamChange) -> None:
@@ -242,8 +242,12 @@ class Team:
             except Exception:
                 log.exception("a team listener failed on %s", change.reason)
 
-    def _apply_names(self) -> None:
-        """The sidecar's person and machine: the roster's while in a team, else config.toml's."""
+    async def _apply_names(self) -> None:
+        """The sidecar's person and machine: the roster's while in a team, else config.toml's.
+
+        Unread mail addressed under the old person name (``alice/api-claude``, ``alice/terminal``)
+        moves to the new one, so what arrived before a join under config.toml's name is not stranded.
+        """
         me = self.member(self._identity.key_id) if self._identity is not None and self.roster else None
         if me is not None and me.active:
             person, machine = me.person, me.machine
@@ -253,7 +257,15 @@ class Team:
         settings = self.sc.settings
         if (settings.person, settings.machine) == (person, machine):
             return
+        old = settings.person
         settings = dataclasses.replace(settings, person=person, machine=machine)
+        if old != person:
+            await self.sc.store.write([
+                ("UPDATE messages SET recipient = ? || substr(recipient, ?) "
+                 "WHERE substr(recipient, 1, ?) = ? AND read_at IS NULL",
+                 (f"{person}/", len(old) + 2, len(old) + 1, f"{old}/")),
+                ("UPDATE messages SET sender = ? WHERE sender = ?", (f"{person}/terminal", f"{old}/terminal")),
+            ])
         self.sc.settings = settings
         for holder in ("sessions", "mailbox"):
             part = getattr(self.sc, holder, None)
@@ -351,7 +363,7 @@ class Team:
                 raise Conflict(f"this machine is already in team {self._roster().name}; `hive leave` first")
             state = roster.found(identity, team, person, machine, _addresses(addresses))
             await self._commit(state, "init")
-            self._apply_names()
+            await self._apply_names()
         return {**self.show(), "invite": self._link_reply()}
 
     async def invite(self, own_machine: bool = False, once: bool = False,
@@ -534,7 +546,7 @@ class Team:
             if self.state is not None:
                 raise Conflict(f"this machine is already in team {self._roster().name}")
             await self._commit(state, "joined")
-            self._apply_names()
+            await self._apply_names()
         reply = self.show()
         if self._roster().link is not None:
             reply["invite"] = self._link_reply()
