@@ -1,0 +1,200 @@
+"""Codex push, below the TUI: hive's app-server client against a real ``codex app-server`` on a
+unix control socket (the daemon the TUI runs on), offline against the scripted model; and the
+sidecar's side when no Codex TUI runs a session's thread.
+
+The daemon here is started by the test (``codex app-server --listen unix://``, the TUI's own
+transport) and a thread is opened on it the way the TUI opens one (``thread/start``); the push
+then goes in as it does for a person's TUI. The whole TUI, in tmux, is ``test_push_tui.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from hive.integrations.codex import app_server
+from hive.integrations.codex.app_server import Delivery, NotRunning, PushFailed
+from tests.conftest import Hive
+from tests.installer.conftest import require_cli
+
+from .conftest import contract, wait_for
+from .model_server import ModelServer, Request, Script, call, say
+from .scenarios import after_last_call
+from .test_codex import CONFIG, PORT_PLACEHOLDER
+
+HARNESS = "codex"
+
+
+class Daemon:
+    """A Codex app-server on its control socket, in a CODEX_HOME of its own."""
+
+    def __init__(self, home: Path, process: subprocess.Popen[bytes]) -> None:
+        self.home = home
+        self.process = process
+
+    @property
+    def socket(self) -> Path:
+        return self.home / app_server.SOCKET
+
+    def rpc(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """One request on a connection of its own, as a TUI or another client makes them."""
+        async def run() -> dict[str, Any]:
+            async with app_server.connect(self.socket, client="hive-test") as rpc:
+                return await rpc.call(method, params)
+        return anyio.run(run)
+
+    def new_thread(self, cwd: Path) -> str:
+        return str(self.rpc("thread/start", {"cwd": str(cwd)})["thread"]["id"])
+
+    def push(self, thread: str, text: str) -> Delivery:
+        return anyio.run(app_server.send, self.socket, thread, text)
+
+
+@pytest.fixture
+def daemon(model: ModelServer) -> Iterator[Daemon]:
+    root = Path(tempfile.mkdtemp(prefix="hive-cx-", dir="/tmp"))
+    home = root / ".codex"
+    home.mkdir()
+    (root / "project").mkdir()
+    (home / "config.toml").write_text(CONFIG.replace(PORT_PLACEHOLDER, model.url), encoding="utf-8")
+    env = {"HOME": str(root), "CODEX_HOME": str(home), "FAKE_OPENAI_KEY": "sk-fake", "PATH": "/usr/bin:/bin",
+           "NO_COLOR": "1"}
+    process = subprocess.Popen([str(require_cli(HARNESS)), "app-server", "--listen", "unix://"], env=env,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    daemon = Daemon(home, process)
+    try:
+        def answers() -> bool:
+            assert process.poll() is None, f"{contract(HARNESS)}: the app-server exited: {process.stderr.read()!r}"
+            with contextlib.suppress(PushFailed):
+                daemon.rpc("thread/loaded/list", {})
+                return True
+            return False
+
+        wait_for(answers, timeout=60, what=f"{contract(HARNESS)}: the app-server's control socket")
+        yield daemon
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=30)
+        assert process.stderr is not None
+        process.stderr.close()
+        subprocess.run(["rm", "-rf", str(root)], check=False)
+
+
+def test_a_push_into_an_idle_thread_starts_a_turn_whose_user_message_reaches_the_model(
+        model: ModelServer, daemon: Daemon) -> None:
+    who = contract(HARNESS)
+    model.script = Script({"PUSHMARK_idle": [say("IDLE-ANSWER-OK")]})
+    thread = daemon.new_thread(daemon.home.parent / "project")
+    delivery = daemon.push(thread, "PUSHMARK_idle is the api up?")
+    assert delivery.how == "start" and delivery.turn, f"{who}: {delivery}"
+    carriers = model.wait_for(lambda: model.seen("PUSHMARK_idle is the api up?"), timeout=60,
+                              what=f"{who}: the pushed turn to reach the model")
+    turns = model.requests[carriers[0]].turns
+    assert turns[-1].role == "user" and "PUSHMARK_idle" in turns[-1].text, f"{who}: {model.transcript()}"
+
+
+def test_a_push_during_a_slow_tool_steers_the_running_turn_and_arrives_after_the_tool_result(
+        model: ModelServer, daemon: Daemon) -> None:
+    who = contract(HARNESS)
+    calling = threading.Event()
+
+    def tool_goes_out(request: Request) -> None:
+        calling.set()
+
+    model.script = Script({"E2E-BUSY": [
+        call("exec_command", {"cmd": "sleep 6", "yield_time_ms": 30000}, before=tool_goes_out), say("busy done")]})
+    thread = daemon.new_thread(daemon.home.parent / "project")
+    daemon.rpc("turn/start", {"threadId": thread, "input": [{"type": "text", "text": "E2E-BUSY run the check"}]})
+    assert calling.wait(60), f"{who}: the model was never asked for the turn:\n{model.transcript()}"
+    # The tool runs for 6 s: the thread is active until its result went back to the model.
+    wait_for(lambda: daemon.rpc("thread/read", {"threadId": thread})["thread"]["status"]["type"] == "active",
+             timeout=30, what=f"{who}: the thread to be running its turn")
+    delivery = daemon.push(thread, "PUSHMARK_busy the port is 8443")
+    assert delivery.how == "steer", f"{who}: {delivery}"
+    carriers = model.wait_for(lambda: model.seen("PUSHMARK_busy the port is 8443"), timeout=60,
+                              what=f"{who}: the steered text to reach the model")
+    first = model.requests[carriers[0]]
+    assert "PUSHMARK_busy" in after_last_call(first), f"{who}: not after the tool result:\n{model.transcript()}"
+    last_call = next(t for t in reversed(first.turns) if t.role == "assistant" and t.calls)
+    assert any("exec_command" in name for name in last_call.calls), f"{who}: {model.transcript()}"
+    model.wait_for(lambda: any("busy done" in r.reply for r in model.requests), timeout=60,
+                   what=f"{who}: the same turn to end")
+
+
+def test_a_push_into_a_thread_the_app_server_does_not_run_fails_as_not_running(daemon: Daemon) -> None:
+    with pytest.raises(NotRunning) as failed:
+        daemon.push("01a23766-0000-7000-8000-000000000000", "PUSHMARK_nobody")
+    assert failed.value.code == "push_not_running"
+
+
+def test_a_push_with_no_app_server_and_no_codex_binary_fails_without_a_fallback(tmp_path: Path) -> None:
+    with pytest.raises(PushFailed) as failed:
+        anyio.run(app_server.deliver, tmp_path, "01a23766-0000-7000-8000-000000000000", "PUSHMARK_x", None)
+    assert failed.value.code == "push_failed"
+
+
+def test_codex_queue_the_fallback_refuses_a_thread_codex_has_no_rollout_for(daemon: Daemon) -> None:
+    with pytest.raises(PushFailed) as failed:
+        anyio.run(app_server.queue, require_cli(HARNESS), daemon.home, "01a23766-0000-7000-8000-000000000000",
+                  "PUSHMARK_queue")
+    assert failed.value.code == "push_failed"
+
+
+# ---- the sidecar, for a Codex session no TUI runs --------------------------------------------------
+
+
+def ok(hive: Hive, request: dict[str, Any]) -> dict[str, Any]:
+    reply = hive.request(request, timeout=30)
+    assert reply["ok"], reply
+    return reply["result"]
+
+
+def codex_hook(hive: Hive, event: str, thread: str, codex_home: Path, cwd: Path, **extra: Any) -> dict[str, Any]:
+    """A Codex hook's stdin, as the TUI's app-server sends it (../shared/notes/harnesses.md §2)."""
+    rollout = codex_home / "sessions" / "2026" / "12" / "02" / f"rollout-2026-12-02T15-36-58-{thread}.jsonl"
+    payload = {"session_id": thread, "turn_id": "01a23766-ee2e-7143-a2b2-2461f54ed655",
+               "transcript_path": str(rollout), "cwd": str(cwd), "hook_event_name": event, "model": "fake-model",
+               "permission_mode": "bypassPermissions", **extra}
+    return ok(hive, {"op": "hook", "harness": HARNESS, "event": event, "payload": payload})
+
+
+def test_a_codex_session_no_tui_runs_keeps_its_mail_for_the_next_hook_and_is_told_as_turn_from_then_on(
+        hive: Hive, tmp_path: Path) -> None:
+    thread = "01a23766-e15d-73d0-838b-bc34c8cbd019"
+    codex_home = tmp_path / ".codex"
+    codex_hook(hive, "SessionStart", thread, codex_home, tmp_path, source="startup")
+    ok(hive, {"op": "register", "session": {"key": "peer-key", "agent": "claude-code", "cwd": "/tmp/peer",
+                                            "name": "peer"}})
+    me = ok(hive, {"op": "who", "session": thread, "all": True})["me"]
+    listed = {s["address"]: s for s in ok(hive, {"op": "who", "all": True})["sessions"]}
+    assert listed[me]["tier"] == "push"
+
+    sent = ok(hive, {"op": "send", "from": "peer-key", "to": me, "body": "PUSHMARK_first"})["results"][0]
+    # Nothing runs the thread, so Codex never took it: not pushed, and the session drops to the turn tier.
+    assert sent["state"] == "queued", sent
+    listed = {s["address"]: s for s in ok(hive, {"op": "who", "all": True})["sessions"]}
+    assert listed[me]["tier"] == "turn"
+    unread = wait_for(lambda: ok(hive, {"op": "inbox", "session": thread, "peek": True})["ids"], timeout=30,
+                      what="the mail to be visible again after the failed push")
+    assert unread == [sent["id"]]
+
+    # The next tool hook shows it, as for any turn-tier session.
+    shown = codex_hook(hive, "PostToolUse", thread, codex_home, tmp_path, tool_name="exec_command",
+                       tool_input={"cmd": "true"}, tool_use_id="call_1", tool_response={"content": ""})
+    assert sent["id"] in shown["stdout"] and shown["ids"] == [sent["id"]]
+
+    # A later sender is told the truth at once: queued for the next tool call or turn end.
+    later = ok(hive, {"op": "send", "from": "peer-key", "to": me, "body": "PUSHMARK_second"})["results"][0]
+    assert later["state"] == "queued"
