@@ -40,6 +40,7 @@ from .dialog import Answer
 from .errors import BadRequest, LessonBadScope, LessonState, NotFound, Refused
 from .hooks import git_facts
 from .lesson_store import LessonView
+from .lessons import EVIDENCE_KINDS
 
 if TYPE_CHECKING:
     from .server import Connection, Sidecar
@@ -132,6 +133,8 @@ async def op_lesson_propose(sidecar: Sidecar, conn: Connection, request: dict[st
     fields = {k: request[k] for k in ("kind", "text", "applicability", "scope", "project", "evidence", "tags",
                                       "quote", "supersedes") if k in request and request[k] is not None}
     fields.setdefault("scope", "project")
+    if isinstance(fields.get("evidence"), list):
+        fields["evidence"] = [evidence_item(e) for e in fields["evidence"]]
     project, root = project_here(_cwd(sidecar, request, session))
     if fields["scope"] == "project" and not fields.get("project"):
         if not project:
@@ -163,6 +166,16 @@ async def op_lesson_propose(sidecar: Sidecar, conn: Connection, request: dict[st
                  "sees it.")
     return {"id": view.id, "state": view.state, "reviewer": choice.person, "reviewer_why": choice.why,
             "scope": view.scope, "project": view.project, "note": note}
+
+
+def evidence_item(item: Any) -> Any:
+    """``{kind, ref}`` as is; ``kind:ref`` (``file:src/a.py``, ``commit:abc``) split; a bare path is a file."""
+    if not isinstance(item, str):
+        return item
+    kind, sep, ref = item.partition(":")
+    if sep and kind in EVIDENCE_KINDS and ref.strip():
+        return {"kind": kind, "ref": ref.strip()}
+    return {"kind": "file", "ref": item.strip()}
 
 
 def _why(why: str) -> str:

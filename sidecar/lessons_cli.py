@@ -17,20 +17,6 @@ from .cli import _call, _print_json
 from .dialog import desktop_env
 from .errors import BadRequest, ConfirmOnTerminal, Refused
 
-EVIDENCE_KINDS = ("file", "commit", "command", "url", "message", "event", "approval", "trace")
-
-
-def _evidence(items: list[str]) -> list[dict[str, str]]:
-    """``kind:ref`` (``file:src/a.py``, ``commit:abc123``, ``url:https://…``); a bare ref is a file."""
-    out = []
-    for item in items:
-        kind, sep, ref = item.partition(":")
-        if sep and kind in EVIDENCE_KINDS and ref:
-            out.append({"kind": kind, "ref": ref})
-        else:
-            out.append({"kind": "file", "ref": item})
-    return out
-
 
 def _typed(question: str, word: str) -> bool:
     """Ask on the controlling terminal itself; only the verdict word, typed, confirms."""
@@ -110,7 +96,7 @@ def _proposal(args: argparse.Namespace) -> dict[str, Any]:
     if text == "-":
         text = sys.stdin.read()
     request: dict[str, Any] = {"kind": args.kind, "text": text, "applicability": args.applicability or "",
-                               "scope": args.scope, "evidence": _evidence(args.evidence or []),
+                               "scope": args.scope, "evidence": args.evidence or [],
                                "tags": args.tag or [], "desktop": desktop_env(os.environ), "cwd": os.getcwd()}
     if args.quote:
         speaker, sep, words = args.quote.partition(":")

@@ -445,6 +445,36 @@ class HiveTools:
         result = await self.call("digest", peek=True)  # only the person's own `hive digest` moves its start
         return Reply(defang(digest_text(result)), {k: v for k, v in result.items() if k != "groups"})
 
+    # ---- team memory (hive.sidecar.lesson_ops); lesson text arrives framed and defanged -----------
+
+    async def search_memory(self, identity: Identity, q: str, files: list[str] | None) -> Reply:
+        result = await self.call("lesson_search", session=identity.key, q=q, files=files or [])
+        text = result["text"] or "No verified team lesson matches; search again with two or three distinctive words."
+        return Reply(text, {"lessons": result["lessons"]})
+
+    async def get_memory_context(self, identity: Identity, task: str, files: list[str] | None) -> Reply:
+        result = await self.call("lesson_context", session=identity.key, task=task, files=files or [])
+        text = result["text"] or "No verified team lesson applies to this task and these files."
+        return Reply(text, {"lessons": result["lessons"]})
+
+    async def propose_lesson(self, identity: Identity, kind: str, text: str, evidence: list[str], applicability: str,
+                             scope: str, tags: list[str] | None, quote_speaker: str | None, quote_words: str | None,
+                             supersedes: str | None) -> Reply:
+        request: dict[str, Any] = {"session": identity.key, "kind": kind, "text": text, "evidence": evidence,
+                                   "applicability": applicability, "scope": scope, "tags": tags or [],
+                                   "desktop": desktop_env(self.environ)}
+        if quote_speaker or quote_words:
+            request["quote"] = {"speaker": quote_speaker or "", "words": quote_words or ""}
+        if supersedes:
+            request["supersedes"] = supersedes
+        result = await self.call("lesson_propose", **request)  # the same lesson again is the same id: safe to retry
+        return Reply(f"Proposed lesson {result['id'][:12]}: {result['note']} It is not team knowledge until a person "
+                     "approves it; you cannot approve it yourself.", result)
+
+    async def cite_lesson(self, identity: Identity, lesson: str, worked: bool | None) -> Reply:
+        result = await self.call("lesson_cite", session=identity.key, lesson=lesson, worked=worked)
+        return Reply(f"Cited lesson {result['id'][:12]} (cited {result['citations']} times).", result)
+
 
 def _failure(exc: HiveError, notice: tuple[str, dict[str, Any]] | None) -> CallToolResult:
     message = defang(exc.message)
@@ -457,6 +487,8 @@ def _failure(exc: HiveError, notice: tuple[str, dict[str, Any]] | None) -> CallT
 
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+MemoryFiles = Annotated[list[str] | None, Field(description="paths you are working on, relative to the "
+                                                                "repository")]
 
 
 def build_server(tools: HiveTools, paths: StatePaths | None = None) -> MCPServer[Any]:
@@ -548,6 +580,60 @@ def build_server(tools: HiveTools, paths: StatePaths | None = None) -> MCPServer
         """What hive's gate held back from your person (most unblocking first), what it checked and how
         many items it silenced. Present it in plain language when they ask what they missed."""
         return await tools.run(ctx, tools.digest)
+
+    @tool(READ_ONLY)
+    async def search_memory(
+        ctx: Context,
+        q: Annotated[str, Field(description="two or three distinctive words: an error, a tool, a component")],
+        files: MemoryFiles = None,
+    ) -> CallToolResult:
+        """Search your team's reviewed lessons (gotchas, conventions, decisions, fixes), ranked by relevance,
+        your files, how often they worked and scope. Each comes framed as <hive-lesson> with who reviewed it;
+        one marked hypothesis was verified in another project. Say which you used with cite_lesson."""
+        return await tools.run(ctx, lambda me: tools.search_memory(me, q, files))
+
+    @tool(READ_ONLY)
+    async def get_memory_context(
+        ctx: Context,
+        task: Annotated[str, Field(description="the task at hand, in a sentence")],
+        files: MemoryFiles = None,
+    ) -> CallToolResult:
+        """The few team lessons that matter for a task before you start it (at most 5), matched on the task and
+        on the files this session touched."""
+        return await tools.run(ctx, lambda me: tools.get_memory_context(me, task, files))
+
+    @tool(ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False))
+    async def propose_lesson(
+        ctx: Context,
+        kind: Annotated[str, Field(description="convention, correction, gotcha, decision, routing, preference, "
+                                               "workflow or debugging_pattern")],
+        text: Annotated[str, Field(description="the lesson in plain words, at most 1,200 characters")],
+        evidence: Annotated[list[str], Field(description="what it rests on, at least one: file:PATH, commit:SHA, "
+                                                         "command:LINE, url:URL or message:ID")],
+        applicability: Annotated[str, Field(description="when it applies")] = "",
+        scope: Annotated[str, Field(description="project (default: this repository's members), team, or "
+                                                "personal (only your person)")] = "project",
+        tags: Annotated[list[str] | None, Field(description="a few lower-case tags")] = None,
+        quote_speaker: Annotated[str | None, Field(description="for a preference or decision: the person it is "
+                                                               "about")] = None,
+        quote_words: Annotated[str | None, Field(description="their own words, quoted exactly")] = None,
+        supersedes: Annotated[str | None, Field(description="the id of the lesson this one replaces")] = None,
+    ) -> CallToolResult:
+        """Propose a lesson you learned for your team's memory, after your person agreed it is worth keeping.
+        A person reviews it (its files' owner, or your own person for a personal one); until then no agent
+        sees it. A lesson without evidence, or a preference or decision without the person's words, is refused."""
+        return await tools.run(ctx, lambda me: tools.propose_lesson(
+            me, kind, text, evidence, applicability, scope, tags, quote_speaker, quote_words, supersedes))
+
+    @tool(ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False))
+    async def cite_lesson(
+        ctx: Context,
+        id: Annotated[str, Field(description="the lesson's id from its <hive-lesson> frame")],
+        worked: Annotated[bool | None, Field(description="true if it helped, false if it was wrong; leave out "
+                                                         "while unknown")] = None,
+    ) -> CallToolResult:
+        """Say that you used a team lesson, and whether it worked: that is how lessons earn their rank."""
+        return await tools.run(ctx, lambda me: tools.cite_lesson(me, id, worked))
 
     return server
 
