@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import re
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("hive.sidecar.doing")
 
 FIRST_READ = 2 * 1024 * 1024
+RECHECK = 2.0  # seconds before a transcript that was not there is looked for again
 MAX_DOING = 120
 IN_PROGRESS = {"in_progress", "in-progress", "inprogress", "active", "doing"}
 TITLE_TYPES = {"ai-title", "summary", "title"}
@@ -332,6 +334,9 @@ class Doing:
         self.sources: dict[Path, Source] = {}
         self.facts: dict[str, list[str]] = {}  # session key -> [title, task]
         self.followed: dict[str, str] = {}  # session key -> the transcript already followed
+        # session key -> (a transcript not there yet, when it was looked for): hooks come by the
+        # thousand, so a missing one is looked for again only after RECHECK seconds.
+        self.missing: dict[str, tuple[str, float]] = {}
         self.changed = anyio.Event()
         self.running = False
 
@@ -352,6 +357,9 @@ class Doing:
         key = session.key
         if self.followed.get(key) == session.transcript:
             return
+        looked = self.missing.get(key)
+        if looked is not None and looked[0] == session.transcript and time.monotonic() - looked[1] < RECHECK:
+            return
         if key not in self.followed:
             presence = _presence_of(session.agent)
             home = harness_home()
@@ -367,6 +375,9 @@ class Doing:
             if path in self.sources or path.is_file():
                 self._add(key, path, lambda: Tail(path))
                 self.followed[key] = session.transcript
+                self.missing.pop(key, None)
+            else:
+                self.missing[key] = (session.transcript, time.monotonic())
         if self.changed.is_set() and not self.running and self.sources:
             self.running = True
             self.sidecar.tasks.start_soon(self._run)
@@ -378,6 +389,7 @@ class Doing:
                 del self.sources[path]
         self.facts.pop(key, None)
         self.followed.pop(key, None)
+        self.missing.pop(key, None)
 
     def _facts(self, session: Session) -> list[str]:
         facts = self.facts.get(session.key)

@@ -46,7 +46,7 @@ from hive.integrations import registry
 from hive.integrations.descriptor import HookPoint
 from hive.integrations.hook_client import ENV_FILE, ENV_NAMES, harness_pid, start_time
 
-from . import folders, observe
+from . import folders, lesson_turn, observe
 from .config import slug
 from .errors import BadRequest
 from .mailbox import Holder
@@ -233,15 +233,17 @@ async def refresh(sidecar: Sidecar, caller: Caller, request: dict[str, Any], for
     transcript = caller.payload.get(caller.harness.identity.transcript_field)
     transcript = transcript if isinstance(transcript, str) else ""
     force = force or caller.key in observe.UNMANAGED  # found on disk first: register it as the hook says
-    if (session is not None and not force and session.ended_at is None and session.pid
+    ppid = request.get("ppid")
+    ppid = ppid if isinstance(ppid, int) and not isinstance(ppid, bool) and ppid > 1 else None
+    # A pid still to learn is a reason to register again, but only when this request can tell it.
+    if (session is not None and not force and session.ended_at is None and (session.pid or ppid is None)
             and session.agent == slug(caller.harness.name) and session.cwd == (cwd or session.cwd)
             and session.transcript == (transcript or session.transcript)):
         sidecar.sessions.seen(session)
         return session
     info: dict[str, Any] = {"key": caller.key, "agent": caller.harness.name, "cwd": cwd, "transcript": transcript,
                             "tier": caller.harness.tiers().default}
-    ppid = request.get("ppid")
-    if isinstance(ppid, int) and not isinstance(ppid, bool) and ppid > 1:
+    if ppid is not None:
         info["pid"] = await _harness_pid(ppid)
     info.update(git_facts(cwd))
     session, _ = await sidecar.sessions.register(info, None)
@@ -318,11 +320,14 @@ async def hook(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> d
     if point.event == "turn.stop":
         await _turn_ended(sidecar, session)
     messages = await _mail_for(sidecar, session, point, caller.payload)
-    if not messages:
+    lessons = await lesson_turn.due(sidecar, session, point, caller.payload)  # turn-tier recall
+    if not messages and not lessons.lines:
         return nothing
-    stdout = caller.harness.reply(point, frames(messages), caller.payload)
+    text = "\n\n".join(part for part in (frames(messages), lessons.text) if part)
+    stdout = caller.harness.reply(point, text, caller.payload)
     if stdout == point.no_opinion:
         return nothing  # this point cannot carry text to the model (a plugin's, say)
+    await lesson_turn.shown(sidecar, session, lessons)
     sidecar.mailbox.mark_shown(messages, await _holder(session, request), conn.id)
     return {"stdout": stdout, "ids": [m.id for m in messages], "session": session.key}
 

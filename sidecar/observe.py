@@ -25,6 +25,8 @@ per (pair, path) per window, through the gate (source ``overlap``) when it runs.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import logging
 import os
@@ -112,6 +114,8 @@ def redact(text: str) -> str:
 def clean(text: str, cap: int = STRING_CAP) -> str:
     """Redacted, then cut to ``cap`` bytes (never the other way round)."""
     text = redact(text)
+    if len(text) * 4 <= cap:  # no character takes more than 4 bytes: short enough without encoding
+        return text
     data = text.encode("utf-8")
     if len(data) <= cap:
         return text
@@ -360,6 +364,7 @@ class Observed:
     since: float = 0.0
     head: str = ""
     files: dict[str, tuple[float, bool]] | None = None  # repo-relative path -> (last touched, modified)
+    newest: str = ""  # the path touched last
 
 
 OBSERVED: dict[str, Observed] = {}
@@ -369,6 +374,14 @@ UNMANAGED: set[str] = set()
 _TOLD: dict[tuple[str, str, str], float] = {}
 
 
+@functools.lru_cache(maxsize=4096)
+def _presentable(rel: str, path: str) -> bool:
+    """A path that may show in presence: inside the repo and not a credential file (hooks name the
+    same few paths over and over, so the answer is cached)."""
+    return not (sensitive(rel) or sensitive(path) or os.path.isabs(rel))
+
+
+@functools.lru_cache(maxsize=4096)
 def _relative(path: str, cwd: str, root: str) -> str:
     full = path if os.path.isabs(path) else os.path.normpath(os.path.join(cwd or root or "/", path))
     if root and (full == root or full.startswith(root.rstrip("/") + "/")):
@@ -416,9 +429,47 @@ def sanitise_extra(item: dict[str, Any]) -> dict[str, Any]:
             "unmanaged": item.get("unmanaged") is True}
 
 
+_HEX = re.compile(r"[0-9a-f]{40,64}")
+
+
+def read_head(root: str) -> str | None:
+    """HEAD's commit read from the repository's files (a few small reads, no process): None when
+    the files do not say (a reftable repository, a ref only git can resolve), and git is asked."""
+    try:
+        dotgit = Path(root, ".git")
+        gitdir = dotgit
+        if dotgit.is_file():  # a worktree or submodule: "gitdir: <path>"
+            gitdir = (Path(root) / dotgit.read_text(encoding="utf-8").split(":", 1)[1].strip()).resolve()
+        head = (gitdir / "HEAD").read_text(encoding="utf-8").strip()
+        if _HEX.fullmatch(head):
+            return head  # detached
+        if not head.startswith("ref: refs/"):
+            return None
+        ref = head[5:]
+        common = gitdir
+        if (gitdir / "commondir").is_file():
+            common = (gitdir / (gitdir / "commondir").read_text(encoding="utf-8").strip()).resolve()
+        for folder in dict.fromkeys((gitdir, common)):
+            with contextlib.suppress(FileNotFoundError):
+                value = (folder / ref).read_text(encoding="utf-8").strip()
+                return value if _HEX.fullmatch(value) else None
+            with contextlib.suppress(FileNotFoundError):
+                for line in (folder / "packed-refs").read_text(encoding="utf-8").splitlines():
+                    sha, _, name = line.partition(" ")
+                    if name == ref and _HEX.fullmatch(sha):
+                        return sha
+        # A branch with no commit yet has no ref anywhere; refs in a reftable only git reads.
+        return None if (common / "reftable").exists() else ""
+    except (OSError, IndexError, UnicodeDecodeError):
+        return None
+
+
 async def _git_head(root: str) -> str:
     if not root:
         return ""
+    found = read_head(root)
+    if found is not None:
+        return found
     try:
         done = await anyio.run_process(["git", "-C", root, "rev-parse", "HEAD"], check=False)
     except OSError:
@@ -461,7 +512,7 @@ async def ingest(sidecar: Sidecar, harness: str, point: HookPoint, payload: dict
     await store_events(sidecar.store, events)
     UNMANAGED.discard(session.key)  # a hook speaks for it: hive manages it now
     seen = OBSERVED.setdefault(session.key, Observed(files={}))
-    before = (seen.state, seen.head, tuple(recent_files(session.key)))
+    before = (seen.state, seen.head)
     now = events[0].at
     actions = {e.action for e in events}
     if approval == "requested":
@@ -473,13 +524,19 @@ async def ingest(sidecar: Sidecar, harness: str, point: HookPoint, payload: dict
     root = _root(session) or session.cwd
     modified: list[str] = []
     assert seen.files is not None
+    # Presence changes with a new path, an edit flag, or a path moving to the front of the list
+    # (files are listed newest first); touching the newest path again changes nothing to send.
+    files_changed = False
     for e in events:
         if e.action in ("file.read", "file.modified") and e.path:
             rel = _relative(e.path, session.cwd, root)
-            if sensitive(rel) or sensitive(e.path) or os.path.isabs(rel):
+            if not _presentable(rel, e.path):
                 continue  # credentials, and files outside the repo: recorded locally, never in presence
-            edit = e.action == "file.modified" or seen.files.get(rel, (0.0, False))[1]
+            had = seen.files.get(rel)
+            edit = e.action == "file.modified" or (had is not None and had[1])
+            files_changed = files_changed or had is None or had[1] != edit or seen.newest != rel
             seen.files[rel] = (now, edit)
+            seen.newest = rel
             if e.action == "file.modified":
                 modified.append(rel)
     if point.event in ("session.start", "prompt.submitted", "turn.stop") or "command.executed" in actions:
@@ -491,7 +548,7 @@ async def ingest(sidecar: Sidecar, harness: str, point: HookPoint, payload: dict
         doing.doing_of(sidecar).follow(session)
         if events[0].tool:
             await doing.from_tool_call(sidecar, session, [_tool_input(payload)])
-    if (seen.state, seen.head, tuple(recent_files(session.key))) != before:
+    if files_changed or (seen.state, seen.head) != before:
         sidecar.mesh.poke()  # the mesh sends presence when it changed
     if modified:
         await _overlaps_for_local(sidecar, session, modified, now)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from hive.sidecar.observe import clean, normalize, redact, sensitive, tool_paths
+from hive.sidecar.observe import clean, normalize, read_head, redact, sensitive, tool_paths
 
 from ..conftest import Hive
 from .test_mesh import form_team, ok, wait_for
@@ -155,6 +155,25 @@ def test_edit_tools_of_each_harness_name_their_paths() -> None:
     recorded = normalize("claude-code", "tool.after", claude_edit("s", "/r", "/r/a.py"), "s", "/r")
     assert [(e.action, e.fidelity) for e in recorded] == [("tool.completed", "observed"),
                                                           ("file.modified", "inferred")]
+
+
+def test_head_is_read_from_the_repository_files_as_git_would_answer(tmp_path: Path) -> None:
+    cwd, head = git_repo(tmp_path / "api")
+    assert read_head(cwd) == head
+    run = ["git", "-C", cwd, "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run([*run, "pack-refs", "--all"], check=True)  # the branch now lives in packed-refs
+    assert read_head(cwd) == head
+    subprocess.run([*run, "worktree", "add", "-q", "-b", "side", str(tmp_path / "side")], check=True)
+    subprocess.run(["git", "-C", str(tmp_path / "side"), "-c", "user.name=t", "-c", "user.email=t@example.com",
+                    "commit", "-q", "--allow-empty", "-m", "two"], check=True)
+    side = subprocess.run(["git", "-C", str(tmp_path / "side"), "rev-parse", "HEAD"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+    assert read_head(str(tmp_path / "side")) == side != head
+    subprocess.run([*run, "checkout", "-q", "--detach", head], check=True)
+    assert read_head(cwd) == head
+    empty = tmp_path / "empty"
+    subprocess.run(["git", "init", "-q", str(empty)], check=True)
+    assert read_head(str(empty)) == ""
 
 
 # ---- one machine ---------------------------------------------------------------------------------
