@@ -31,7 +31,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -46,7 +46,7 @@ from .client import Client
 from .config import slug
 from .defang import defang
 from .dialog import desktop_env
-from .errors import HiveError, NotFound, Unreachable
+from .errors import BadRequest, HiveError, NotFound, Unreachable
 from .paths import StatePaths, state_paths
 
 MAX_WAIT = 600.0
@@ -439,6 +439,45 @@ class HiveTools:
             raise
         return Reply(result["note"], result)
 
+    async def team(self, identity: Identity, action: str, name: str | None, person: str | None, link: str | None,
+                   own_machine: bool, once: bool, force: bool) -> Reply:
+        """The team ops of `hive init/invite/join/team/remove/leave/link --new`, for an agent acting for its person."""
+        if action == "show":
+            result = await self.call("team_show")
+            return Reply(team_text(result), result)
+        if action == "init":
+            if not name:
+                raise BadRequest("init needs name: the team's name (a-z, 0-9 and -)")
+            result = await self.call("team_init", idempotent=False, team=name,
+                                     **({"person": person} if person else {}))
+            me = result["me"]
+            return Reply(f"Founded team {result['team']['name']}: your person is {me['person']} on {me['machine']}. "
+                         f"Give teammates this line:\n{result['invite']['line']}", result)
+        if action == "invite":
+            result = await self.call("team_invite", idempotent=not (own_machine or once), own_machine=own_machine,
+                                     once=once)
+            return Reply(result["line"], result)
+        if action == "join":
+            if not link:
+                raise BadRequest("join needs link: the invite (it starts with hive1:)")
+            result = await self.call("team_join", idempotent=False, link=link, **({"person": person} if person else {}))
+            me = result["me"]
+            return Reply(f"Joined team {result['team']['name']}: your person is {me['person']} on {me['machine']}.",
+                         result)
+        if action == "remove":
+            if not name:
+                raise BadRequest("remove needs name: a person, a machine, or person@machine")
+            result = await self.call("team_remove", idempotent=False, target=name)
+            return Reply(f"Removed {', '.join(result['removed'])}. The team link was replaced; the new one:\n"
+                         f"{result['invite']['line']}", result)
+        if action == "leave":
+            result = await self.call("team_leave", idempotent=False, force=force)
+            return Reply(f"This machine left team {result['left']}; it is on its own again.", result)
+        if action == "new_link":
+            result = await self.call("team_link_new", idempotent=False)
+            return Reply(f"The old team link no longer works; the new one:\n{result['line']}", result)
+        raise BadRequest(f"unknown team action {action!r}")
+
     async def digest(self, identity: Identity) -> Reply:
         from .gate import digest_text  # peer-written titles: defanged like any peer text
 
@@ -474,6 +513,34 @@ class HiveTools:
     async def cite_lesson(self, identity: Identity, lesson: str, worked: bool | None) -> Reply:
         result = await self.call("lesson_cite", session=identity.key, lesson=lesson, worked=worked)
         return Reply(f"Cited lesson {result['id'][:12]} (cited {result['citations']} times).", result)
+
+
+def team_text(shown: dict[str, Any]) -> str:
+    """`hive team` as a tool result: people, machines, online or last seen, direct or relayed."""
+    team = shown.get("team")
+    if team is None:
+        return ("This machine is in no team. Found one with action init, or join one with action join and the "
+                "invite line a teammate gave your person.")
+    me = shown["me"]
+    lines = [f"Team {defang(team['name'])}; your person is {me['person']} on {me['machine']}."
+             + ("" if team["link"] else " It has no team link: action new_link makes one.")]
+    for person in shown["people"]:
+        machines = []
+        for m in person["machines"]:
+            if m["me"]:
+                state = "this machine"
+            elif m["online"]:
+                state = f"online, {m['path']}" if m["path"] else "online"
+            elif m["last_seen"]:
+                state = "last seen " + time.strftime("%Y-%m-%d %H:%M", time.localtime(m["last_seen"]))
+            else:
+                state = "offline"
+            role = "" if m["role"] == "member" else f", {m['role']}"
+            machines.append(f"{defang(m['machine'])} ({state}{role})")
+        lines.append(f"- {defang(person['person'])}: {'; '.join(machines)}")
+    if shown.get("departed"):
+        lines.append("Departed: " + ", ".join(defang(f"{d['person']}@{d['machine']}") for d in shown["departed"]))
+    return "\n".join(lines)
 
 
 def _failure(exc: HiveError, notice: tuple[str, dict[str, Any]] | None) -> CallToolResult:
@@ -574,6 +641,29 @@ def build_server(tools: HiveTools, paths: StatePaths | None = None) -> MCPServer
         answer; waits up to 10 minutes. With `about` (the id of a teammate's message to you) the
         pop-up shows their request first, and the answer goes back to them as a signed approval."""
         return await tools.run(ctx, lambda me: tools.ask_user(me, question, about))
+
+    @tool(ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=True))
+    async def team(
+        ctx: Context,
+        action: Annotated[Literal["show", "init", "invite", "join", "remove", "leave", "new_link"],
+                          Field(description="show the roster; init a team; invite someone; join with an invite; "
+                                            "remove a person or machine; leave the team; new_link replaces "
+                                            "the team link")] = "show",
+        name: Annotated[str | None, Field(description="init: the team's name; remove: a person, a machine, or "
+                                                      "person@machine")] = None,
+        person: Annotated[str | None, Field(description="init or join: your person's name in the team "
+                                                        "(a-z, 0-9 and -)")] = None,
+        link: Annotated[str | None, Field(description="join: the invite (hive1:...) or the whole invite line")] = None,
+        own_machine: Annotated[bool, Field(description="invite: a one-time invite for another machine of your "
+                                                       "person's")] = False,
+        once: Annotated[bool, Field(description="invite: a one-time invite instead of the reusable team "
+                                                "link")] = False,
+        force: Annotated[bool, Field(description="leave: even if no teammate is online to hear it")] = False,
+    ) -> CallToolResult:
+        """Your person's hive team: who is in it (people, machines, online or last seen), and, only
+        when your person asks you to, founding one, inviting, joining, removing someone, leaving,
+        or replacing the team link. Pass invite lines on to your person; never send them to others."""
+        return await tools.run(ctx, lambda me: tools.team(me, action, name, person, link, own_machine, once, force))
 
     @tool(READ_ONLY)
     async def digest(ctx: Context) -> CallToolResult:

@@ -27,7 +27,7 @@ from tests.conftest import REPO, Hive
 pytestmark = pytest.mark.anyio
 
 HIVE_MCP = [sys.executable, "-m", "hive.sidecar.cli", "mcp"]
-TOOLS = {"list_team", "send_message", "check_inbox", "whoami", "rename", "ask_user", "digest",
+TOOLS = {"list_team", "send_message", "check_inbox", "whoami", "rename", "ask_user", "team", "digest",
          "search_memory", "get_memory_context", "propose_lesson", "cite_lesson"}
 INSPECTOR = REPO / ".cache" / "npm" / "node_modules" / ".bin" / "mcp-inspector"
 
