@@ -13,6 +13,8 @@ is asserted: the machines that run this are small and noisy, so the figures are 
 1. send -> inbox latency between two machines: the recipient session long-polls ``inbox``
    (``wait: 30``) on machine B; the time runs from just before ``send`` on machine A until B's
    poll returns the message. The sender's ``send`` (which returns once B acknowledged) is timed too.
+   Baseline, in the same run: the same path within machine A (a session of A's own). Then the
+   mesh path again with a 16 KB attachment.
 2. throughput between two machines: sends from several concurrent clients on A to one session
    on B, each returning once B has it on disk and acknowledged it.
 3. presence propagation: B changes a session's ``doing``; A's ``who`` is polled every
@@ -140,6 +142,27 @@ async def register(machine: Machine, name: str) -> None:
                                                    "cwd": f"/src/{name}", "name": name}, hold=True)
 
 
+async def latency(sender: Client, reader: Client, target: str, session: str, rounds: int,
+                  **extra: Any) -> tuple[list[float], list[float]]:
+    """``rounds`` sends to ``target``, each taken by a long poll already parked on ``session``'s mailbox:
+    the times from just before ``send`` until the poll returns it, and of the ``send`` calls."""
+    waits, sends = [], []
+    for _ in range(rounds):
+        got: dict[str, Any] = {}
+        async with anyio.create_task_group() as tg:
+            async def poll(got: dict[str, Any] = got) -> None:
+                got.update(await reader.call("inbox", session=session, wait=30))
+                got["at"] = time.perf_counter()
+            tg.start_soon(poll)
+            await anyio.sleep(0.005)  # let the poll park, so the figure is the wake-up path
+            t0 = time.perf_counter()
+            await sender.call("send", to=target, body=BODY, **extra)
+            sends.append(time.perf_counter() - t0)
+        waits.append(got["at"] - t0)
+        await reader.call("delivered", session=session, ids=got["ids"])
+    return waits, sends
+
+
 async def bench_pair(a: Machine, b: Machine, plan: Plan, results: dict[str, float]) -> None:
     await register(b, "api")
     target = f"{b.person}/api"
@@ -148,26 +171,31 @@ async def bench_pair(a: Machine, b: Machine, plan: Plan, results: dict[str, floa
         return any(s["address"] == target and s["live"] for s in (await a.client.call("who"))["sessions"])
     await wait_until(visible, 30)
 
-    section("1. send -> inbox latency between two machines")
-    async with Client.open(b.paths, autostart=False) as reader:
-        waits, sends = [], []
-        for _ in range(plan.latency_rounds):
-            got: dict[str, Any] = {}
-            async with anyio.create_task_group() as tg:
-                async def poll(got: dict[str, Any] = got) -> None:
-                    got.update(await reader.call("inbox", session=f"{b.person}-api", wait=30))
-                    got["at"] = time.perf_counter()
-                tg.start_soon(poll)
-                await anyio.sleep(0.005)  # let the poll park, so the figure is the wake-up path
-                t0 = time.perf_counter()
-                await a.client.call("send", to=target, body=BODY)
-                sends.append(time.perf_counter() - t0)
-            waits.append(got["at"] - t0)
-            await reader.call("delivered", session=f"{b.person}-api", ids=got["ids"])
-    results["latency_p50"], results["latency_p99"] = percentile(waits, 50), percentile(waits, 99)
-    print(f"{plan.latency_rounds} rounds: send -> inbox p50 {ms(results['latency_p50'])}, "
-          f"p99 {ms(results['latency_p99'])}; send call (returns on the ack) p50 {ms(percentile(sends, 50))}, "
-          f"p99 {ms(percentile(sends, 99))}")
+    section("1. send -> inbox latency between two machines, against a one-machine baseline")
+    # The baseline is the same path with no mesh in it: a send on machine A to a session on A,
+    # taken by a parked long poll there; measured in this run, on this load, right before.
+    await register(a, "local")
+    project = a.home.parent / "bench-project"
+    (project / ".git").mkdir(parents=True, exist_ok=True)
+    attachment = project / "trace.txt"
+    attachment.write_text("log line of a trace\n" * 800)  # 16 KB: a typical attached log or diff
+    async with Client.open(a.paths, autostart=False) as local_reader, \
+            Client.open(b.paths, autostart=False) as reader:
+        local = await latency(a.client, local_reader, f"{a.person}/local", f"{a.person}-local", plan.latency_rounds)
+        remote = await latency(a.client, reader, target, f"{b.person}-api", plan.latency_rounds)
+        files = await latency(a.client, reader, target, f"{b.person}-api", max(plan.latency_rounds // 5, 10),
+                              files=[str(attachment)], cwd=str(project))
+    for label, (waits, sends) in (("baseline, one machine", local), ("across the mesh", remote),
+                                  ("across the mesh, 16 KB file", files)):
+        print(f"{label:<28} {len(waits):>4} rounds: send -> inbox p50 {ms(percentile(waits, 50))}, "
+              f"p99 {ms(percentile(waits, 99))}; send call p50 {ms(percentile(sends, 50))}, "
+              f"p99 {ms(percentile(sends, 99))}")
+    results["latency_p50"], results["latency_p99"] = percentile(remote[0], 50), percentile(remote[0], 99)
+    results["baseline_p50"], results["baseline_p99"] = percentile(local[0], 50), percentile(local[0], 99)
+    results["files_p50"], results["files_p99"] = percentile(files[0], 50), percentile(files[0], 99)
+    print(f"mesh / baseline: p50 x{results['latency_p50'] / results['baseline_p50']:.2f}, "
+          f"p99 x{results['latency_p99'] / results['baseline_p99']:.2f}; with a 16 KB file / without: "
+          f"p50 x{results['files_p50'] / results['latency_p50']:.2f}")
 
     section("2. throughput between two machines")
     count = plan.throughput_messages
@@ -304,6 +332,10 @@ def main() -> int:
     rows = [
         ("send -> inbox p50", ms(results.get("latency_p50", math.nan)), "< 5 ms"),
         ("send -> inbox p99", ms(results.get("latency_p99", math.nan)), ""),
+        ("  baseline (one machine) p50/p99", f"{ms(results.get('baseline_p50', math.nan))} / "
+         f"{ms(results.get('baseline_p99', math.nan))}", "same run"),
+        ("  with a 16 KB file p50/p99", f"{ms(results.get('files_p50', math.nan))} / "
+         f"{ms(results.get('files_p99', math.nan))}", ""),
         ("throughput", f"{results.get('throughput', math.nan):.0f} msg/s", ""),
         ("presence p50", ms(results.get("presence_p50", math.nan)), "< 50 ms"),
         (f"{plan.machines}-machine mesh converged", f"{results.get('mesh_after_joins', math.nan):.2f} s",
