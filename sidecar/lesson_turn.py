@@ -1,0 +1,155 @@
+"""Turn-tier recall: a verified lesson put in front of a session at its next hook point, when it matters.
+
+A lesson matters to a session when its evidence files are among the files the session touched in
+the last half hour (:func:`hive.sidecar.observe.recent_files`), or when a command the session ran
+failed with error text the lesson matches (FTS5 over its text, applicability and tags). Then one
+framed line, ``<hive-lesson id=… reviewed-by=… why=…>text</hive-lesson>``, goes out with the next
+hook reply that can carry text to the model (:func:`hive.sidecar.hooks.hook`): a prompt, session start
+or tool point, never a stop point, whose only way to carry text is to keep the agent running.
+
+Limits, so recall informs rather than interrupts: each lesson at most once per session, at most
+:data:`HOURLY_CAP` lessons per session per hour, and only lessons of the session's own project
+(another project's lesson is a hypothesis: the agent finds it with ``search_memory`` if it looks).
+Memory only: a restarted sidecar may tell a session a lesson once more.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from . import recall
+
+if TYPE_CHECKING:
+    from hive.integrations.descriptor import HookPoint
+
+    from .server import Sidecar
+    from .sessions import Session
+
+log = logging.getLogger("hive.sidecar.lesson_turn")
+
+HOURLY_CAP = 3
+ERROR_TEXT = 2000  # characters of a failure's output matched against lessons
+_ERROR_KEYS = ("stderr", "error", "output", "stdout", "message")
+
+
+@dataclass
+class Told:
+    """What one session was told: lesson ids, and when (for the hourly cap)."""
+
+    ids: set[str] = field(default_factory=set)
+    times: deque[float] = field(default_factory=deque)
+    waiting: dict[str, str] = field(default_factory=dict)  # lesson id -> its line, for the next point that can carry it
+
+
+@dataclass(frozen=True)
+class Due:
+    session: str
+    lines: dict[str, str]  # lesson id -> framed line
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines.values())
+
+
+def _told(sidecar: Sidecar) -> dict[str, Told]:
+    found = sidecar.__dict__.get("lesson_turn")
+    if found is None:
+        found = sidecar.__dict__["lesson_turn"] = {}
+    return found
+
+
+def failure_text(payload: dict[str, Any]) -> str:
+    """The error output of a tool call that failed (a non-zero exit, an error field), else ""."""
+    response = next((payload[k] for k in ("tool_response", "tool_output", "toolResult", "result")
+                     if isinstance(payload.get(k), dict | str)), None)
+    failed = False
+    for holder in (response, payload):
+        if isinstance(holder, dict):
+            for key in ("exit_code", "exitCode", "returncode"):
+                value = holder.get(key)
+                if isinstance(value, int) and not isinstance(value, bool) and value != 0:
+                    failed = True
+            if holder.get("is_error") is True or holder.get("success") is False or holder.get("error"):
+                failed = True
+    if not failed:
+        return ""
+    parts: list[str] = []
+    if isinstance(response, str):
+        parts.append(response)
+    elif isinstance(response, dict):
+        parts += [response[k] for k in _ERROR_KEYS if isinstance(response.get(k), str)]
+    if isinstance(payload.get("error"), str):
+        parts.append(payload["error"])
+    return "\n".join(parts)[-ERROR_TEXT:]
+
+
+async def due(sidecar: Sidecar, session: Session, point: HookPoint, payload: dict[str, Any]) -> Due:
+    """The lesson lines this hook point should carry to the session (nothing if it cannot carry text)."""
+    if point.inject is None or point.event in ("session.end", "turn.stop"):
+        return Due(session.key, {})  # a stop point carries text by blocking the stop: a lesson never does that
+    told = _told(sidecar).setdefault(session.key, Told())
+    try:
+        await _look(sidecar, session, point, payload, told)
+    except Exception:  # recall must never cost the hook its mail
+        log.exception("turn-tier recall failed for %s", session.key)
+    return Due(session.key, dict(told.waiting))
+
+
+async def _look(sidecar: Sidecar, session: Session, point: HookPoint, payload: dict[str, Any], told: Told) -> None:
+    from .observe import recent_files
+    from .projects import project_of_session
+
+    now = time.time()
+    while told.times and now - told.times[0] > 3600:
+        told.times.popleft()
+    room = HOURLY_CAP - len(told.times) - len(told.waiting)
+    if room <= 0:
+        return
+    files = tuple(recent_files(session.key, now))
+    error = failure_text(payload) if point.event == "tool.after" else ""
+    if not files and not error:
+        return
+    project = project_of_session(session.repo, session.cwd) or ""
+    from .lesson_ops import origins
+
+    names = origins(sidecar)
+    found: dict[str, tuple[recall.Candidate, str]] = {}
+    if error:
+        for c in (await recall.by_text(sidecar.store, error, names, limit=5))[:1]:
+            found[c.id] = (c, "error")
+    if files:
+        for c in await recall.by_files(sidecar.store, files, names, limit=20):
+            found.setdefault(c.id, (c, "files"))
+    fresh = [c for c, _ in found.values() if c.id not in told.ids and c.id not in told.waiting]
+    if not fresh:
+        return
+    now_ms = int(now * 1000)
+    for ranked in recall.rank(fresh, project=project, files=files, now_ms=now_ms, limit=room):
+        if ranked.hypothesis:
+            continue
+        why = found[ranked.lesson.id][1]
+        if why == "files" and ranked.overlap:
+            why = f"files:{ranked.overlap[0]}"
+        told.waiting[ranked.lesson.id] = recall.turn_line(ranked, why, now_ms)
+
+
+async def shown(sidecar: Sidecar, session: Session, lessons: Due) -> None:
+    """The reply carrying ``lessons`` went out: never again in this session; counted against the cap."""
+    if not lessons.lines:
+        return
+    from .observe import Event, store_events
+
+    told = _told(sidecar).setdefault(session.key, Told())
+    now = time.time()
+    for lesson_id in lessons.lines:
+        told.waiting.pop(lesson_id, None)
+        told.ids.add(lesson_id)
+        told.times.append(now)
+    await store_events(sidecar.store, [
+        Event(at=now, session=session.key, harness=session.agent, action="lesson.injected", method="hook",
+              fidelity="observed", detail=json.dumps({"lesson": lesson_id})) for lesson_id in lessons.lines])
