@@ -404,3 +404,105 @@ async def test_a_client_that_stops_waiting_gets_the_answer_later_as_a_message(ma
     assert stopped["answer"] == "waiting"
     assert [m["from"] for m in inbox["messages"]] == ["alice/terminal"]
     assert "Your person denied it." in inbox["messages"][0]["body"]
+
+
+# ---- across machines: notify, and the loop guard ------------------------------------------
+
+def team_with_bob_at_his_desktop(make_hive: Any, desktop: Desktop, runtime: Path,
+                                 bob_config: str = "") -> tuple[Hive, Hive]:
+    """alice's sidecar with no desktop, bob's started inside the desktop (as his session would start it)."""
+    from tests.sidecar.test_mesh import MESH, linked, wait_for
+
+    alice = make_hive(MESH, person="alice")
+    start_sidecar(alice, no_desktop_env(runtime))
+    bob = make_hive(MESH + bob_config, person="bob")
+    start_sidecar(bob, desktop.env)
+    alice.cli("init", "acme", "--as", "alice", check=True)
+    bob.cli("join", alice.cli_json("invite")["link"], "--as", "bob", check=True)
+    wait_for(lambda: linked(alice) == 1 and linked(bob) == 1, what="the two machines linked")
+    return alice, bob
+
+
+def wait_until(check: Callable[[], Any], what: str) -> Any:
+    from tests.sidecar.test_mesh import wait_for
+
+    return wait_for(check, timeout=60, what=what)
+
+
+def notify_rows(hive: Hive) -> list[dict[str, Any]]:
+    rows = hive.request({"id": 1, "op": "gate_ledger", "person": "bob"})["result"]["rows"]
+    return [r for r in rows if r["source"] == "notify"]
+
+
+async def test_notify_pops_up_on_the_recipients_own_machine_and_its_gate_records_why(
+        make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
+    alice, bob = team_with_bob_at_his_desktop(make_hive, desktop, empty_runtime)
+    async with client(bob) as b, client(alice) as a:
+        target = await register(b, "b1", "/src/api")
+        await register(a, "a1", "/src/web")
+        await anyio.to_thread.run_sync(wait_until, lambda: any(
+            s["address"] == target for s in alice.request({"id": 1, "op": "who"})["result"]["sessions"]),
+            "bob's session at alice's")
+        sent = await a.call("send", **{"from": "a1", "to": target, "body": "the migration is ready", "notify": True})
+        await anyio.to_thread.run_sync(desktop.wait_displayed, 1, 30.0)
+        rows = await anyio.to_thread.run_sync(wait_until, lambda: notify_rows(bob), "bob's gate to record it")
+
+    assert sent["results"][0]["state"] in ("queued", "delivered")
+    assert sent["notified"] is False and "bob's machine shows a notification" in sent["notify_note"]
+    assert desktop.displayed() == 1
+    assert [(r["outcome"], r["rule"]) for r in rows] == [("deliver", "now.requested")]
+
+
+async def test_notify_for_a_teammate_in_quiet_hours_shows_nothing_and_says_so_in_their_ledger(
+        make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
+    quiet = '[gate.people.bob]\nquiet = "00:00-23:59"\ntimezone = "UTC"\n'
+    alice, bob = team_with_bob_at_his_desktop(make_hive, desktop, empty_runtime, quiet)
+    async with client(bob) as b, client(alice) as a:
+        target = await register(b, "b1", "/src/api")
+        await register(a, "a1", "/src/web")
+        await anyio.to_thread.run_sync(wait_until, lambda: any(
+            s["address"] == target for s in alice.request({"id": 1, "op": "who"})["result"]["sessions"]),
+            "bob's session at alice's")
+        await a.call("send", **{"from": "a1", "to": target, "body": "ping", "notify": True})
+        rows = await anyio.to_thread.run_sync(wait_until, lambda: notify_rows(bob), "bob's gate to record it")
+        unread = (await b.call("unread", session="b1"))["count"]
+
+    assert [(r["outcome"], r["rule"]) for r in rows] == [("digest", "quiet")]
+    assert unread == 1  # the message itself is there; only the pop-up was held back
+    assert desktop.displayed() == 0
+
+
+def _reply_in_terminal(env: dict[str, str], reply_to: str, body: str) -> tuple[int, str]:
+    from tests.sidecar.terminal import run_in_terminal_answering
+
+    return run_in_terminal_answering(env, "n", "send", "--reply-to", reply_to, "bob/api-codex", body, timeout=60)
+
+
+async def test_a_persons_reply_that_restarts_the_loop_guard_is_confirmed_in_a_pop_up(
+        make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
+    from tests.sidecar.test_mesh import form_team, send, who
+
+    alice, bob = form_team(make_hive, ["alice", "bob"], {"alice": "loop_limit = 2\n", "bob": "loop_limit = 2\n"})
+    ok = [alice.request({"id": 1, "op": "register", "session": {"key": "a1", "agent": "codex", "cwd": "/src/web"}}),
+          bob.request({"id": 1, "op": "register", "session": {"key": "b1", "agent": "codex", "cwd": "/src/api"}})]
+    assert all(r["ok"] for r in ok)
+    await anyio.to_thread.run_sync(wait_until, lambda: len(who(alice)) == 2 and len(who(bob)) == 2, "both sessions")
+    one = send(alice, "bob/api-codex", "ping", **{"from": "a1"})
+    two = send(bob, "alice/web-codex", "pong", **{"from": "b1", "reply_to": one["id"]})
+    three = send(alice, "bob/api-codex", "ping again", **{"from": "a1", "reply_to": two["id"]})
+    assert three["state"] == "refused"
+    env = {**desktop.env, "HIVE_HOME": str(alice.home)}  # alice at a terminal on her desktop
+
+    denied = await answered_after(lambda: desktop.click("deny"),
+                                  lambda: anyio.to_thread.run_sync(_reply_in_terminal, env, two["id"], "go on"))
+    shown = json.loads(desktop.history())["data"][0][0]["body"]["data"]
+    still = send(alice, "bob/api-codex", "ping again", **{"from": "a1", "reply_to": two["id"]})
+    approved = await answered_after(lambda: desktop.click("approve"),
+                                    lambda: anyio.to_thread.run_sync(_reply_in_terminal, env, two["id"], "go on"))
+    after = send(bob, "alice/web-codex", "pong, with alice's blessing", **{"from": "b1", "reply_to": two["id"]})
+
+    assert denied[0] == 1 and "not sent" in denied[1]
+    assert "It restarts the loop guard" in shown and "go on" in shown
+    assert still["state"] == "refused"  # a denied override leaves the guard as it was
+    assert approved[0] == 0, approved[1]
+    assert after["state"] == "queued", after
