@@ -342,9 +342,16 @@ async def run(sidecar: Sidecar) -> None:
                 if not watched:
                     return
             appeared = False
+            rescan = True
             async for changes in watchfiles.awatch(*watched, debounce=200, step=100, yield_on_timeout=True,
                                                    recursive=watched != [str(discovery.home)]):
                 now = time.time()
+                if rescan:
+                    # Files written between the scan above and the moment the watcher started are
+                    # in no change set: the first wake-up (at most 5 s later) scans once more.
+                    rescan = False
+                    for found in await anyio.to_thread.run_sync(scan, discovery.home, discovery.places, now):
+                        await discovery.take(found)
                 for change, raw in sorted(changes, key=lambda c: c[1]):
                     await discovery.changed(Path(raw), change == watchfiles.Change.deleted, now)
                 await discovery.check(now)
