@@ -21,11 +21,20 @@ numbers: the machines that run this are small and noisy. Sections:
 4. wake-ups: the bound of every remaining wait passes; one wake decides them all.
 5. ledger queries on the resulting ledger: the latest 500 rows, one person's rows, why for one
    item, one person's digest, the measures over everything (p50 and p99 of repeated calls).
+
+Baselines, measured in the same run (before section 2 and again after it, the better of the two
+kept, since a shared machine's load moves under a run): what this machine does per second of
+(i) plain Python work of the size of one decision's bookkeeping (hash a key, encode a row as JSON,
+a dict insert), and (ii) durable SQLite writes of the rows one decision writes (an item row and a
+ledger row, 1,000 decisions per commit) through the same Store. The summary gives each figure
+as a ratio to them, which holds still when the machine's load does not.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import random
 import shutil
@@ -96,6 +105,42 @@ async def timed(calls: int, func: Callable[[], Awaitable[Any]]) -> tuple[float, 
     return percentiles(samples)
 
 
+def python_baseline(count: int) -> float:
+    """Decisions' worth of plain Python bookkeeping per second: no gate, no database."""
+    seen: dict[str, tuple[str, ...]] = {}
+    start = time.perf_counter()
+    for n in range(count):
+        key = hashlib.blake2b(f"overlap/p{n % 100:03d}/key-{n}".encode(), digest_size=8).hexdigest()
+        seen[key] = (key, json.dumps([{"kind": "ci", "ref": f"repo{n % 50}@main"}], separators=(",", ":")),
+                     f"attention: ci repo{n % 50}@main is failing")
+    return count / (time.perf_counter() - start)
+
+
+async def sqlite_baseline(store: Store, count: int) -> float:
+    """Decisions' worth of durable rows per second: two rows each, 1,000 decisions to a commit."""
+    db = store.db
+    await db.execute("CREATE TABLE IF NOT EXISTS bench_items (id TEXT PRIMARY KEY, person TEXT, state TEXT, "
+                     "evidence TEXT, at REAL)")
+    await db.execute("CREATE TABLE IF NOT EXISTS bench_ledger (seq INTEGER PRIMARY KEY, item TEXT, person TEXT, "
+                     "at REAL, rule TEXT, reason TEXT)")
+    base = int(time.time() * 1e6)
+    start = time.perf_counter()
+    for k in range(0, count, 1000):
+        rows = range(k, min(count, k + 1000))
+        await db.executemany("INSERT INTO bench_items VALUES (?, ?, ?, ?, ?)",
+                             [(f"{base}-{n}", f"p{n % 100:03d}", "pending",
+                               f'[{{"kind":"ci","ref":"repo{n % 50}@main"}}]', START) for n in rows])
+        await db.executemany("INSERT INTO bench_ledger (item, person, at, rule, reason) VALUES (?, ?, ?, ?, ?)",
+                             [(f"{base}-{n}", f"p{n % 100:03d}", START, "wait", "attention: ci failing")
+                              for n in rows])
+        await store.write([])  # the commit, as the gate's group commit does it
+    took = time.perf_counter() - start
+    await db.execute("DELETE FROM bench_items")
+    await db.execute("DELETE FROM bench_ledger")
+    await store.write([])
+    return count / took
+
+
 async def bench(quick: bool) -> None:
     people = 10 if quick else 100
     per_person = 100
@@ -105,6 +150,7 @@ async def bench(quick: bool) -> None:
     facts = 50
     folder = Path(tempfile.mkdtemp(prefix="hive-bench-gate-", dir="/tmp"))
     summary: list[tuple[str, str]] = []
+    ratios: list[tuple[str, float]] = []
     try:
         (folder / "config.toml").write_text(config(people), encoding="utf-8")
         store = await Store.open(folder / "hive.db")
@@ -132,6 +178,10 @@ async def bench(quick: bool) -> None:
         fill = time.perf_counter() - start
         print(f"offered in batches of {per_person}: {rate(waiting, fill)}   waiting now: {len(gate.open):,}")
         summary.append(("fill, batches of 100", rate(waiting, fill)))
+
+        py_first, sql_first = python_baseline(mixed), await sqlite_baseline(store, mixed)
+        print(f"\n== baselines (before section 2): python bookkeeping {py_first:,.0f}/s, "
+              f"durable SQLite rows for {sql_first:,.0f} decisions/s ==")
 
         print(f"\n== 2. decisions with {len(gate.open):,} waiting ==")
         rng = random.Random(7)
@@ -193,6 +243,14 @@ async def bench(quick: bool) -> None:
         await gate._commit()
         print(f"(d) the procedure, in memory:   {rate(len(items), in_memory)}")
         print(f"waiting now: {len(gate.open):,}")
+        py_after, sql_after = python_baseline(mixed), await sqlite_baseline(store, mixed)
+        py_base, sql_base = max(py_first, py_after), max(sql_first, sql_after)
+        print(f"baselines again (after section 2): python {py_after:,.0f}/s, SQLite {sql_after:,.0f}/s; "
+              f"kept: {py_base:,.0f}/s and {sql_base:,.0f}/s")
+        ratios = [("batches of 1,000 / durable SQLite rows", (mixed / batched_1000) / sql_base),
+                  ("batches of 1,000 / python bookkeeping", (mixed / batched_1000) / py_base),
+                  ("procedure in memory / python bookkeeping", (mixed / in_memory) / py_base),
+                  ("64 concurrent callers / durable SQLite rows", (mixed / concurrent) / sql_base)]
         summary += [("decisions, batches of 100", rate(mixed, batched)),
                     ("decisions, batches of 1,000", rate(mixed, batched_1000)),
                     ("decisions, 64 concurrent callers", rate(mixed, concurrent)),
@@ -246,6 +304,9 @@ async def bench(quick: bool) -> None:
     for name, figure in summary:
         print(f"{name:<36} {figure}")
     print(f"aim: at least {AIM:,.0f} decisions/s")
+    print("ratios to this run's baselines (1.0 = as fast as the baseline alone):")
+    for name, ratio in ratios:
+        print(f"  {name:<44} {ratio:.2f}")
     print(f"removed {folder}")
 
 
