@@ -29,6 +29,7 @@ import dataclasses
 import json
 import logging
 import re
+import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ import anyio
 
 from . import lessons as L
 from .errors import (
+    HiveError,
     LessonInvalid,
     LessonRetracted,
     LessonState,
@@ -173,15 +175,8 @@ class LessonStore:
     async def _append(self, ctx: Context, scope: str, record: L.LessonBody | L.Review | L.Tombstone,
                       extra: Iterable[tuple[str, Sequence[Any]]] = ()) -> int:
         async with self._lock:
-            row = await self.store.fetchone("SELECT MAX(seq) FROM lesson_log WHERE author = ? AND scope = ?",
-                                            (ctx.identity.key_id, scope))
-            seq = (row[0] or 0) + 1
-            signed = L.make_entry(ctx.identity, ctx.team_id, scope, seq, record)
-            checked = L.Checked(signed=signed, signer_person=ctx.person, record=_record_of(signed.body))
-            statements = list(extra) + self._log_statements(checked, void="")
-            statements += await self._apply(checked)
-            await self.store.write(statements)
-            await self._refresh(checked.entry.lesson, fresh=checked.entry.type == "lesson")
+            seq = await self.store.run(lambda conn: _append_sync(conn, ctx, scope, record, list(extra), self._changed))
+            await self.store.write([])  # one commit for the entry and everything read from it
         await self._notify_states()
         for listener in list(self.listeners):
             await listener(scope, seq)
@@ -220,7 +215,7 @@ class LessonStore:
             raise LessonInvalid("make the lesson with new_lesson so it has its id")
         if body.author_machine != ctx.identity.key_id or body.author_person != ctx.person:
             raise NotMember("a lesson is proposed by its author's machine, as its person")
-        if await self._tombstoned(body.id):
+        if await self.store.fetchone("SELECT 1 FROM lesson_tombstones WHERE lesson = ?", (body.id,)):
             raise LessonRetracted("that lesson was retracted")
         existing = await self.get(body.id)
         if existing is not None:
@@ -413,7 +408,8 @@ class LessonStore:
         now = time.time() if now is None else now
         rows = await self.store.fetchall(
             "SELECT l.*, b.blob AS body_blob, e.blob AS edit_blob, t.person AS t_person, t.reason AS t_reason, "
-            "(SELECT s.id FROM lessons s WHERE s.supersedes = l.id AND s.state IN ('verified', 'superseded') "
+            "(SELECT s.id FROM lessons s WHERE s.supersedes = l.id AND s.supersedes != '' "
+            " AND s.state IN ('verified', 'superseded') "
             " LIMIT 1) AS successor "
             "FROM lessons l LEFT JOIN lesson_blobs b ON b.hash = l.body_hash "
             "LEFT JOIN lesson_blobs e ON e.hash = l.text_hash AND l.text_hash != '' "
@@ -497,40 +493,14 @@ class LessonStore:
         not hold (another person's personal log). An entry signed by a member whose record does
         not hold is kept as void, so its log has no gap, and changes nothing.
         """
-        ctx = await self._context()
-        if ctx.roster is None:
-            raise NotMember("this machine is in no team, so it cannot check a teammate's signature")
-        signed = L.entry_from_wire(obj)
-        entry = signed.body
-        if not L.valid_log_scope(entry.scope) or not isinstance(entry.seq, int) or entry.seq < 1:
-            raise LessonInvalid("an entry names a log scope and a sequence number from 1")
-        signer = ctx.roster.members.get(signed.by)
-        if entry.scope == "personal" and (signer is None or signer.person != ctx.person):
-            raise Refused("another person's personal lessons never come to this machine")
-        async with self._lock:
-            row = await self.store.fetchone("SELECT MAX(seq) FROM lesson_log WHERE author = ? AND scope = ?",
-                                            (signed.by, entry.scope))
-            head = row[0] or 0
-            if entry.seq <= head:
-                return "duplicate"
-            if entry.seq > head + 1:
-                return "gap"
-            try:
-                checked = L.check_entry(signed, team_id=ctx.team_id, roster=ctx.roster)
-            except (LessonInvalid, NotMember) as exc:
-                if not L.verify(ctx.team_id, L.ENTRY_KIND, signed) or signer is None:
-                    raise
-                log.warning("void lesson entry %s/%s/%d from %s: %s", signed.by[:8], entry.scope, entry.seq,
-                            via[:8], exc.message)
-                checked = L.Checked(signed=signed, signer_person=signer.person, record={})
-                statements = self._log_statements(checked, void=f"{exc.code}: {exc.message}"[:300])
-            else:
-                statements = self._log_statements(checked, void="")
-                statements += await self._apply(checked)
-            await self.store.write(statements)
-            await self._refresh(entry.lesson, fresh=entry.type == "lesson")
-        await self._notify_states()
-        return "added"
+        result = (await self._ingest([obj], via, entries=True))[0]
+        if isinstance(result, HiveError):
+            raise result
+        return result
+
+    async def ingest_many(self, objs: Sequence[Any], *, via: str = "") -> list[str]:
+        """:meth:`ingest` for a batch, in order, with one commit: per entry its result or error code."""
+        return [r.code if isinstance(r, HiveError) else r for r in await self._ingest(objs, via, entries=True)]
 
     async def ingest_blob(self, blob: Any) -> str:
         """Keep a body or edit text from a peer. Returns ``added`` or ``duplicate``.
@@ -538,122 +508,39 @@ class LessonStore:
         Raises ``lesson_retracted`` for a blob of a retracted lesson (a late copy), and
         ``lesson_invalid`` for one no held entry names or whose content does not match.
         """
-        if not isinstance(blob, dict) or not isinstance(blob.get("lesson"), str):
-            raise LessonInvalid("a blob is an object naming its lesson")
-        digest = L.blob_hash(blob)
-        lesson_id = blob["lesson"]
-        if await self._tombstoned(lesson_id):
-            raise LessonRetracted("that lesson was retracted; its text is not kept")
-        if await self.has_blob(digest):
-            return "duplicate"
-        row = await self.store.fetchone("SELECT header, body_hash FROM lessons WHERE id = ?", (lesson_id,))
-        if blob.get("role") == "body":
-            if row is None or row["body_hash"] != digest:
-                raise LessonInvalid("no held lesson names that body")
-            L.lesson_from(json.loads(row["header"]), blob)  # the id must cover this text
-        elif blob.get("role") == "edit":
-            named = await self.store.fetchone("SELECT 1 FROM lesson_reviews WHERE lesson = ? AND text_hash = ?",
-                                              (lesson_id, digest))
-            if named is None or not isinstance(blob.get("text"), str) or len(blob["text"]) > L.MAX_TEXT:
-                raise LessonInvalid("no held review names that text")
-        else:
-            raise LessonInvalid("a blob is a body or an edit")
-        await self.store.write([("INSERT OR IGNORE INTO lesson_blobs (hash, lesson, blob) VALUES (?, ?, ?)",
-                                 (digest, lesson_id, _dumps(blob)))])
-        await self._refresh(lesson_id)
+        result = (await self._ingest([blob], "", entries=False))[0]
+        if isinstance(result, HiveError):
+            raise result
+        return result
+
+    async def ingest_blobs(self, blobs: Sequence[Any]) -> list[str]:
+        """:meth:`ingest_blob` for a batch with one commit: per blob its result or error code."""
+        return [r.code if isinstance(r, HiveError) else r for r in await self._ingest(blobs, "", entries=False)]
+
+    async def _ingest(self, items: Sequence[Any], via: str, *, entries: bool) -> list[str | HiveError]:
+        """Take a batch on the database's thread in one hop, then commit once: a replicated batch
+        costs one fsync and no per-statement round trips."""
+        ctx = await self._context() if entries else None
+
+        def work(conn: sqlite3.Connection) -> list[str | HiveError]:
+            results: list[str | HiveError] = []
+            for item in items:
+                try:
+                    if ctx is not None:
+                        results.append(_ingest_entry_sync(conn, ctx, item, via, self._changed))
+                    else:
+                        results.append(_ingest_blob_sync(conn, item, self._changed))
+                except HiveError as exc:
+                    results.append(exc)
+            return results
+
+        async with self._lock:
+            try:
+                results = await self.store.run(work)
+            finally:
+                await self.store.write([])
         await self._notify_states()
-        return "added"
-
-    # ---- internals -------------------------------------------------------------------
-
-    async def _tombstoned(self, lesson_id: str) -> bool:
-        return await self.store.fetchone("SELECT 1 FROM lesson_tombstones WHERE lesson = ?",
-                                         (lesson_id,)) is not None
-
-    def _log_statements(self, checked: L.Checked, *, void: str) -> list[tuple[str, Sequence[Any]]]:
-        e = checked.entry
-        return [("INSERT INTO lesson_log (author, scope, seq, type, lesson, entry, void, received_at) "
-                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                 (checked.signed.by, e.scope, e.seq, e.type, e.lesson, _dumps(checked.signed.to_wire()), void,
-                  time.time()))]
-
-    async def _apply(self, checked: L.Checked) -> list[tuple[str, Sequence[Any]]]:
-        """The table changes an entry that holds makes (blobs come separately)."""
-        e, rec = checked.entry, checked.record
-        now = time.time()
-        if e.type == "lesson" and isinstance(rec, dict):
-            if await self._tombstoned(e.lesson):
-                state = "retracted"
-            else:
-                state = "proposed"
-            return [("INSERT OR IGNORE INTO lessons (id, author, author_person, scope, project, kind, header, "
-                     "body_hash, supersedes, created_at, received_at, asked_at, state, eff_scope, eff_project) "
-                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                     (e.lesson, checked.signed.by, rec["author_person"], rec["scope"], rec.get("project", ""),
-                      rec["kind"], _dumps(rec), rec["body_hash"], rec.get("supersedes", ""), rec["created_at"],
-                      now, now, state, rec["scope"], rec.get("project", "")))]
-        if e.type == "review" and isinstance(rec, L.Review):
-            return [("INSERT OR IGNORE INTO lesson_reviews (lesson, author, sig, reviewer, verdict, scope, project, "
-                     "text_hash, note, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                     (rec.lesson, checked.signed.by, checked.signed.sig, rec.reviewer, rec.verdict, rec.scope,
-                      rec.project, rec.text_hash, rec.note, rec.at))]
-        if e.type == "tombstone" and isinstance(rec, L.Tombstone):
-            row = await self.store.fetchone("SELECT author_person FROM lessons WHERE id = ?", (rec.lesson,))
-            if row is not None and row[0] != rec.person:
-                reviewers = {r[0] for r in await self.store.fetchall(
-                    "SELECT reviewer FROM lesson_reviews WHERE lesson = ?", (rec.lesson,))}
-                if rec.person not in reviewers:
-                    log.warning("ignored a tombstone of %s by %s: neither its author nor a reviewer",
-                                rec.lesson[:12], rec.person)
-                    return []
-            return [("INSERT OR IGNORE INTO lesson_tombstones (lesson, person, reason, at) VALUES (?, ?, ?, ?)",
-                     (rec.lesson, rec.person, rec.reason, rec.at)),
-                    ("DELETE FROM lesson_blobs WHERE lesson = ?", (rec.lesson,)),
-                    ("DELETE FROM lesson_fts WHERE id = ?", (rec.lesson,))]
-        return []
-
-    async def _refresh(self, lesson_id: str, *, fresh: bool = False) -> None:
-        """Recompute a lesson's materialized state, effective scope, reviewer and FTS row, and those
-        of the lesson it supersedes (whose state depends on this one's)."""
-        row = await self.store.fetchone("SELECT * FROM lessons WHERE id = ?", (lesson_id,))
-        if row is None:
-            return
-        reviews = [(L.Review(lesson=r["lesson"], verdict=r["verdict"], reviewer=r["reviewer"], scope=r["scope"],
-                             at=r["at"], project=r["project"], text_hash=r["text_hash"], note=r["note"]), r["sig"])
-                   for r in await self.store.fetchall("SELECT * FROM lesson_reviews WHERE lesson = ?", (lesson_id,))]
-        retracted = await self._tombstoned(lesson_id)
-        successor = await self.store.fetchone(
-            "SELECT 1 FROM lessons WHERE supersedes = ? AND state IN ('verified', 'superseded')", (lesson_id,))
-        state = L.derive_state(reviews=reviews, retracted=retracted, superseded=successor is not None,
-                               asked_at_ms=0, now_ms=0)
-        if state == "held":
-            state = "proposed"  # held is read from asked_at, never stored
-        decision = L.deciding_review(reviews)
-        eff_scope, eff_project, reviewer, text_hash = row["scope"], row["project"], "", ""
-        if decision is not None:
-            rev = decision[0]
-            reviewer = rev.reviewer
-            if rev.verdict != "reject":
-                eff_scope, eff_project = _narrower(row["scope"], row["project"], rev.scope, rev.project)
-                text_hash = rev.text_hash
-        statements: list[tuple[str, Sequence[Any]]] = [
-            ("UPDATE lessons SET state = ?, eff_scope = ?, eff_project = ?, reviewer = ?, text_hash = ? WHERE id = ?",
-             (state, eff_scope, eff_project, reviewer, text_hash, lesson_id)),
-            ("DELETE FROM lesson_fts WHERE id = ?", (lesson_id,)),
-        ]
-        if not retracted:
-            body = await self.blob(row["body_hash"])
-            edit = await self.blob(text_hash) if text_hash else None
-            if body is not None:
-                header = json.loads(row["header"])
-                text = edit["text"] if edit is not None else body.get("text", "")
-                statements.append(("INSERT INTO lesson_fts (id, text, applicability, tags) VALUES (?, ?, ?, ?)",
-                                   (lesson_id, text, body.get("applicability", ""), " ".join(header.get("tags", ())))))
-        await self.store.write(statements)
-        if row["supersedes"] and row["state"] != state:
-            await self._refresh(row["supersedes"])
-        if row["state"] != state or fresh:
-            self._changed.append((lesson_id, state))
+        return results
 
     async def _notify_states(self) -> None:
         """Tell the state listeners, outside the write lock, so they may write in turn."""
@@ -665,6 +552,191 @@ class LessonStore:
                 except Exception:  # a surface's bug must not stop replication
                     log.exception("a lesson state listener failed on %s", lesson_id[:12])
 
+
+# ---- the write core: plain sqlite3 on the database's thread (LessonStore runs it in one hop) ----------------------
+
+Statements = list[tuple[str, Sequence[Any]]]
+
+
+def _exec_sync(conn: sqlite3.Connection, statements: Iterable[tuple[str, Sequence[Any]]]) -> None:
+    for sql, params in statements:
+        conn.execute(sql, params)
+
+
+def _one(conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> Any:
+    return conn.execute(sql, params).fetchone()
+
+
+def _head_sync(conn: sqlite3.Connection, author: str, scope: str) -> int:
+    row = _one(conn, "SELECT MAX(seq) FROM lesson_log WHERE author = ? AND scope = ?", (author, scope))
+    return row[0] or 0
+
+
+def _tombstoned_sync(conn: sqlite3.Connection, lesson_id: str) -> bool:
+    return _one(conn, "SELECT 1 FROM lesson_tombstones WHERE lesson = ?", (lesson_id,)) is not None
+
+
+def _blob_sync(conn: sqlite3.Connection, digest: str) -> dict[str, Any] | None:
+    row = _one(conn, "SELECT blob FROM lesson_blobs WHERE hash = ?", (digest,))
+    return None if row is None else json.loads(row[0])
+
+
+def _log_statements(checked: L.Checked, *, void: str) -> Statements:
+    e = checked.entry
+    return [("INSERT INTO lesson_log (author, scope, seq, type, lesson, entry, void, received_at) "
+             "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+             (checked.signed.by, e.scope, e.seq, e.type, e.lesson, _dumps(checked.signed.to_wire()), void,
+              time.time()))]
+
+
+def _append_sync(conn: sqlite3.Connection, ctx: Context, scope: str, record: L.LessonBody | L.Review | L.Tombstone,
+                 extra: Statements, changed: list[tuple[str, str]]) -> int:
+    seq = _head_sync(conn, ctx.identity.key_id, scope) + 1
+    signed = L.make_entry(ctx.identity, ctx.team_id, scope, seq, record)
+    checked = L.Checked(signed=signed, signer_person=ctx.person, record=_record_of(signed.body))
+    _exec_sync(conn, extra + _log_statements(checked, void="") + _apply_sync(conn, checked))
+    _refresh_sync(conn, checked.entry.lesson, changed, fresh=checked.entry.type == "lesson")
+    return seq
+
+
+def _ingest_entry_sync(conn: sqlite3.Connection, ctx: Context, obj: Any, via: str,
+                       changed: list[tuple[str, str]]) -> str:
+    if ctx.roster is None:
+        raise NotMember("this machine is in no team, so it cannot check a teammate's signature")
+    signed = L.entry_from_wire(obj)
+    entry = signed.body
+    if not L.valid_log_scope(entry.scope) or not isinstance(entry.seq, int) or entry.seq < 1:
+        raise LessonInvalid("an entry names a log scope and a sequence number from 1")
+    signer = ctx.roster.members.get(signed.by)
+    if entry.scope == "personal" and (signer is None or signer.person != ctx.person):
+        raise Refused("another person's personal lessons never come to this machine")
+    head = _head_sync(conn, signed.by, entry.scope)
+    if entry.seq <= head:
+        return "duplicate"
+    if entry.seq > head + 1:
+        return "gap"
+    try:
+        checked = L.check_entry(signed, team_id=ctx.team_id, roster=ctx.roster)
+    except (LessonInvalid, NotMember) as exc:
+        if not L.verify(ctx.team_id, L.ENTRY_KIND, signed) or signer is None:
+            raise
+        log.warning("void lesson entry %s/%s/%d from %s: %s", signed.by[:8], entry.scope, entry.seq,
+                    via[:8], exc.message)
+        checked = L.Checked(signed=signed, signer_person=signer.person, record={})
+        _exec_sync(conn, _log_statements(checked, void=f"{exc.code}: {exc.message}"[:300]))
+        return "added"
+    _exec_sync(conn, _log_statements(checked, void="") + _apply_sync(conn, checked))
+    _refresh_sync(conn, entry.lesson, changed, fresh=entry.type == "lesson")
+    return "added"
+
+
+def _ingest_blob_sync(conn: sqlite3.Connection, blob: Any, changed: list[tuple[str, str]]) -> str:
+    if not isinstance(blob, dict) or not isinstance(blob.get("lesson"), str):
+        raise LessonInvalid("a blob is an object naming its lesson")
+    try:
+        digest = L.blob_hash(blob)
+    except (TypeError, ValueError) as exc:
+        raise LessonInvalid("a blob is plain JSON") from exc
+    lesson_id = blob["lesson"]
+    if _tombstoned_sync(conn, lesson_id):
+        raise LessonRetracted("that lesson was retracted; its text is not kept")
+    if _one(conn, "SELECT 1 FROM lesson_blobs WHERE hash = ?", (digest,)) is not None:
+        return "duplicate"
+    if blob.get("role") == "body":
+        row = _one(conn, "SELECT header, body_hash FROM lessons WHERE id = ?", (lesson_id,))
+        if row is None or row["body_hash"] != digest:
+            raise LessonInvalid("no held lesson names that body")
+        L.lesson_from(json.loads(row["header"]), blob)  # the id must cover this text
+    elif blob.get("role") == "edit":
+        named = _one(conn, "SELECT 1 FROM lesson_reviews WHERE lesson = ? AND text_hash = ?", (lesson_id, digest))
+        if named is None or not isinstance(blob.get("text"), str) or len(blob["text"]) > L.MAX_TEXT:
+            raise LessonInvalid("no held review names that text")
+    else:
+        raise LessonInvalid("a blob is a body or an edit")
+    conn.execute("INSERT OR IGNORE INTO lesson_blobs (hash, lesson, blob) VALUES (?, ?, ?)",
+                 (digest, lesson_id, _dumps(blob)))
+    _refresh_sync(conn, lesson_id, changed)
+    return "added"
+
+
+def _apply_sync(conn: sqlite3.Connection, checked: L.Checked) -> Statements:
+    """The table changes an entry that holds makes (blobs come separately)."""
+    e, rec = checked.entry, checked.record
+    now = time.time()
+    if e.type == "lesson" and isinstance(rec, dict):
+        state = "retracted" if _tombstoned_sync(conn, e.lesson) else "proposed"
+        return [("INSERT OR IGNORE INTO lessons (id, author, author_person, scope, project, kind, header, "
+                 "body_hash, supersedes, created_at, received_at, asked_at, state, eff_scope, eff_project) "
+                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                 (e.lesson, checked.signed.by, rec["author_person"], rec["scope"], rec.get("project", ""),
+                  rec["kind"], _dumps(rec), rec["body_hash"], rec.get("supersedes", ""), rec["created_at"],
+                  now, now, state, rec["scope"], rec.get("project", "")))]
+    if e.type == "review" and isinstance(rec, L.Review):
+        return [("INSERT OR IGNORE INTO lesson_reviews (lesson, author, sig, reviewer, verdict, scope, project, "
+                 "text_hash, note, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                 (rec.lesson, checked.signed.by, checked.signed.sig, rec.reviewer, rec.verdict, rec.scope,
+                  rec.project, rec.text_hash, rec.note, rec.at))]
+    if e.type == "tombstone" and isinstance(rec, L.Tombstone):
+        row = _one(conn, "SELECT author_person FROM lessons WHERE id = ?", (rec.lesson,))
+        if row is not None and row[0] != rec.person:
+            reviewers = {r[0] for r in conn.execute("SELECT reviewer FROM lesson_reviews WHERE lesson = ?",
+                                                    (rec.lesson,))}
+            if rec.person not in reviewers:
+                log.warning("ignored a tombstone of %s by %s: neither its author nor a reviewer",
+                            rec.lesson[:12], rec.person)
+                return []
+        return [("INSERT OR IGNORE INTO lesson_tombstones (lesson, person, reason, at) VALUES (?, ?, ?, ?)",
+                 (rec.lesson, rec.person, rec.reason, rec.at)),
+                ("DELETE FROM lesson_blobs WHERE lesson = ?", (rec.lesson,)),
+                (_FTS_DELETE, (rec.lesson,))]
+    return []
+
+
+def _refresh_sync(conn: sqlite3.Connection, lesson_id: str, changed: list[tuple[str, str]], *,
+                  fresh: bool = False) -> None:
+    """Recompute a lesson's materialized state, effective scope, reviewer and FTS row, and those
+    of the lesson it supersedes (whose state depends on this one's)."""
+    row = _one(conn, "SELECT rowid, * FROM lessons WHERE id = ?", (lesson_id,))
+    if row is None:
+        return
+    reviews = [(L.Review(lesson=r["lesson"], verdict=r["verdict"], reviewer=r["reviewer"], scope=r["scope"],
+                         at=r["at"], project=r["project"], text_hash=r["text_hash"], note=r["note"]), r["sig"])
+               for r in conn.execute("SELECT * FROM lesson_reviews WHERE lesson = ?", (lesson_id,))]
+    retracted = _tombstoned_sync(conn, lesson_id)
+    successor = _one(conn, "SELECT 1 FROM lessons WHERE supersedes = ? AND supersedes != '' "
+                           "AND state IN ('verified', 'superseded')", (lesson_id,))
+    state = L.derive_state(reviews=reviews, retracted=retracted, superseded=successor is not None,
+                           asked_at_ms=0, now_ms=0)
+    if state == "held":
+        state = "proposed"  # held is read from asked_at, never stored
+    decision = L.deciding_review(reviews)
+    eff_scope, eff_project, reviewer, text_hash = row["scope"], row["project"], "", ""
+    if decision is not None:
+        rev = decision[0]
+        reviewer = rev.reviewer
+        if rev.verdict != "reject":
+            eff_scope, eff_project = _narrower(row["scope"], row["project"], rev.scope, rev.project)
+            text_hash = rev.text_hash
+    conn.execute("UPDATE lessons SET state = ?, eff_scope = ?, eff_project = ?, reviewer = ?, text_hash = ? "
+                 "WHERE id = ?", (state, eff_scope, eff_project, reviewer, text_hash, lesson_id))
+    conn.execute("DELETE FROM lesson_fts WHERE rowid = ?", (row["rowid"],))
+    if not retracted:
+        body = _blob_sync(conn, row["body_hash"])
+        edit = _blob_sync(conn, text_hash) if text_hash else None
+        if body is not None:
+            header = json.loads(row["header"])
+            text = edit["text"] if edit is not None else body.get("text", "")
+            conn.execute("INSERT INTO lesson_fts (rowid, id, text, applicability, tags) VALUES (?, ?, ?, ?, ?)",
+                         (row["rowid"], lesson_id, text, body.get("applicability", ""),
+                          " ".join(header.get("tags", ()))))
+    if row["supersedes"] and row["state"] != state:
+        _refresh_sync(conn, row["supersedes"], changed)
+    if row["state"] != state or fresh:
+        changed.append((lesson_id, state))
+
+
+# An FTS row shares its lesson's rowid: ``id`` is UNINDEXED, so deleting by it would scan the index.
+_FTS_DELETE = "DELETE FROM lesson_fts WHERE rowid = (SELECT rowid FROM lessons WHERE id = ?)"
 
 _SCOPE_WIDTH = {"personal": 0, "project": 1, "team": 2}
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import lesson_store, projects
 from .defang import defang
-from .errors import HiveError, LessonInvalid
+from .errors import BadRequest, LessonInvalid
 from .roster import Roster
 from .transport import FrameError, LinkClosed, encode_frame
 
@@ -184,8 +184,7 @@ class LessonSync:
     async def on_entry(self, link: Link, member: Member, frame: dict[str, Any]) -> None:
         roster = self._roster()
         me = self._me()
-        added: list[dict[str, Any]] = []
-        gap = False
+        acceptable: list[dict[str, Any]] = []
         for obj in frame.get("entries") or []:
             try:
                 signed = lesson_store.signed_entry(obj)
@@ -198,35 +197,34 @@ class LessonSync:
                 log.warning("refused a %s entry from %s: this machine may not hold that log", signed.body.scope,
                             link.peer[:12])
                 continue
-            try:
-                result = await self.store.ingest(obj, via=link.peer)
-            except HiveError as exc:
-                self.stats["refused"] += 1
-                log.info("refused a lesson entry from %s: %s (%s)", link.peer[:12], exc.message, exc.code)
-                continue
-            if result == "added":
-                self.stats["entries_in"] += 1
-                added.append(obj)
-            elif result == "gap":
-                gap = True
-        if gap:
+            acceptable.append(obj)
+        results = await self.store.ingest_many(acceptable, via=link.peer)
+        added = [obj for obj, result in zip(acceptable, results, strict=True) if result == "added"]
+        self.stats["entries_in"] += len(added)
+        refused = [r for r in results if r not in ("added", "duplicate", "gap")]
+        if refused:
+            self.stats["refused"] += len(refused)
+            log.info("refused %d lesson entries from %s, e.g. %s", len(refused), link.peer[:12], refused[0])
+        if "gap" in results:
             await self.send_sync(link.peer)
         if added:
             await self._forward_entries(added, exclude=link.peer)
 
     async def on_body(self, link: Link, member: Member, frame: dict[str, Any]) -> None:
-        added: list[dict[str, Any]] = []
-        for blob in frame.get("blobs") or []:
-            try:
-                if await self.store.ingest_blob(blob) == "added":
-                    self.stats["blobs_in"] += 1
-                    added.append(blob)
-            except HiveError as exc:
-                self.stats["refused"] += 1
-                log.info("refused a lesson blob from %s: %s (%s)", link.peer[:12], exc.message, exc.code)
-        for peer in self._peers(exclude=link.peer):
+        await self._take_blobs(list(frame.get("blobs") or []), exclude=link.peer)
+
+    async def _take_blobs(self, blobs: list[Any], exclude: str = "") -> list[str]:
+        results = await self.store.ingest_blobs(blobs)
+        added = [b for b, result in zip(blobs, results, strict=True) if result == "added"]
+        self.stats["blobs_in"] += len(added)
+        refused = [r for r in results if r not in ("added", "duplicate")]
+        if refused:
+            self.stats["refused"] += len(refused)
+            log.info("refused %d lesson blobs from %s, e.g. %s", len(refused), exclude[:12] or "here", refused[0])
+        for peer in self._peers(exclude=exclude):
             mine = [b for b in added if await self._may_send_blob(peer, b)]
             await self._send_batches(peer, "body", "blobs", mine, BATCH_BLOBS)
+        return results
 
     # ---- sending what is new -----------------------------------------------------------
 
@@ -263,7 +261,9 @@ class LessonSync:
         for table in ("lesson_log", "lessons", "lesson_blobs", "lesson_tombstones", "lesson_reviews"):
             row = await self.store.store.fetchone(f"SELECT COUNT(*) FROM {table}")
             counts[table] = row[0] if row else 0
-        return {"heads": [[a, s, n] for (a, s), n in sorted(heads.items())], "counts": counts,
+        team = getattr(self.sc, "team", None)
+        return {"team_id": team.team_id() if team is not None else None, "me": self._me(),
+                "heads": [[a, s, n] for (a, s), n in sorted(heads.items())], "counts": counts,
                 "peers": sorted(self._peers()), "stats": dict(self.stats)}
 
 
@@ -300,22 +300,15 @@ async def op_lesson_sync_status(sidecar: Sidecar, conn: Connection, request: dic
 
 async def op_lesson_sync_ingest(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     sync = sync_of(sidecar)
-    results: dict[str, list[str]] = {"entries": [], "blobs": []}
-    for obj in request.get("entries") or []:
-        try:
-            results["entries"].append(await sync.store.ingest(obj, via="local"))
-        except HiveError as exc:
-            results["entries"].append(exc.code)
-    for blob in request.get("blobs") or []:
-        try:
-            results["blobs"].append(await sync.store.ingest_blob(blob))
-        except HiveError as exc:
-            results["blobs"].append(exc.code)
-    added = [obj for obj, result in zip(request.get("entries") or [], results["entries"], strict=False)
-             if result == "added"]
+    entries = request.get("entries") or []
+    blobs = request.get("blobs") or []
+    if not isinstance(entries, list) or not isinstance(blobs, list):
+        raise BadRequest("entries and blobs are lists")
+    results = await sync.store.ingest_many(entries, via="local")
+    added = [obj for obj, result in zip(entries, results, strict=True) if result == "added"]
     if added:
         await sync._forward_entries(added)
-    return results
+    return {"entries": results, "blobs": await sync._take_blobs(blobs)}
 
 
 OPS = {"lesson_sync_status": op_lesson_sync_status, "lesson_sync_ingest": op_lesson_sync_ingest}
