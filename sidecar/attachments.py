@@ -27,6 +27,7 @@ import dataclasses
 import functools
 import json
 import os
+import re
 import shutil
 import stat
 import time
@@ -74,7 +75,8 @@ CREDENTIAL_SUFFIXES = (".pem", ".key", ".p12", ".pfx", ".jks", ".keystore", ".kd
 PRIVATE_KEY_MARK = "PRIVATE KEY-----"
 _DEVICE_NAMES = frozenset({"CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$", "CLOCK$"}
                           | {f"{p}{d}" for p in ("COM", "LPT") for d in "0123456789¹²³"})
-_ALLOWED_CONTROLS = frozenset("\t\n\r")
+# Unicode's control characters (category Cc: C0, DEL and C1) but tab and line ends.
+_CONTROLS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
 
 # ---- refusals, each with its own stable code --------------------------------------------------
@@ -178,10 +180,10 @@ def check_text(name: str, data: bytes) -> str:
     except UnicodeDecodeError as exc:
         raise AttachmentNotText(f"{name} is not UTF-8 text (byte {exc.start}); only text files can be attached") \
             from exc
-    bad = next((c for c in text if unicodedata.category(c) == "Cc" and c not in _ALLOWED_CONTROLS), None)
+    bad = _CONTROLS.search(text)
     if bad is not None:
-        raise AttachmentNotText(f"{name} holds the control character U+{ord(bad):04X}; only text files can be "
-                                "attached")
+        raise AttachmentNotText(f"{name} holds the control character U+{ord(bad.group()):04X}; only text files "
+                                "can be attached")
     return text
 
 

@@ -205,3 +205,22 @@ def test_past_a_persons_hourly_quota_files_wait_in_the_senders_outbox(make_hive:
     assert [m["body"] for m in inbox(bob, "api-codex")] == ["one"]  # the second waits, it is not lost
     assert ok(alice, "sent", ids=[second["id"]])["messages"][0]["state"] == "retry"
     assert os.path.isdir(bob.home / "inbox")
+
+
+def test_a_held_messages_files_are_saved_only_once_it_is_approved_and_never_if_dropped(
+        make_hive: Any, repo: Path) -> None:
+    alice, bob = form_team(make_hive, ["alice", "bob"], {"bob": '[inbound.people]\nalice = "hold"\n'})
+    register(alice, "a1", str(repo))
+    register(bob, "b1", "/src/api")
+    wait_for(lambda: any(s["address"] == "bob/api-codex" for s in who(alice)), what="bob's session")
+    kept = send_files(alice, "bob/api-codex", "keep this", ["notes.md"], **{"from": "a1"})["result"]["results"][0]
+    dropped = send_files(alice, "bob/api-codex", "not this", ["src/app.py"], **{"from": "a1"})["result"]["results"][0]
+    assert kept["state"] == dropped["state"] == "held"
+    assert not (bob.home / "inbox").exists()  # nothing saved while held
+    ok(bob, "drop", ids=[dropped["id"]])
+    ok(bob, "approve", ids=[kept["id"]])
+    [message] = inbox(bob, "api-codex")
+    assert message["body"] == "keep this"
+    [path] = [Path(p) for p in message["files"]]
+    assert path.name == "notes.md" and path.read_text().startswith("# why refresh fails")
+    assert [p.name for p in (bob.home / "inbox").iterdir()] == [path.parent.name]  # one folder: the approved one
