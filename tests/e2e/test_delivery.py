@@ -1,0 +1,108 @@
+"""Delivery counts only once the model had it: real Claude Code and Gemini CLI against the scripted model.
+
+A hook prints its reply before the harness makes its next model call, so hive holds the mail it
+showed for the harness process until a later hook of the session proves that call happened.
+Killing the harness in between (the model is busy with a slow command) must leave the mail for
+the resumed session's next turn, framed, and bob must not be told it was read until then.
+
+An overlap notice (hive saw two sessions modify one file) reaches the real model the same way as
+a teammate's message: through Claude Code's Stop hook, framed as ``hive/overlap``.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from tests.installer.conftest import require_cli
+
+from . import test_claude_code, test_gemini
+from .conftest import HarnessMachine, Team, contract, harness_team, wait_for
+from .model_server import ModelServer, Script, call, say
+from .scenarios import Run, killed_before_next_call, spawn
+
+
+@pytest.fixture
+def claude_team(model: ModelServer, keys_in_files: None) -> Iterator[Team]:
+    with harness_team(test_claude_code.HARNESS, before_setup=git_project) as team:
+        yield team
+
+
+@pytest.fixture
+def gemini_team(model: ModelServer, keys_in_files: None) -> Iterator[Team]:
+    with harness_team(test_gemini.HARNESS, before_setup=test_gemini.write_settings) as team:
+        yield team
+
+
+def git_project(machine: HarnessMachine) -> None:
+    """alice's project as a clone of acme/api: overlaps are per repository."""
+    subprocess.run(["git", "init", "-q", "-b", "main", str(machine.project)], check=True)
+    subprocess.run(["git", "-C", str(machine.project), "remote", "add", "origin", "https://github.com/acme/api.git"],
+                   check=True)
+    (machine.project / "src").mkdir()
+
+
+def test_claude_code_killed_before_its_next_model_call_gets_the_mail_again_in_the_next_turn(
+        model: ModelServer, claude_team: Team) -> None:
+    receipt = killed_before_next_call(test_claude_code.runner(), claude_team, model)
+    assert receipt == "queued", f"{contract(test_claude_code.HARNESS)}: bob's receipt said {receipt!r} " \
+        "right after the kill, before any model call had the message"
+
+
+def test_gemini_killed_before_its_next_model_call_gets_the_mail_again_in_the_next_turn(
+        model: ModelServer, gemini_team: Team) -> None:
+    receipt = killed_before_next_call(test_gemini.runner(), gemini_team, model)
+    assert receipt == "queued", f"{contract(test_gemini.HARNESS)}: bob's receipt said {receipt!r} " \
+        "right after the kill, before any model call had the message"
+
+
+def test_an_overlap_notice_reaches_the_claude_code_model_through_the_stop_hook_framed(
+        model: ModelServer, claude_team: Team) -> None:
+    who = contract(test_claude_code.HARNESS)
+    machine = claude_team.machine
+    project = str(machine.project)
+    # Another session on alice's machine (a Gemini CLI one, reported by its hooks) modified src/app.py.
+    other = {"session_id": "gemini-overlap", "cwd": project, "timestamp": "2026-12-02T11:00:00.000Z",
+             "transcript_path": str(machine.home / ".gemini/tmp/api/chats/session-gemini-overlap.json")}
+    machine.ok("hook", harness="gemini", event="SessionStart", env={"GEMINI_CLI": "1"},
+               payload={**other, "hook_event_name": "SessionStart", "source": "startup"})
+    machine.ok("hook", harness="gemini", event="AfterTool", env={"GEMINI_CLI": "1"},
+               payload={**other, "hook_event_name": "AfterTool", "tool_name": "replace",
+                        "tool_input": {"file_path": f"{project}/src/app.py", "old_string": "a", "new_string": "b"},
+                        "tool_response": {"llmContent": "ok"}})
+    them = next(s["address"] for s in machine.ok("who")["sessions"] if s["agent"] == "gemini")
+
+    model.script = Script({"E2E-OVERLAP": [
+        call("Write", {"file_path": f"{project}/src/app.py", "content": "print('hello')\n"}),
+        say("written"),  # and again after the Stop hook's feedback: steps count tool rounds
+    ]})
+    run = start_claude(machine, model, "E2E-OVERLAP: write src/app.py")
+    output = run.finish()
+    assert run.process.returncode == 0, f"{who}: exited {run.process.returncode}:\n{output}\n{model.transcript()}"
+    assert not model.errors, f"{who}: the script failed: {model.errors}\n{output}"
+
+    opening = '<hive-message from="hive/overlap"'
+    carriers = [r for r in model.main() if opening in r.text]
+    assert carriers, f"{who}: the overlap notice never reached the model:\n{model.transcript()}\n{output[-3000:]}"
+    text = carriers[0].text
+    notice = text[text.index(opening):]
+    notice = notice[:notice.index("</hive-message>") + len("</hive-message>")]
+    assert "src/app.py" in notice and them in notice, f"{who}: the notice as the model saw it:\n{notice}"
+    assert text.count(opening) == 1, f"{who}: the notice came more than once:\n{text}"
+    # It came with the turn's end (the Stop hook), after the edit that caused it.
+    assert carriers[0] is model.main()[-1], f"{who}: the notice came before the turn ended:\n{model.transcript()}"
+    found = re.search(r'id="([^"]+)"', notice)
+    assert found, f"{who}: the notice has no id:\n{notice}"
+    wait_for(lambda: machine.ok("sent", ids=[found.group(1)])["messages"][0]["state"] == "read", timeout=30,
+             what=f"{who}: the notice to be confirmed once the model answered after seeing it")
+
+
+def start_claude(machine: HarnessMachine, model: ModelServer, prompt: str) -> Run:
+    env = machine.env(ANTHROPIC_BASE_URL=model.url, ANTHROPIC_API_KEY="sk-ant-fake", ANTHROPIC_MODEL="claude-fake")
+    argv = [str(require_cli(test_claude_code.HARNESS)), "-p", prompt, "--output-format", "json",
+            "--allowedTools", *test_claude_code.ALLOWED, "Write"]
+    return spawn(machine, argv, env, "claude")
+
