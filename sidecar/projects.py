@@ -23,6 +23,7 @@ Ops::
 from __future__ import annotations
 
 import hashlib
+import logging
 from typing import TYPE_CHECKING, Any
 
 from .errors import BadRequest, NotFound, NotMember, Refused
@@ -31,6 +32,8 @@ from .roster import ProjectView, Roster
 
 if TYPE_CHECKING:
     from .server import Connection, Sidecar
+
+log = logging.getLogger("hive.sidecar.projects")
 
 
 def normalise_remote(url: str) -> str:
@@ -88,6 +91,24 @@ async def join(sidecar: Sidecar, project: str) -> dict[str, Any]:
     role = "owner" if view is None or not view.owner else "proposed"
     await team.project_entry(project, person, role)
     return show(team.roster, project)
+
+
+async def on_session(sidecar: Sidecar, repo: str) -> None:
+    """A session registered in ``repo`` (its normalised remote): the person's first session there
+    proposes their membership (or claims an ownerless project). Only repositories with a remote:
+    a path-only project is one machine's, and nothing of it travels."""
+    team = getattr(sidecar, "team", None)
+    if team is None or team.roster is None or not repo or "/" not in repo:
+        return
+    project = project_id(repo)
+    view = view_of(team.roster, project)
+    person = sidecar.settings.person
+    if view is not None and (person in view.members or person in view.proposed):
+        return
+    try:
+        await join(sidecar, project)
+    except Exception:  # the session works without it; the person can `project_join` later
+        log.exception("could not propose %s for the project of %s", person, repo)
 
 
 async def confirm(sidecar: Sidecar, project: str, person: str) -> dict[str, Any]:

@@ -32,7 +32,7 @@ import anyio
 from anyio.abc import SocketAttribute, SocketStream, TaskGroup
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from . import __version__, attachments, codex_push, discover, folders, observe
+from . import __version__, attachments, codex_push, discover, folders, observe, projects
 from .addresses import Entry, Target, is_group, resolve
 from .ask import confirm_group, confirm_override, group_question, notify_person
 from .config import HOUR, Settings, load_settings
@@ -355,6 +355,8 @@ class Sidecar:
                           "turns it back on")
         hold = bool(request.get("hold") or request.get("push"))
         session, new = await self.sessions.register(info, conn.id if hold else None)
+        if new and session.repo:
+            self.tasks.start_soon(projects.on_session, self, session.repo)  # a first session there proposes its person
         observe.UNMANAGED.discard(session.key)  # a client speaks for it
         if request.get("push") and session.tier == "push":
             conn.push_sessions.add(session.key)
