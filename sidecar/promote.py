@@ -96,6 +96,8 @@ def skill_name(source: SkillSource) -> str:
 def _quoted(value: str) -> str:
     """A YAML double-quoted scalar on one line (strictyaml reads it; no flow style, no tags)."""
     value = " ".join(value.split())
+    # The reference validator finds the frontmatter's end by the first "---" anywhere in it.
+    value = re.sub(r"-{3,}", "—", value)
     return json.dumps(defang(value), ensure_ascii=False)
 
 

@@ -193,22 +193,29 @@ def turn_line(r: Ranked, why: str, now_ms: int | None = None) -> str:
 
 # ---- reading candidates -----------------------------------------------------------------------
 #
-# One join over the lesson store's tables (hive.sidecar.lesson_store): the FTS row already holds the
-# effective text and applicability, so a search reads no blob and no review.
+# Plain joins over the lesson store's tables (hive.sidecar.lesson_store). The text shown comes from the
+# body blob (or the deciding edit's), by hash: FTS5 columns read in a join would be read for every match
+# before the sort, and the FTS table cannot be looked up by lesson id.
 
-_SELECT = ("SELECT l.id, l.kind, l.eff_scope, l.eff_project, l.author, l.reviewer, l.created_at, l.citations, "
-           "l.successes, l.header, f.text, f.applicability, f.tags")
+_COLUMNS = ("l.id, l.kind, l.eff_scope, l.eff_project, l.author, l.reviewer, l.created_at, l.citations, l.successes, "
+            "l.header, b.blob AS body, e.blob AS edit")
+_BLOBS = ("JOIN lesson_blobs b ON b.hash = l.body_hash "
+          "LEFT JOIN lesson_blobs e ON e.hash = l.text_hash AND l.text_hash != ''")
+OVERFETCH = 3  # FTS rows of proposed, rejected or superseded lessons are dropped after the text search
 
 
 def _candidate(row: Any, bm25: float | None, origins: Mapping[str, str]) -> Candidate:
     header = json.loads(row["header"])
+    body = json.loads(row["body"])
+    edit = json.loads(row["edit"]) if row["edit"] else {}
     files = tuple(normal_path(str(e.get("ref", "")).split("#", 1)[0]) for e in header.get("evidence", ())
                   if isinstance(e, dict) and e.get("kind") == "file")
     origin = origins.get(row["author"]) or f"{header.get('author_person', '?')}@{str(row['author'])[:8]}"
-    return Candidate(id=row["id"], kind=row["kind"], text=row["text"], applicability=row["applicability"],
-                     scope=row["eff_scope"], project=row["eff_project"], created_at=row["created_at"],
+    return Candidate(id=row["id"], kind=row["kind"], text=str(edit.get("text", body.get("text", ""))),
+                     applicability=str(body.get("applicability", "")), scope=row["eff_scope"],
+                     project=row["eff_project"], created_at=row["created_at"],
                      author=str(header.get("author_session", "")), origin=origin, reviewer=row["reviewer"],
-                     tags=tuple(str(row["tags"] or "").split()), files=files, citations=row["citations"],
+                     tags=tuple(str(t) for t in header.get("tags", ())), files=files, citations=row["citations"],
                      successes=row["successes"], bm25=bm25)
 
 
@@ -218,30 +225,35 @@ async def by_text(store: Store, text: str, origins: Mapping[str, str], limit: in
     if not match:
         return []
     rows = await store.fetchall(
-        f"{_SELECT}, bm25(lesson_fts) AS rank FROM lesson_fts f JOIN lessons l ON l.id = f.id "
-        "WHERE lesson_fts MATCH ? AND l.state = 'verified' ORDER BY rank LIMIT ?", (match, limit))
+        f"SELECT {_COLUMNS}, top.rank AS rank FROM (SELECT id, rank FROM lesson_fts WHERE lesson_fts MATCH ? "
+        f"ORDER BY rank LIMIT ?) AS top CROSS JOIN lessons l ON l.id = top.id {_BLOBS} "
+        "WHERE l.state = 'verified' ORDER BY top.rank LIMIT ?", (match, limit * OVERFETCH, limit))
     return [_candidate(r, float(r["rank"]), origins) for r in rows]
 
 
 async def by_files(store: Store, files: Iterable[str], origins: Mapping[str, str], limit: int = 50) -> list[Candidate]:
-    """Verified lessons whose evidence names one of ``files`` (by file name, then by whole path segments)."""
+    """Verified lessons whose evidence names one of ``files`` (by file name, then by whole path segments).
+
+    ``CROSS JOIN`` keeps SQLite starting from the few file rows rather than from every verified lesson.
+    """
     wanted = [normal_path(f) for f in files if f and normal_path(f)]
     names = sorted({f.rsplit("/", 1)[-1] for f in wanted})[:64]
     if not names:
         return []
     rows = await store.fetchall(
-        f"{_SELECT} FROM lesson_files x JOIN lessons l ON l.id = x.lesson JOIN lesson_fts f ON f.id = l.id "
-        f"WHERE x.name IN ({','.join('?' * len(names))}) AND l.state = 'verified' GROUP BY l.id "
-        "ORDER BY l.created_at DESC LIMIT ?", (*names, limit))
+        f"SELECT DISTINCT {_COLUMNS} FROM lesson_files x CROSS JOIN lessons l ON l.id = x.lesson {_BLOBS} "
+        f"WHERE x.name IN ({','.join('?' * len(names))}) AND l.state = 'verified' ORDER BY l.created_at DESC LIMIT ?",
+        (*names, limit))
     found = [_candidate(r, None, origins) for r in rows]
     return [c for c in found if overlap(c.files, tuple(wanted))]
 
 
 async def search(store: Store, *, text: str = "", files: Iterable[str] = (), project: str = "",
                  origins: Mapping[str, str] | None = None, limit: int = 20, now_ms: int | None = None,
-                 pool: int = 50) -> list[Ranked]:
-    """Ranked verified lessons for a query and the session's files."""
+                 pool: int | None = None) -> list[Ranked]:
+    """Ranked verified lessons for a query and the session's files (``pool`` text and file candidates each)."""
     origins = origins or {}
+    pool = pool or max(2 * limit, 10)
     files = tuple(files)
     merged: dict[str, Candidate] = {c.id: c for c in await by_text(store, text, origins, pool)}
     for c in await by_files(store, files, origins, pool):

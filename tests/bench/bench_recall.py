@@ -1,0 +1,161 @@
+"""Benchmark of lesson recall: p50/p99 of a ranked search over 100,000 verified lessons, next to a bare FTS5 MATCH.
+
+Run it from the repository root with the project's venv:
+
+    .venv/bin/python tests/bench/bench_recall.py           # 100,000 lessons
+    .venv/bin/python tests/bench/bench_recall.py --quick   # 10,000 lessons (smoke run)
+
+The lessons are written straight into the sidecar's own database (:class:`hive.sidecar.store.Store`,
+all migrations, WAL) in the shape :mod:`hive.sidecar.lesson_store` materialises for verified lessons
+(a ``lessons`` row, its body blob, its FTS5 row, its evidence files through the migration's trigger): signing and
+reviewing 100,000 lessons one by one would measure the writer, not recall. Texts draw words from a
+Zipf-like vocabulary of 5,000 words, so common words match many lessons and rare ones few; queries
+are two or three words drawn the same way. Each query runs through:
+
+- baseline: ``SELECT id FROM lesson_fts WHERE lesson_fts MATCH ? ORDER BY bm25(lesson_fts) LIMIT 20``;
+- search: :func:`hive.sidecar.recall.search` (text and files, the join, the five-signal ranking), as
+  ``search_memory`` does;
+- by files: :func:`hive.sidecar.recall.by_files`, what turn-tier recall runs at a hook.
+
+Nothing is asserted on the numbers: the machines that run this are small and noisy. Aim (issue 8):
+recall p50 under 5 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+
+from hive.sidecar import recall
+from hive.sidecar.store import Store
+
+AIM_MS = 5.0
+VOCABULARY = 5_000
+WORDS_PER_LESSON = (12, 40)
+QUERIES = 400
+PROJECT = "sha256:" + "a" * 64
+
+
+def word(rng: random.Random) -> str:
+    # Zipf-like: word n is drawn with weight ~1/n (inverse transform on a log scale).
+    n = int(VOCABULARY ** rng.random())
+    return f"w{n:04d}"
+
+
+def percentiles(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    return statistics.median(ordered), ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+async def fill(store: Store, count: int, rng: random.Random) -> None:
+    now_ms = int(time.time() * 1000)
+    rows, fts, blobs = [], [], []
+    for i in range(count):
+        lesson_id = f"{i:064x}"
+        text = " ".join(word(rng) for _ in range(rng.randint(*WORDS_PER_LESSON)))
+        files = [{"kind": "file", "ref": f"src/m{rng.randrange(2000)}/f{rng.randrange(50)}.py"}]
+        scope = rng.choice(("team", "project", "personal"))
+        header = {"id": lesson_id, "kind": "gotcha", "scope": scope, "evidence": files, "tags": [],
+                  "author_person": "alice", "author_session": "alice/api", "created_at": now_ms}
+        applicability = f"when {word(rng)} {word(rng)}"
+        body_hash = f"{i:064x}"[::-1]
+        blobs.append((body_hash, lesson_id, json.dumps({"lesson": lesson_id, "role": "body", "text": text,
+                                                        "applicability": applicability, "quote": None})))
+        rows.append((lesson_id, "k" * 64, "alice", scope, PROJECT if scope == "project" else "", "gotcha",
+                     json.dumps(header), body_hash, now_ms - rng.randrange(365) * 86_400_000, time.time(), time.time(),
+                     "verified", scope, PROJECT if scope == "project" else "", "bob", rng.randrange(5),
+                     rng.randrange(3)))
+        fts.append((lesson_id, text, applicability, ""))
+    statements = []
+    for start in range(0, count, 5_000):
+        statements += [(
+            "INSERT INTO lessons (id, author, author_person, scope, project, kind, header, body_hash, created_at, "
+            "received_at, asked_at, state, eff_scope, eff_project, reviewer, citations, successes) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row) for row in rows[start:start + 5_000]]
+        statements += [("INSERT INTO lesson_fts (id, text, applicability, tags) VALUES (?, ?, ?, ?)", row)
+                       for row in fts[start:start + 5_000]]
+        statements += [("INSERT INTO lesson_blobs (hash, lesson, blob) VALUES (?, ?, ?)", row)
+                       for row in blobs[start:start + 5_000]]
+        await store.write(statements)
+        statements = []
+
+
+async def timed(calls: list[object], run: object) -> list[float]:
+    samples = []
+    for argument in calls:
+        start = time.perf_counter()
+        await run(argument)  # type: ignore[operator]
+        samples.append((time.perf_counter() - start) * 1000)
+    return samples
+
+
+async def bench(quick: bool) -> None:
+    count = 10_000 if quick else 100_000
+    rng = random.Random(8)
+    folder = Path(tempfile.mkdtemp(prefix="hive-bench-recall-", dir="/tmp"))
+    store = await Store.open(folder / "hive.db")
+    try:
+        started = time.perf_counter()
+        await fill(store, count, rng)
+        print(f"filled {count:,} verified lessons in {time.perf_counter() - started:.1f} s")
+        queries = [" ".join(word(rng) for _ in range(rng.choice((2, 3)))) for _ in range(QUERIES)]
+        files = [(f"src/m{rng.randrange(2000)}/f{rng.randrange(50)}.py", "README.md") for _ in range(QUERIES)]
+        origins = {"k" * 64: "alice@m1"}
+
+        async def baseline(q: object) -> None:
+            await store.fetchall("SELECT id FROM lesson_fts WHERE lesson_fts MATCH ? ORDER BY bm25(lesson_fts) "
+                                 "LIMIT 20", (recall.fts_query(str(q)),))
+
+        pairs = list(zip(queries, files, strict=True))
+
+        async def search(pair: object) -> None:
+            q, f = pair  # type: ignore[misc]
+            await recall.search(store, text=q, files=f, project=PROJECT, origins=origins, limit=20)
+
+        async def by_text(q: object) -> None:
+            await recall.by_text(store, str(q), origins)
+
+        async def by_files(f: object) -> None:
+            await recall.by_files(store, f, origins)  # type: ignore[arg-type]
+
+        for run in (baseline, search):  # warm the page cache for both alike
+            await timed(queries[:20] if run is baseline else pairs[:20], run)
+        base = await timed(queries, baseline)
+        full = await timed(pairs, search)
+        turn = await timed(files, by_files)
+        text = await timed(queries, by_text)
+        b50, b99 = percentiles(base)
+        s50, s99 = percentiles(full)
+        t50, t99 = percentiles(turn)
+        print(f"baseline: bare FTS5 MATCH, bm25 top 20   p50 {b50:7.3f} ms  p99 {b99:7.3f} ms")
+        print(f"recall p50/p99: search (text+files+rank)  p50 {s50:7.3f} ms  p99 {s99:7.3f} ms  "
+              f"{s50 / b50:5.2f}x / {s99 / b99:5.2f}x baseline")
+        x50, x99 = percentiles(text)
+        print(f"recall by text alone (50 candidates)     p50 {x50:7.3f} ms  p99 {x99:7.3f} ms")
+        print(f"recall by files (turn tier)              p50 {t50:7.3f} ms  p99 {t99:7.3f} ms")
+        print(f"aim: recall p50 under {AIM_MS:g} ms: {'met' if s50 < AIM_MS else 'NOT met'} "
+              f"({count:,} lessons, {QUERIES} queries)")
+    finally:
+        await store.close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="10,000 lessons instead of 100,000")
+    args = parser.parse_args()
+    anyio.run(bench, args.quick)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
