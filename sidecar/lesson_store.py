@@ -475,6 +475,22 @@ class LessonStore:
         rows = await self.store.fetchall("SELECT hash FROM lesson_blobs WHERE lesson = ?", (lesson_id,))
         return [r[0] for r in rows]
 
+    async def blobs_with_logs(self, *, lessons: Sequence[str] = (), hashes: Sequence[str] = ()
+                              ) -> list[tuple[dict[str, Any], str, str]]:
+        """Held blobs of ``lessons`` and by ``hashes``, each with the author machine and log scope of
+        its lesson (what decides who may receive it), read in one hop."""
+        def work(conn: sqlite3.Connection) -> list[tuple[dict[str, Any], str, str]]:
+            out = []
+            sql = ("SELECT b.blob, l.author, l.scope, l.project FROM lesson_blobs b JOIN lessons l ON l.id = b.lesson "
+                   "WHERE ")
+            for column, values in (("b.lesson", lessons), ("b.hash", hashes)):
+                for value in dict.fromkeys(values):
+                    for row in conn.execute(sql + f"{column} = ?", (value,)):
+                        out.append((json.loads(row[0]), row[1], L.log_scope(row[2], row[3])))
+            return out
+
+        return await self.store.run(work)
+
     async def missing_blobs(self, limit: int = 1000) -> list[str]:
         """Hashes of bodies and edit texts named by held entries but not held, for lessons not retracted."""
         rows = await self.store.fetchall(

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import lesson_store, projects
+from . import lessons as L
 from .defang import defang
 from .errors import BadRequest, LessonInvalid
 from .roster import Roster
@@ -75,6 +76,8 @@ class LessonSync:
         self.mesh = mesh
         self.sc: Sidecar = mesh.sc
         self._store: lesson_store.LessonStore | None = None
+        self._team: Any = None
+        self._projects: Any = None
         self.stats = {"entries_in": 0, "entries_out": 0, "blobs_in": 0, "blobs_out": 0, "refused": 0}
 
     @property
@@ -121,7 +124,38 @@ class LessonSync:
         await self._send(peer, {"t": "sync", "heads": [[a, s, n] for (a, s), n in heads.items()], "want": want})
 
     async def on_link_up(self, peer: str) -> None:
+        self._follow_team()
         await self.send_sync(peer)
+
+    def _follow_team(self) -> None:
+        team = getattr(self.sc, "team", None)
+        if team is not None and team is not self._team:
+            self._team = team
+            self._projects = self._membership()
+            team.subscribe(self._on_team_change)
+
+    def _membership(self) -> Any:
+        roster = self._roster()
+        return None if roster is None else {p: v.members for p, v in roster.projects.items()}
+
+    async def _on_team_change(self, change: Any) -> None:
+        """Someone joined a project (or the team): ask every peer again, so the logs this machine
+        may now hold arrive without waiting for the next link. Called under the team's lock, so
+        the syncs run as their own task."""
+        membership = self._membership()
+        if membership == self._projects and not getattr(change, "joined", ()):
+            return
+        self._projects = membership
+        tasks = getattr(self.sc, "tasks", None)
+        if tasks is not None:
+            tasks.start_soon(self._sync_all)
+
+    async def _sync_all(self) -> None:
+        for peer in self._peers():
+            try:
+                await self.send_sync(peer)
+            except Exception:  # one peer's failure must not stop the others
+                log.exception("could not sync lessons with %s", peer[:12])
 
     async def on_sync(self, link: Link, member: Member, frame: dict[str, Any]) -> None:
         roster = self._roster()
@@ -148,12 +182,8 @@ class LessonSync:
                 lessons += [e["body"]["lesson"] for e in batch if e["body"].get("type") in ("lesson", "review")]
                 after = batch[-1]["body"]["seq"]
         await self._send_batches(peer, "entry", "entries", entries, BATCH_ENTRIES)
-        blobs = await self._blobs_for(peer, lessons)
-        for digest in (frame.get("want") or [])[:MAX_WANT]:
-            if isinstance(digest, str):
-                blob = await self.store.blob(digest)
-                if blob is not None and await self._may_send_blob(peer, blob):
-                    blobs.append(blob)
+        want = [h for h in (frame.get("want") or [])[:MAX_WANT] if isinstance(h, str)]
+        blobs = await self._blobs_for(peer, lessons, want)
         await self._send_batches(peer, "body", "blobs", blobs, BATCH_BLOBS)
         if behind and not frame.get("reply"):
             # The peer holds entries this machine lacks: ask once (a reply never asks back).
@@ -161,23 +191,19 @@ class LessonSync:
             await self._send(peer, {"t": "sync", "reply": True, "want": await self.store.missing_blobs(MAX_WANT),
                                     "heads": [[a, s, n] for (a, s), n in heads.items()]})
 
-    async def _blobs_for(self, peer: str, lesson_ids: Sequence[str]) -> list[dict[str, Any]]:
-        blobs: list[dict[str, Any]] = []
-        for lesson_id in dict.fromkeys(lesson_ids):
-            for digest in await self.store.blob_hashes_of(lesson_id):
-                blob = await self.store.blob(digest)
-                if blob is not None and await self._may_send_blob(peer, blob):
-                    blobs.append(blob)
-        return blobs
-
-    async def _may_send_blob(self, peer: str, blob: dict[str, Any]) -> bool:
-        row = await self.store.store.fetchone("SELECT author, scope, project FROM lessons WHERE id = ?",
-                                              (blob.get("lesson"),))
-        if row is None:
-            return False
-        from .lessons import log_scope
-
-        return may_hold(self._roster(), peer, row["author"], log_scope(row["scope"], row["project"]))
+    async def _blobs_for(self, peer: str, lesson_ids: Sequence[str], hashes: Sequence[str] = ()
+                         ) -> list[dict[str, Any]]:
+        """The held blobs of these lessons (and by these hashes) that ``peer`` may hold."""
+        roster = self._roster()
+        found = await self.store.blobs_with_logs(lessons=lesson_ids, hashes=hashes)
+        seen: set[str] = set()
+        out = []
+        for blob, author, scope in found:
+            digest = L.blob_hash(blob)
+            if digest not in seen and may_hold(roster, peer, author, scope):
+                seen.add(digest)
+                out.append(blob)
+        return out
 
     # ---- receiving -------------------------------------------------------------------
 
@@ -221,9 +247,12 @@ class LessonSync:
         if refused:
             self.stats["refused"] += len(refused)
             log.info("refused %d lesson blobs from %s, e.g. %s", len(refused), exclude[:12] or "here", refused[0])
-        for peer in self._peers(exclude=exclude):
-            mine = [b for b in added if await self._may_send_blob(peer, b)]
-            await self._send_batches(peer, "body", "blobs", mine, BATCH_BLOBS)
+        if added:
+            lessons = [b["lesson"] for b in added]
+            hashes = {L.blob_hash(b) for b in added}
+            for peer in self._peers(exclude=exclude):
+                mine = [b for b in await self._blobs_for(peer, lessons) if L.blob_hash(b) in hashes]
+                await self._send_batches(peer, "body", "blobs", mine, BATCH_BLOBS)
         return results
 
     # ---- sending what is new -----------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Any
 from hive.sidecar.projects import project_id
 
 from ..conftest import Hive
-from .test_mesh import MESH, _keys_in_files, form_team, ok, wait_for  # noqa: F401  (the autouse fixture)
+from .test_mesh import MESH, _keys_in_files, form_team, ok, register, wait_for  # noqa: F401  (the autouse fixture)
 
 REPO = "git@github.com:acme/api.git"
 PROJECT = project_id(REPO)
@@ -39,14 +39,19 @@ def test_a_project_lesson_reaches_project_members_and_never_a_non_member(make_hi
     alice, bob, carol, dave = form_team(make_hive, ["alice", "bob", "carol", "dave"])
     assert ok(alice, "project_join", repo=REPO)["owner"] == "alice"
     wait_for(lambda: ok(carol, "project_show", repo=REPO)["owner"] == "alice", what="the owner known to carol")
-    # carol's first session proposes her (an https clone of the same repository is the same project)
-    assert ok(carol, "project_join", repo="https://github.com/acme/api")["proposed"] == ["carol"]
+    # carol's first session in her clone proposes her (however cloned, it is the same project)
+    register(carol, "c1", "/src/api", repo="github.com/acme/api")
     wait_for(lambda: "carol" in ok(alice, "project_show", project=PROJECT)["proposed"], what="carol's proposal")
+    early = propose(alice, "project", "The api's CI cache key includes the lockfile hash.")
+    before = propose(alice, "team", "Tag releases as vYYYY.MM.DD.")
+    wait_for(lambda: holds(carol, before), what="a later team lesson on carol's machine")
+    assert holds(carol, early) is None  # proposed, not confirmed: no project lessons yet
+
     ok(alice, "project_confirm", project=PROJECT, person="carol")
     for m in (alice, bob, carol, dave):
         wait_for(lambda m=m: ok(m, "project_show", project=PROJECT)["members"] == ["alice", "carol"],
                  what="membership everywhere")
-
+    wait_for(lambda: (holds(carol, early) or {}).get("has_body"), what="the earlier project lesson once confirmed")
     lesson = propose(alice, "project", "Run the api tests with -x: the fixtures leak sockets after a failure.")
     seen = wait_for(lambda: holds(carol, lesson), what="the lesson on carol's machine")
     assert seen["text"].startswith("Run the api tests") and seen["state"] == "proposed"
@@ -56,6 +61,7 @@ def test_a_project_lesson_reaches_project_members_and_never_a_non_member(make_hi
     # the team lesson went out after the project one, on the same links: had the project lesson
     # been sent to bob or dave, it would be there by now
     assert holds(bob, lesson) is None and holds(dave, lesson) is None
+    assert holds(bob, early) is None and holds(dave, early) is None
     heads = {tuple(h[:2]) for h in status(dave)["heads"]}
     assert (lesson_author := seen["author_machine"]) and (lesson_author, f"project:{PROJECT}") not in heads
 
