@@ -115,6 +115,9 @@ async def _push(sidecar: Sidecar, session: Session, address: str, done: anyio.Ev
     ids: list[str] = []
     try:
         async with lock:
+            if session.tier != "push":
+                outcome.append(False)  # the push before this one failed while this one waited its turn
+                return
             messages = [m for m in await sidecar.mailbox.unread(address) if m.wake]
             if not messages:
                 # An earlier push (or a hook) took this mail already: the tier says how it went.

@@ -105,6 +105,18 @@ def test_a_push_into_an_idle_thread_starts_a_turn_whose_user_message_reaches_the
     assert turns[-1].role == "user" and "PUSHMARK_idle" in turns[-1].text, f"{who}: {model.transcript()}"
 
 
+def test_a_push_larger_than_one_short_websocket_frame_reaches_the_model_whole(
+        model: ModelServer, daemon: Daemon) -> None:
+    who = contract(HARNESS)
+    # Over 65535 bytes: the frame carries a 64-bit length (RFC 6455 §5.2), as hive's largest messages do.
+    body = "PUSHMARK_large " + " ".join(f"line-{n:05d}" for n in range(7000)) + " PUSHMARK_end"
+    assert len(body.encode()) > 1 << 16
+    thread = daemon.new_thread(daemon.home.parent / "project")
+    assert daemon.push(thread, body).how == "start"
+    carriers = model.wait_for(lambda: model.seen("PUSHMARK_end"), timeout=60, what=f"{who}: the large push")
+    assert body in model.requests[carriers[0]].text, f"{who}: the large push arrived altered"
+
+
 def test_a_push_during_a_slow_tool_steers_the_running_turn_and_arrives_after_the_tool_result(
         model: ModelServer, daemon: Daemon) -> None:
     who = contract(HARNESS)
