@@ -15,7 +15,8 @@ same run and in round-robin order (so drift hits every figure alike) it times:
 - ``python -c pass``: the same interpreter with site-packages, as a plain script would start;
 - the hook with no mail waiting (the common case: one request, one reply, no opinion);
 - the hook with one waking message waiting (the message is sent, untimed, before each sample;
-  the hook injects it and confirms it with ``delivered`` before it exits);
+  the hook injects it and tells the sidecar with ``hook_written`` before it exits; the next sample,
+  a later hook of the same session, confirms it);
 - ``hive hook`` (the console script, for people) with no mail, for comparison.
 
 Each process is started the same way (``subprocess.run`` with stdin and stdout pipes), so the

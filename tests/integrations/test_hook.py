@@ -283,7 +283,7 @@ def test_waiting_mail_is_injected_in_the_harness_shape(peer_hive: Hive, workdir:
         assert unread(peer_hive, sid) == 1, "mail a hook cannot show stays unread"
     else:
         assert out == expected_reply(shape, event, frame(message_id, "why does refresh return 401?"))
-        assert unread(peer_hive, sid) == 0, "confirmed once the reply was written"
+        assert unread(peer_hive, sid) == 0, "held for the harness once the reply was written"
 
 
 def test_a_tool_hook_injects_only_waking_mail_and_stop_brings_the_rest(peer_hive: Hive, workdir: Path) -> None:
@@ -515,7 +515,7 @@ def test_errors_and_garbage_get_no_opinion(peer_hive: Hive) -> None:
 
 
 def test_a_hook_killed_after_reading_mail_leaves_it_unread(make_hive: Callable[..., Hive], workdir: Path) -> None:
-    machine = make_hive("[sidecar]\ninflight_timeout = 1\n")
+    machine = make_hive()  # the default in-flight timeout (90 s): closing the connection is what releases it
     machine.start()
     add_peer(machine)
     sid = "claude-killed"
@@ -526,7 +526,10 @@ def test_a_hook_killed_after_reading_mail_leaves_it_unread(make_hive: Callable[.
     done, _ = run_hook(machine.home, "claude-code", "PostToolUse", payload, fault)
     assert done.returncode == -signal.SIGKILL and done.stdout == b""
     assert unread(machine, sid) == 1
-    time.sleep(1.2)  # the in-flight hold expires: it was never confirmed
+    deadline = time.monotonic() + 30  # the sidecar sees the dead hook's connection close
+    while message_id not in ok(machine, {"op": "inbox", "session": sid, "peek": True})["ids"]:
+        assert time.monotonic() < deadline, "the mail of a hook that died before printing stayed hidden"
+        time.sleep(0.05)
     assert fire(machine, "claude-code", "PostToolUse", sid, str(workdir)) == expected_reply(
         "context", "PostToolUse", frame(message_id, "do not lose me"))
     assert unread(machine, sid) == 0
