@@ -1,0 +1,102 @@
+"""Review: who is asked to review a lesson, the pop-up that asks them (a real dunst on Xvfb), and that
+nothing but a person's click or typed verdict records one."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..conftest import Hive
+from .desktop import Desktop, no_desktop_env, start_sidecar
+from .lesson_steps import git_repo, propose, run_json, state
+from .test_mesh import ok, wait_for
+
+
+@pytest.fixture(autouse=True)
+def _keys_in_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HIVE_KEYRING", "off")
+
+
+def propose_with_desktop(hive: Hive, desktop: Desktop, text: str, **fields: Any) -> dict[str, Any]:
+    """What ``propose_lesson`` sends: the agent's client passes its desktop along."""
+    return ok(hive, "lesson_propose", kind="gotcha", text=text, scope="team", evidence=["file:src/queue.py"],
+              desktop={"DBUS_SESSION_BUS_ADDRESS": desktop.bus, "DISPLAY": desktop.display}, **fields)
+
+
+def test_the_reviewer_is_asked_in_a_pop_up_showing_text_evidence_and_scope_and_their_click_decides(
+        make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
+    hive = make_hive()
+    start_sidecar(hive, no_desktop_env(empty_runtime))  # as from a hook: the desktop comes with the request
+    first = propose_with_desktop(hive, desktop, "The queue worker must be restarted after a schema change.")
+    assert first["reviewer"] == "alice" and "pop-up asks them now" in first["note"]
+    desktop.click("approve")
+    wait_for(lambda: state(hive, first["id"]) == "verified", what="the click to verify the lesson")
+    review = run_json(hive, "lessons", "show", first["id"])["lesson"]["reviews"][0]
+    assert (review["reviewer"], review["verdict"]) == ("alice", "approve")
+    assert review["note"] == "answered in a desktop pop-up"
+    shown = desktop.history()  # what the person read
+    for part in ("The queue worker must be restarted after a schema change.", "Evidence: file: src/queue.py",
+                 "Shared with: team"):
+        assert part in shown, shown
+
+    second = propose_with_desktop(hive, desktop, "Never bump the queue's prefetch above 10.")
+    desktop.click("deny", which="proposes a lesson")
+    wait_for(lambda: state(hive, second["id"]) == "rejected", what="the deny to reject the lesson")
+
+
+def test_a_pop_up_closed_without_a_choice_leaves_the_lesson_pending(
+        make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
+    hive = make_hive()
+    start_sidecar(hive, no_desktop_env(empty_runtime))
+    proposed = propose_with_desktop(hive, desktop, "Logs rotate at 100 MB.")
+    desktop.close()
+    wait_for(lambda: desktop.displayed() == 0, what="the pop-up to go")
+    assert state(hive, proposed["id"]) == "proposed"
+    assert [p["id"] for p in run_json(hive, "lessons", "pending")["lessons"]] == [proposed["id"]]
+
+
+def test_hive_lessons_approve_on_a_desktop_is_confirmed_in_a_pop_up(
+        make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
+    hive = make_hive()
+    start_sidecar(hive, no_desktop_env(empty_runtime))
+    lesson = propose(hive, "Vendor the proto files; do not fetch them at build time.")["id"]
+    command = subprocess.Popen([sys.executable, "-m", "hive.sidecar.cli", "lessons", "approve", lesson, "--json"],
+                               env={**desktop.env, "HIVE_HOME": str(hive.home)}, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        desktop.click("approve")
+        _, err = command.communicate(timeout=60)
+    finally:
+        if command.poll() is None:
+            command.kill()
+            command.wait()
+    assert command.returncode == 0, err
+    assert state(hive, lesson) == "verified"
+    note = run_json(hive, "lessons", "show", lesson)["lesson"]["reviews"][0]["note"]
+    assert note.endswith("(confirmed in a desktop pop-up)")
+
+
+def test_the_reviewer_is_the_person_for_a_personal_lesson_then_codeowners_then_who_touched_the_files(
+        hive: Hive, tmp_path: Path) -> None:
+    repo = git_repo(tmp_path / "api")
+    (repo / ".github").mkdir()
+    (repo / ".github" / "CODEOWNERS").write_text("/payments/ @alice\n*.md @docs-team\n", encoding="utf-8")
+    personal = propose(hive, "I review PRs after lunch.", scope="personal", cwd=repo)
+    owned = propose(hive, "Payments amounts are integers in cents.", scope="project",
+                    evidence=("file:payments/amount.py",), cwd=repo)
+    unknown = propose(hive, "The README badges come from shields.io.", scope="project",
+                      evidence=("file:docs/README.md",), cwd=repo)
+    cwd = str(repo)
+    ok(hive, "hook", harness="claude-code", event="PostToolUse", env={"CLAUDECODE": "1"}, payload={
+        "session_id": "s1", "cwd": cwd, "hook_event_name": "PostToolUse", "tool_name": "Edit", "tool_use_id": "t1",
+        "tool_input": {"file_path": f"{cwd}/src/db.py", "old_string": "a", "new_string": "b"}})
+    touched = propose(hive, "db.py opens one pool per process.", scope="project", evidence=("file:src/db.py",),
+                      cwd=repo)
+    assert [(p["reviewer"], p["reviewer_why"]) for p in (personal, owned, unknown, touched)] == [
+        ("alice", "personal"), ("alice", "codeowners"), ("alice", "proposer"), ("alice", "touches")]
+    pending = {p["id"]: p["suggested_reviewer"] for p in run_json(hive, "lessons", "pending")["lessons"]}
+    assert pending[owned["id"]] == "alice"
