@@ -108,11 +108,13 @@ class LessonSync:
             return False
         return True
 
-    async def _send_batches(self, peer: str, kind: str, field: str, items: Sequence[Any], size: int) -> None:
+    async def _send_batches(self, peer: str, kind: str, field: str, items: Sequence[Any], size: int) -> bool:
+        """Send ``items`` in frames of ``size``; False once the link is gone."""
         for start in range(0, len(items), size):
             if not await self._send(peer, {"t": kind, field: list(items[start:start + size])}):
-                return
+                return False
             self.stats[f"{'entries' if kind == 'entry' else 'blobs'}_out"] += len(items[start:start + size])
+        return True
 
     # ---- anti-entropy ----------------------------------------------------------------
 
@@ -165,8 +167,6 @@ class LessonSync:
             if (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str) and isinstance(item[1], str)
                     and isinstance(item[2], int)):
                 theirs[(item[0], item[1])] = item[2]
-        entries: list[dict[str, Any]] = []
-        lessons: list[str] = []
         mine = await self.store.heads()
         me = self._me()
         behind = any(n > mine.get(k, 0) and may_hold(roster, me, k[0], k[1]) for k, n in theirs.items())
@@ -175,16 +175,19 @@ class LessonSync:
                 continue
             after = theirs.get((author, scope), 0)
             while after < head:
+                # A chunk at a time, bodies right after their entries: memory stays bounded however
+                # far behind the peer is, and a link lost midway loses no more than a chunk.
                 batch = await self.store.entries_after(author, scope, after, BATCH_ENTRIES * 4)
                 if not batch:
                     break
-                entries += batch
-                lessons += [e["body"]["lesson"] for e in batch if e["body"].get("type") in ("lesson", "review")]
+                if not await self._send_batches(peer, "entry", "entries", batch, BATCH_ENTRIES):
+                    return  # the link is gone: the next link-up syncs again
+                lessons = [e["body"]["lesson"] for e in batch if e["body"].get("type") in ("lesson", "review")]
+                await self._send_batches(peer, "body", "blobs", await self._blobs_for(peer, lessons), BATCH_BLOBS)
                 after = batch[-1]["body"]["seq"]
-        await self._send_batches(peer, "entry", "entries", entries, BATCH_ENTRIES)
         want = [h for h in (frame.get("want") or [])[:MAX_WANT] if isinstance(h, str)]
-        blobs = await self._blobs_for(peer, lessons, want)
-        await self._send_batches(peer, "body", "blobs", blobs, BATCH_BLOBS)
+        if want:
+            await self._send_batches(peer, "body", "blobs", await self._blobs_for(peer, (), want), BATCH_BLOBS)
         if behind and not frame.get("reply"):
             # The peer holds entries this machine lacks: ask once (a reply never asks back).
             heads = await self.store.heads()

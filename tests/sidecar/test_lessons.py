@@ -293,6 +293,35 @@ async def test_only_the_author_or_a_reviewer_retracts_and_retraction_deletes_the
     assert await acode_of(bob.ingest_blob(late)) == "lesson_retracted"
 
 
+async def test_a_review_made_on_the_reviewers_machine_verifies_the_lesson_on_the_authors(
+        stores: dict[str, LessonStore], team: dict[str, Any]) -> None:
+    alice, bob = stores["alice"], stores["bob"]
+    body = lesson(team["alice"], scope="team", project="")
+    await alice.propose(body)
+    await copy_logs(alice, bob)
+    assert (await bob.get(body.id)).state == "proposed"
+    await bob.review(body.id, "edit", text="Bob's wording.", note="clearer")
+    assert await copy_logs(bob, alice) == ["duplicate", "added", "added"]  # alice's own entry, bob's, the edit text
+    view = await alice.get(body.id)
+    assert (view.state, view.reviewer, view.text) == ("verified", "bob", "Bob's wording.")
+
+
+async def test_when_two_reviewers_answer_at_once_the_earlier_review_decides_on_every_machine(
+        stores: dict[str, LessonStore], team: dict[str, Any]) -> None:
+    alice, bob = stores["alice"], stores["bob"]
+    body = lesson(team["alice"], scope="team", project="")
+    await alice.propose(body)
+    await copy_logs(alice, bob)
+    now = int(time.time() * 1000)
+    await alice.review(body.id, "approve", at=now + 5)
+    await bob.review(body.id, "reject", at=now)  # bob answered first, before either saw the other
+    await copy_logs(alice, bob)
+    await copy_logs(bob, alice)
+    for store in (alice, bob):
+        view = await store.get(body.id)
+        assert (view.state, view.reviewer, len(view.reviews)) == ("rejected", "bob", 2)
+
+
 async def test_logs_are_taken_in_order_without_gaps_and_duplicates_change_nothing(
         stores: dict[str, LessonStore], team: dict[str, Any]) -> None:
     alice, bob = stores["alice"], stores["bob"]
