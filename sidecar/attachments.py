@@ -324,6 +324,21 @@ async def for_send(sidecar: Sidecar, request: dict[str, Any], session: Session |
     return tuple(await anyio.to_thread.run_sync(read))
 
 
+def inline(message: Message, limit: int) -> Message | None:
+    """The message with its files written into its text as fenced blocks, for a machine whose hive
+    takes no files; None when that would pass ``limit`` bytes."""
+    blocks = []
+    for f in message.carried:
+        fence = "```"
+        while fence in f.content:
+            fence += "`"
+        blocks.append(f"\n\n{f.name}:\n{fence}\n{f.content.rstrip(chr(10))}\n{fence}")
+    body = message.body + "".join(blocks)
+    if len(body.encode("utf-8")) > limit:
+        return None
+    return dataclasses.replace(message, body=body, carried=())
+
+
 def to_wire(files: Sequence[File]) -> list[dict[str, str]]:
     return [{"name": f.name, "content": f.content} for f in files]
 

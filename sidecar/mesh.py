@@ -1113,6 +1113,15 @@ class Mesh:
                 results[message.id] = {"to": target.address, "id": message.id, "state": "refused",
                                        "note": "refused: that machine is no longer in the team"}
                 continue
+            if message.carried and peer in self.peer_features and not self.peer_has(peer, "files"):
+                # An older hive would drop the files without a word: they go in the text, or not at all.
+                inlined = attachments.inline(message, self.sc.settings.max_body)
+                if inlined is None:
+                    results[message.id] = {"to": target.address, "id": message.id, "state": "refused",
+                                           "note": "refused: that machine's hive takes no attached files, and "
+                                                   "these do not fit in the message's text"}
+                    continue
+                message = inlined
             loop = await self._thread_step(message.id, message.reply_to, message.sender_kind)
             if loop is None:
                 results[message.id] = {"to": target.address, "id": message.id, "state": "refused",

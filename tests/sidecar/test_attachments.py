@@ -19,10 +19,11 @@ from typing import Any
 import anyio
 import pytest
 
+from hive.sidecar.transport import dial, machine_cert
 from hive.sidecar.ulid import is_ulid, new_ulid
 
 from ..conftest import Hive, run_in_terminal
-from .test_mesh import _msg, _raw_link, form_team, inbox, ok, register, sent, wait_for, who
+from .test_mesh import _address, _key_of, _msg, _raw_link, _team_id, form_team, inbox, ok, register, sent, wait_for, who
 
 
 @pytest.fixture(autouse=True)
@@ -224,3 +225,51 @@ def test_a_held_messages_files_are_saved_only_once_it_is_approved_and_never_if_d
     [path] = [Path(p) for p in message["files"]]
     assert path.name == "notes.md" and path.read_text().startswith("# why refresh fails")
     assert [p.name for p in (bob.home / "inbox").iterdir()] == [path.parent.name]  # one folder: the approved one
+
+
+async def _as_an_older_hive(alice: Hive, bob: Hive, sends: list[Any]) -> tuple[list[dict[str, Any]], list[Any]]:
+    """Speak for bob's machine as a hive without the ``files`` feature; collect alice's msg frames."""
+    got: list[dict[str, Any]] = []
+    results: list[Any] = []
+    async with dial(_address(alice), machine_cert(_key_of(bob)), lambda key, alpn: True) as link:
+        await link.send({"t": "hello", "team": _team_id(alice), "proto": 1, "features": ["receipts"]})
+        with anyio.fail_after(30):
+            while (await link.receive())["t"] != "hello":
+                pass
+            await link.send({"t": "presence", "presence": {
+                "sessions": [{"name": "api-codex", "agent": "codex", "tier": "pull"}], "features": ["receipts"]}})
+            await anyio.to_thread.run_sync(lambda: wait_for(
+                lambda: any(s["address"] == "bob/api-codex" and s["live"] for s in who(alice)), what="bob's session"))
+            async with anyio.create_task_group() as tg:
+                async def send_all() -> None:
+                    for send in sends:
+                        results.append(await anyio.to_thread.run_sync(send))
+                tg.start_soon(send_all)
+                while len(got) < 1:
+                    frame = await link.receive()
+                    if frame["t"] == "msg":
+                        got.append(frame["msg"])
+                        await link.send({"t": "ack", "id": frame["msg"]["id"], "state": "queued", "note": "queued"})
+    return got, results
+
+
+def test_files_for_a_machine_whose_hive_takes_none_go_in_the_text_or_the_send_is_refused(
+        make_hive: Any, repo: Path) -> None:
+    (repo / "big.txt").write_text("b" * (70 * 1024))
+    alice, bob = form_team(make_hive, ["alice", "bob"])
+    register(alice, "a1", str(repo))
+    bob.stop()  # the test speaks for bob's machine, as an older hive
+
+    def small() -> Any:
+        return send_files(alice, "bob/api-codex", "see below", ["src/app.py"], **{"from": "a1"})
+
+    def too_big() -> Any:
+        return send_files(alice, "bob/api-codex", "too much", ["big.txt"], **{"from": "a1"})
+
+    got, results = anyio.run(_as_an_older_hive, alice, bob, [too_big, small])
+    refused, sent_small = (r["result"]["results"][0] for r in results)
+    assert refused["state"] == "refused" and "takes no attached files" in refused["note"]
+    [msg] = got
+    assert "files" not in msg
+    assert msg["body"] == "see below\n\napp.py:\n```\ndef refresh():\n\treturn 401\n```"
+    assert sent_small["state"] == "queued"
