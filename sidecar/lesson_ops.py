@@ -18,9 +18,9 @@ own terminal; ``lesson`` is a lesson id or its first 6+ characters (``id`` is th
 ``lesson_import``   {path?}              Beacon lessons as proposals (:mod:`lesson_import`)
 
 Skills this machine promoted are remembered (``kv``: ``lesson.skill.<root>.<lesson>``) and follow
-their lesson: each op first re-renders the skill of a lesson a verified successor superseded and
-removes the skill of a retracted one (:func:`follow_skills`), whether the change was made here or
-arrived from a teammate.
+their lesson: the skill of a lesson a verified successor superseded is re-rendered and that of a
+retracted one removed (:func:`follow_skills`) as soon as the store reports the change, whether it
+was made here or arrived from a teammate.
 """
 
 from __future__ import annotations
@@ -482,6 +482,19 @@ def lesson_import_tag(tag: str) -> str:
     from .config import slug
 
     return slug(tag, 40)
+
+
+def _follow_changes(sidecar: Sidecar, store: lesson_store.LessonStore) -> None:
+    """A retraction or a verified successor, made here or replicated, re-renders or removes promoted skills."""
+
+    async def changed(lesson_id: str, state: str) -> None:
+        if state in ("retracted", "verified", "superseded"):
+            await follow_skills(sidecar)
+
+    store.state_listeners.append(changed)
+
+
+lesson_store.ON_OPEN.append(_follow_changes)
 
 
 OPS = {

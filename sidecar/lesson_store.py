@@ -794,6 +794,11 @@ async def _sidecar_context(sidecar: Sidecar) -> Context:
                    roster=team.roster)
 
 
+# Called with (sidecar, store) when a sidecar's lesson store is made, so a surface can listen to it from the
+# start (hive.sidecar.lesson_ops: promoted skills follow a replicated retraction or supersession).
+ON_OPEN: list[Callable[[Sidecar, LessonStore], None]] = []
+
+
 def of(sidecar: Sidecar) -> LessonStore:
     """The sidecar's lesson store, made on first use."""
     existing = sidecar.__dict__.get("lesson_store")
@@ -802,6 +807,8 @@ def of(sidecar: Sidecar) -> LessonStore:
             return await _sidecar_context(sidecar)
 
         existing = sidecar.__dict__["lesson_store"] = LessonStore(sidecar.store, context)
+        for setup in ON_OPEN:
+            setup(sidecar, existing)
     return existing
 
 
