@@ -30,6 +30,7 @@ from typing import Any
 
 import pytest
 
+from hive.sidecar.codex_push import tui_binary
 from tests.installer.conftest import require_cli
 
 from .conftest import HarnessMachine, Team, contract, harness_team, wait_for
@@ -236,7 +237,7 @@ def stop_codex_daemon(machine: HarnessMachine) -> None:
             os.kill(pid, signal.SIGTERM)
 
 
-def test_codex_tui_push_wakes_an_idle_session_lands_mid_turn_and_leaves_the_prompt_working(
+def test_codex_tui_push_wakes_an_idle_session_lands_mid_turn_leaves_the_prompt_working_and_stops_when_closed(
         model: ModelServer, codex_team: Team) -> None:
     machine = codex_team.machine
     tui = Tui(machine.root / "tmux.sock")
@@ -253,3 +254,16 @@ def test_codex_tui_push_wakes_an_idle_session_lands_mid_turn_and_leaves_the_prom
                     opening="Ask Codex to do anything")  # hooks (SessionStart too) fire from the first prompt
     finally:
         tui.stop()
+
+    # The person closed Codex. Its app-server keeps the thread loaded for minutes, but a turn started
+    # there would run unwatched: hive does not push, the mail waits, and the session is told as turn.
+    who = contract("codex")
+    wait_for(lambda: tui_binary(machine.home / ".codex") is None, timeout=30, what=f"{who}: the TUI to exit")
+    me = next(s["address"] for s in machine.ok("who", all=True)["sessions"]
+              if s["agent"] == "codex" and s["machine"] == "m1")
+    after = codex_team.send_from_bob(me, "PUSHMARK_closed still there?")
+    assert after["state"] == "queued", f"{who}: bob's send to a closed Codex came back {after}"
+    assert after["id"] in codex_team.alice_unread(me), f"{who}: the mail for a closed Codex is not waiting"
+    listed = [s for s in machine.ok("who", all=True)["sessions"] if s["address"] == me]
+    assert [s["tier"] for s in listed] == ["turn"], f"{who}: a closed Codex is listed as {listed}"
+    assert not model.seen("PUSHMARK_closed"), f"{who}: a turn ran with nobody watching:\n{model.transcript()}"
