@@ -58,6 +58,9 @@ def serves(session: Session) -> bool:
     try:
         return registry.harness(session.agent).tiers().push == MECHANISM
     except KeyError:
+        return False  # an agent no descriptor names (a script, a test client)
+    except Exception:  # a broken third-party plugin must not fail a send: the other push paths still work
+        log.exception("looking up the harness of session %s failed", session.key)
         return False
 
 
