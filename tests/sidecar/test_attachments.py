@@ -159,7 +159,7 @@ def test_a_person_at_the_terminal_may_attach_any_text_file_and_a_process_without
         # The same command from a process with no terminal (an agent's shell tool) is held to the agent's rules.
         result = hive.cli("send", "--file", str(outside / "plan.txt"), "alice/web-codex", "again")
         assert result.returncode != 0
-        assert "attachment_outside" in result.stderr or "outside" in result.stderr
+        assert result.stderr.rstrip().endswith("[attachment_outside]"), result.stderr
     finally:
         shutil.rmtree(outside, ignore_errors=True)
 
