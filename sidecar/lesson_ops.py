@@ -350,8 +350,10 @@ async def op_lesson_retract(sidecar: Sidecar, conn: Connection, request: dict[st
     reason = request.get("reason") or ""
     if not isinstance(reason, str):
         raise BadRequest("reason is text")
+    promoted = await _skills_of(sidecar, view.id)
     after = await lesson_store.of(sidecar).retract(view.id, reason[:600])
-    removed = await follow_skills(sidecar)
+    await follow_skills(sidecar)  # the store's listener may have done it already
+    removed = [str(path) for path in promoted if not (path / "SKILL.md").exists()]
     note = (f"lesson {after.id[:12]} retracted: its text is deleted here and on each teammate's machine as the "
             "retraction reaches it; a copy someone saved outside hive is not.")
     if removed:
@@ -391,6 +393,14 @@ async def op_lesson_promote(sidecar: Sidecar, conn: Connection, request: dict[st
                                   force=bool(request.get("force")))
     await _remember_skill(sidecar, Path(root), view.id, written.skill)
     return written.to_dict()
+
+
+async def _skills_of(sidecar: Sidecar, lesson_id: str) -> list[Path]:
+    """The skill folders this machine wrote for a lesson."""
+    rows = await sidecar.store.fetchall("SELECT value FROM kv WHERE key >= ? AND key < ?",
+                                        (SKILL_KEY, SKILL_KEY[:-1] + "/"))
+    records = [json.loads(r[0]) for r in rows]
+    return [Path(r["root"]) / promote.SKILLS_DIR / r["folder"] for r in records if r["lesson"] == lesson_id]
 
 
 async def _skill_record(sidecar: Sidecar, root: Path, lesson_id: str) -> str | None:
