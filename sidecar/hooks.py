@@ -48,7 +48,7 @@ from hive.integrations.hook_client import ENV_FILE, ENV_NAMES, harness_pid, star
 
 from . import folders, lesson_turn, observe
 from .config import slug
-from .errors import BadRequest
+from .errors import BadRequest, NotFound
 from .mailbox import Holder
 from .render import Message, frames
 from .sessions import Session
@@ -400,4 +400,31 @@ async def watch(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> 
     return {**answer, "ids": [m.id for m in messages], "text": frames(messages)}
 
 
-OPS = {"hook": hook, "hook_written": hook_written, "watch": watch}
+async def hold(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """A plugin inside its harness (opencode) put mail it was shown into a session: the harness
+    process on the other end of this connection holds it until ``seen`` (or its death)."""
+    ids = request.get("ids")
+    if not isinstance(ids, list):
+        raise BadRequest("hold needs 'ids': the message ids the plugin put into the session")
+    session = _plugin_session(sidecar, request)
+    mine = {m.id for m in await sidecar.mailbox.unread(sidecar.sessions.address(session), include_inflight=True)}
+    pid = conn.pid or 0
+    holder = Holder(session.key, pid, start_time(pid) if pid else "")
+    return {"held": sidecar.mailbox.hold([i for i in ids if i in mine], holder)}
+
+
+async def seen(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """A plugin saw its harness send the session's next model request: what it holds reached the model."""
+    session = _plugin_session(sidecar, request)
+    return {"confirmed": await sidecar.mailbox.confirm_held(session.key)}
+
+
+def _plugin_session(sidecar: Sidecar, request: dict[str, Any]) -> Session:
+    key = request.get("session")
+    session = sidecar.sessions.by_key.get(key) if isinstance(key, str) else None
+    if session is None:
+        raise NotFound(f"no session with key {key!r} is registered here; register it first")
+    return session
+
+
+OPS = {"hook": hook, "hook_written": hook_written, "watch": watch, "hold": hold, "seen": seen}

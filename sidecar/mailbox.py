@@ -140,6 +140,16 @@ class Mailbox:
                 count += 1
         return count
 
+    def hold(self, ids: Sequence[str], holder: Holder) -> int:
+        """A plugin put these (shown to ``holder.session``) into its harness: the harness holds them now."""
+        count = 0
+        for message_id in ids:
+            showing = self.inflight.get(message_id) if isinstance(message_id, str) else None
+            if showing is not None:
+                showing.holder, showing.connection = holder, None
+                count += 1
+        return count
+
     def connection_closed(self, connection: int) -> None:
         """A hook's connection closed before it said its reply was written: it never printed it."""
         self.unshow([i for i, s in self.inflight.items() if s.connection == connection])

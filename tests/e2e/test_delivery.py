@@ -1,9 +1,11 @@
-"""Delivery counts only once the model had it: real Claude Code and Gemini CLI against the scripted model.
+"""Delivery counts only once the model had it: real Claude Code, Gemini CLI and opencode against the scripted model.
 
 A hook prints its reply before the harness makes its next model call, so hive holds the mail it
 showed for the harness process until a later hook of the session proves that call happened.
 Killing the harness in between (the model is busy with a slow command) must leave the mail for
-the resumed session's next turn, framed, and bob must not be told it was read until then.
+the resumed session's next turn, framed, and bob must not be told it was read until then. In
+opencode hive's plugin does the same for the mail it pushes or injects: opencode holds it until
+it prepares its next model request (``chat.params``).
 
 An overlap notice (hive saw two sessions modify one file) reaches the real model the same way as
 a teammate's message: through Claude Code's Stop hook, framed as ``hive/overlap``.
@@ -14,12 +16,13 @@ from __future__ import annotations
 import re
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.installer.conftest import require_cli
 
-from . import test_claude_code, test_gemini
+from . import test_claude_code, test_gemini, test_opencode
 from .conftest import HarnessMachine, Team, contract, harness_team, wait_for
 from .model_server import ModelServer, Script, call, say
 from .scenarios import Run, killed_before_next_call, spawn
@@ -34,6 +37,13 @@ def claude_team(model: ModelServer, keys_in_files: None) -> Iterator[Team]:
 @pytest.fixture
 def gemini_team(model: ModelServer, keys_in_files: None) -> Iterator[Team]:
     with harness_team(test_gemini.HARNESS, before_setup=test_gemini.write_settings) as team:
+        yield team
+
+
+@pytest.fixture
+def opencode_team(model: ModelServer, keys_in_files: None, opencode_plugin: Path) -> Iterator[Team]:
+    with harness_team(test_opencode.HARNESS, before_setup=test_opencode.write_config,
+                      opencode_plugin=opencode_plugin) as team:
         yield team
 
 
@@ -56,6 +66,15 @@ def test_gemini_killed_before_its_next_model_call_gets_the_mail_again_in_the_nex
         model: ModelServer, gemini_team: Team) -> None:
     receipt = killed_before_next_call(test_gemini.runner(), gemini_team, model)
     assert receipt == "queued", f"{contract(test_gemini.HARNESS)}: bob's receipt said {receipt!r} " \
+        "right after the kill, before any model call had the message"
+
+
+def test_opencode_killed_before_its_next_model_call_gets_the_pushed_mail_again_in_the_next_turn(
+        model: ModelServer, opencode_team: Team) -> None:
+    # The plugin pushed it (promptAsync) while the slow command ran: opencode holds it until its
+    # next model request, which the kill prevents.
+    receipt = killed_before_next_call(test_opencode.runner(), opencode_team, model)
+    assert receipt == "queued", f"{contract(test_opencode.HARNESS)}: bob's receipt said {receipt!r} " \
         "right after the kill, before any model call had the message"
 
 

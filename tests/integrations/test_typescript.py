@@ -327,6 +327,25 @@ def after_hook(driver: Driver, instance: int, session: str, output: dict[str, An
                        input={"tool": tool, "sessionID": session, "callID": "c1", "args": {}}, output=output)
 
 
+def requested(driver: Driver, instance: int, session: str) -> None:
+    """opencode prepares the session's next model request (``chat.params``): what it holds goes out."""
+    driver.call(do="hook", instance=instance, name="chat.params", input={"sessionID": session},
+                output={"temperature": 0, "topP": 1, "topK": 0, "options": {}})
+
+
+def read_once_requested(driver: Driver, sidecar: Sidecar, session: str, message_id: str, what: str,
+                        instances: tuple[int, ...] = (0,), queued: bool = True) -> None:
+    """In opencode, not yet read: held for opencode until a model request carries it, then read."""
+    assert not queued or sidecar.state(message_id) == "queued", f"{what}: read before a model request carried it"
+
+    def carried() -> bool:
+        for instance in instances:
+            requested(driver, instance, session)
+        return sidecar.state(message_id) == "read"
+
+    eventually(carried, what=what)
+
+
 def test_opencode_plugin_exports_only_the_plugin(compiled: Callable[[str], Path], drivers: Any,
                                                  sidecar: Sidecar) -> None:
     # opencode calls every export of a plugin module as a plugin.
@@ -340,7 +359,7 @@ def test_opencode_push_stamp_and_injection(compiled: Callable[[str], Path], driv
     project.mkdir()
     driver = drivers("opencode_driver.mjs", [str(compiled("opencode"))], sidecar.env)
     loaded = driver.call(do="load", directory=str(project))
-    assert {"event", "tool.execute.before", "tool.execute.after", "chat.message"} <= set(loaded["hooks"])
+    assert {"event", "tool.execute.before", "tool.execute.after", "chat.message", "chat.params"} <= set(loaded["hooks"])
 
     driver.call(do="event", instance=0, event=created("ses_main"))
     driver.call(do="event", instance=0, event=created("ses_child", parent="ses_main"))
@@ -349,7 +368,7 @@ def test_opencode_push_stamp_and_injection(compiled: Callable[[str], Path], driv
     assert len(sidecar.json("who", "--all")["sessions"]) == 1, "a subagent session is not a hive session"
     address = entry["address"]
 
-    # Push: promptAsync gets the framed text at once; the sidecar marks it read after that.
+    # Push: promptAsync gets the framed text at once; it is read once a model request carries it.
     sent = sidecar.send(address, "why does refresh return 401?")
     assert sent["state"] == "pushed", sent
     prompt = driver.wait_for("prompt")
@@ -358,7 +377,7 @@ def test_opencode_push_stamp_and_injection(compiled: Callable[[str], Path], driv
     assert len(parts) == 1 and parts[0]["type"] == "text"
     assert parts[0]["text"].startswith('<hive-message from="alice/terminal"')
     assert "why does refresh return 401?" in parts[0]["text"] and f'id="{sent["id"]}"' in parts[0]["text"]
-    eventually(lambda: sidecar.state(sent["id"]) == "read", what="the pushed message to be read")
+    read_once_requested(driver, sidecar, "ses_main", sent["id"], "the pushed message")
 
     # hive's MCP tools get the session stamped into their arguments; other tools do not.
     before = driver.call(do="hook", instance=0, name="tool.execute.before",
@@ -380,7 +399,7 @@ def test_opencode_push_stamp_and_injection(compiled: Callable[[str], Path], driv
     result = after_hook(driver, 0, "ses_main", {"title": "ls", "output": "file.txt", "metadata": {}})
     assert result["output"]["output"].startswith("file.txt\n\n<hive-message ")
     assert "first, while pushes fail" in result["output"]["output"]
-    eventually(lambda: sidecar.state(first["id"]) == "read", what="the injected message to be read")
+    read_once_requested(driver, sidecar, "ses_main", first["id"], "the injected message")
 
     second = sidecar.send(address, "second, for an MCP tool")
     assert driver.wait_for("prompt")["failed"]
@@ -390,7 +409,7 @@ def test_opencode_push_stamp_and_injection(compiled: Callable[[str], Path], driv
     content = result["output"]["content"]
     assert content[0] == {"type": "text", "text": "PONG"} and len(content) == 2
     assert "second, for an MCP tool" in content[1]["text"]
-    eventually(lambda: sidecar.state(second["id"]) == "read", what="the injected message to be read")
+    read_once_requested(driver, sidecar, "ses_main", second["id"], "the injected message")
 
     # fyi mail does not interrupt a tool call, and stays visible; a prompt shows it.
     fyi = sidecar.send(address, "fyi: staging is down", "--fyi")
@@ -407,7 +426,7 @@ def test_opencode_push_stamp_and_injection(compiled: Callable[[str], Path], driv
     assert added["type"] == "text" and added["synthetic"] is True and "fyi: staging is down" in added["text"]
     assert added["messageID"] == "msg_1" and added["sessionID"] == "ses_main"
     assert added["id"].startswith("prt_") and added["id"] > "prt_0" and len(added["id"]) == 30
-    eventually(lambda: sidecar.state(fyi["id"]) == "read", what="the prompt-injected message to be read")
+    read_once_requested(driver, sidecar, "ses_main", fyi["id"], "the prompt-injected message")
 
     # Idle with waking mail that was not pushed: delivered as a new prompt.
     driver.call(do="fail_prompts", instance=0, value=True)
@@ -418,7 +437,7 @@ def test_opencode_push_stamp_and_injection(compiled: Callable[[str], Path], driv
     driver.call(do="event", instance=0, event={"type": "session.idle", "properties": {"sessionID": "ses_main"}})
     idle_prompt = driver.wait_for("prompt")
     assert "third, for idle" in idle_prompt["options"]["body"]["parts"][0]["text"] and not idle_prompt["failed"]
-    eventually(lambda: sidecar.state(third["id"]) == "read", what="the idle delivery to be read")
+    read_once_requested(driver, sidecar, "ses_main", third["id"], "the idle delivery")
 
     # A deleted session ends in hive.
     driver.call(do="event", instance=0,
@@ -438,7 +457,7 @@ def test_opencode_plugin_loaded_twice_delivers_once(compiled: Callable[[str], Pa
     address = eventually(lambda: sidecar.session("opencode"), what="registration")["address"]
     ids = [sidecar.send(address, f"message {n}")["id"] for n in range(3)]
     for message_id in ids:
-        eventually(lambda m=message_id: sidecar.state(m) == "read", what="delivery")
+        read_once_requested(driver, sidecar, "ses_twice", message_id, "delivery", instances=(0, 1), queued=False)
     driver.drain(1.0)
     prompts = [line for line in driver.seen if line.get("kind") == "prompt"]
     texts = "\n".join(p["options"]["body"]["parts"][0]["text"] for p in prompts)

@@ -7,8 +7,12 @@
 //   - at tool.execute.after and chat.message, whatever still waits (a push that failed, or mail
 //     that arrived while the connection was down);
 //   - when a session goes idle with waking mail that was not pushed.
-// A message is confirmed to the sidecar only after it reached opencode, so a failure leaves it
-// unread for the next chance. Every failure is swallowed: hive must never break opencode.
+// A message that reached opencode is not yet read: the model gets it with the session's next
+// request. So the plugin tells the sidecar opencode holds it ("hold"; this process, the other
+// end of the connection, is the holder), and confirms it ("seen") when opencode prepares that
+// request (chat.params) or the model asked for a tool after it; if opencode dies first, the mail
+// is shown again. A failure to pass mail on releases it at once for the next chance. Every
+// failure is swallowed: hive must never break opencode.
 
 import type { Plugin } from "@opencode-ai/plugin";
 import type { Event, TextPart } from "@opencode-ai/sdk";
@@ -399,7 +403,8 @@ export const HivePlugin: Plugin = async ({ client, directory, worktree }) => {
     } catch {
       ok = false;
     }
-    link.notify(ok ? "delivered" : "undelivered", ok ? { session, ids } : { ids });
+    if (ok) hold(session, ids);
+    else link.notify("undelivered", { ids });
   }
 
   /** Unread mail for a session, marked shown (in flight) by the sidecar; null when none or on failure. */
@@ -415,8 +420,22 @@ export const HivePlugin: Plugin = async ({ client, directory, worktree }) => {
     if (ids.length > 0) link.notify("undelivered", { ids });
   }
 
-  function confirm(session: string, ids: string[]): void {
-    if (ids.length > 0) link.notify("delivered", { session, ids });
+  // Sessions with mail in opencode that no model request has carried yet: their "hold" calls,
+  // chained, so "seen" reaches the sidecar only after them (it handles requests concurrently).
+  const holding = new Map<string, Promise<unknown>>();
+
+  function hold(session: string, ids: string[]): void {
+    if (ids.length === 0) return;
+    const previous = holding.get(session) ?? Promise.resolve();
+    holding.set(session, previous.then(() => link.call("hold", { session, ids })));
+  }
+
+  /** The session's next model request is going out: it carries what opencode holds. Never waited for. */
+  function seen(session: string): void {
+    const held = holding.get(session);
+    if (!held) return;
+    holding.delete(session);
+    void held.then(() => link.notify("seen", { session }));
   }
 
   async function drainIdle(session: string): Promise<void> {
@@ -506,7 +525,7 @@ export const HivePlugin: Plugin = async ({ client, directory, worktree }) => {
           injected = true;
         }
         if (injected) {
-          confirm(key, shown);
+          hold(key, shown);
           release(mail.ids.filter((id) => !shown.includes(id)));
         } else {
           release(mail.ids);
@@ -536,7 +555,16 @@ export const HivePlugin: Plugin = async ({ client, directory, worktree }) => {
           release(mail.ids);
           return;
         }
-        confirm(key, mail.ids);
+        hold(key, mail.ids);
+      } catch {
+        // fail open
+      }
+    },
+
+    "chat.params": async (input) => {
+      try {
+        // opencode builds each model request here, with every message and tool result in it.
+        if (input.sessionID) seen(input.sessionID);
       } catch {
         // fail open
       }
