@@ -49,6 +49,7 @@ from .errors import (
     Refused,
 )
 from .identity import Identity
+from .projects import projects_of
 from .roster import Roster, Signed, canonical
 from .store import Store
 
@@ -139,6 +140,18 @@ Listener = Callable[[str, int], Awaitable[None]]  # (log scope, seq) of an entry
 StateListener = Callable[[str, str], Awaitable[None]]  # (lesson id, new stored state), local or replicated
 
 _FTS_TOKEN = re.compile(r"[\w][\w.-]*", re.UNICODE)
+
+
+def visible_sql(person: str, member_projects: Iterable[str], alias: str = "l") -> tuple[str, list[Any]]:
+    """A WHERE fragment (and its parameters) for the lessons ``person`` may be shown, by their
+    effective scope: team lessons; their own personal ones; project lessons of projects they are a
+    confirmed member of, and their own. A lesson a reviewer narrowed after it had travelled (team
+    to project, or to personal) stays on machines it reached, so reading must filter too."""
+    projects = list(dict.fromkeys(member_projects))
+    marks = ",".join("?" * len(projects))
+    sql = (f"({alias}.eff_scope = 'team' OR {alias}.author_person = ? "
+           f"OR ({alias}.eff_scope = 'project' AND {alias}.eff_project IN ({marks})))")
+    return sql, [person, *projects]
 
 
 def fts_query(text: str, *, max_terms: int = 16) -> str:
@@ -374,15 +387,17 @@ class LessonStore:
                          states: Sequence[str] = ("verified",), limit: int = 100) -> list[Candidate]:
         """FTS5 hits over text, applicability and tags, best bm25 first.
 
-        Visible here: personal lessons (only this person's reach this machine), team lessons,
-        and project lessons of ``projects`` (the session's project), or of any project with
+        Only lessons this machine's person may see (:func:`visible_sql`), and of those, project
+        lessons of ``projects`` (the session's project), or of any visible project with
         ``include_other_projects`` (L2 labels those as hypotheses). ``query`` is free text.
         """
         match = fts_query(query)
         if not match:
             return []
-        where = [f"l.state IN ({','.join('?' * len(states))})"]
-        params: list[Any] = [match, *states]
+        ctx = await self._context()
+        seen_sql, seen_params = visible_sql(ctx.person, projects_of(ctx.roster, ctx.person))
+        where = [f"l.state IN ({','.join('?' * len(states))})", seen_sql]
+        params: list[Any] = [match, *states, *seen_params]
         if not include_other_projects:
             where.append(f"(l.eff_scope != 'project' OR l.eff_project IN ({','.join('?' * len(projects))}))")
             params += list(projects)

@@ -246,6 +246,21 @@ async def test_a_reviewer_may_narrow_the_scope_but_never_widen_it(
     assert (view.effective_scope, view.effective_project) == ("project", PROJECT)
 
 
+async def test_a_lesson_narrowed_after_it_travelled_is_not_shown_outside_its_approved_scope(
+        stores: dict[str, LessonStore], team: dict[str, Any]) -> None:
+    alice, bob = stores["alice"], stores["bob"]
+    mine = lesson(team["alice"], scope="team", project="", text="Alice keeps her notes in notes.md.")
+    api = lesson(team["alice"], scope="team", project="", text="The api notes live in docs/api.md.")
+    for body in (mine, api):
+        await alice.propose(body)
+    await alice.review(mine.id, "approve", scope="personal")
+    await alice.review(api.id, "approve", scope="project", project=PROJECT)
+    await copy_logs(alice, bob)  # both went out as team lessons before the reviews narrowed them
+    assert (await bob.get(mine.id)).effective_scope == "personal"
+    assert await bob.candidates("notes", projects=[PROJECT], include_other_projects=True) == []
+    assert {c.id for c in await alice.candidates("notes", projects=[PROJECT])} == {mine.id, api.id}
+
+
 async def test_superseding_needs_a_verified_lesson_and_the_old_one_is_superseded_once_the_new_one_is_verified(
         stores: dict[str, LessonStore], team: dict[str, Any]) -> None:
     store = stores["alice"]
