@@ -4,6 +4,9 @@ Run it from the repository root with the project's venv:
 
     /work/venv/bin/python tests/bench/bench_events.py           # full run
     /work/venv/bin/python tests/bench/bench_events.py --quick   # smoke run
+    /work/venv/bin/python tests/bench/bench_events.py --baseline 026662c   # hook op: this tree vs a commit
+    /work/venv/bin/python tests/bench/bench_events.py --baseline=-a614b8f:sidecar/observe.py,sidecar/doing.py
+                                                   # ... vs this tree without one commit's change to two files
 
 1. store: recorded hook payloads (a Claude Code ``Edit`` and a Codex ``apply_patch``) normalized,
    redacted and appended through :func:`hive.sidecar.observe.store_events` on a real database
@@ -45,6 +48,7 @@ from hive.sidecar.paths import StatePaths
 from hive.sidecar.store import Store
 
 AIM = 5000.0
+REPO = Path(__file__).resolve().parents[2]
 PATCH = "*** Begin Patch\n*** Update File: src/app.py\n@@\n-a\n+b\n*** End Patch\n"
 
 
@@ -85,27 +89,95 @@ async def bench_store(folder: Path, calls: int, writers: int) -> float:
     return rate
 
 
-async def bench_hooks(paths: StatePaths, calls: int, in_flight: int) -> float:
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+async def bench_hooks(paths: StatePaths, calls: int, in_flight: int, label: str = "hook op") -> tuple[float, float]:
+    """Events/s through the hook op, and the sidecar's CPU milliseconds per hook."""
     limit = anyio.Semaphore(in_flight)
+    pid = int(paths.lock.read_text().strip())
     async with Client.open(paths) as client:
         async def one(n: int) -> None:
             async with limit:
+                # As the hook client sends it: with its parent's pid, the harness.
                 await client.call("hook", harness="claude-code", event="PostToolUse", payload=claude_edit("h1", n),
-                                  env={"CLAUDECODE": "1"})
+                                  env={"CLAUDECODE": "1"}, ppid=os.getpid())
 
         await one(-1)  # registers the session, so the figure is the steady state
+        cpu = cpu_seconds(pid)
         start = time.perf_counter()
         async with anyio.create_task_group() as tg:
             for n in range(calls):
                 tg.start_soon(one, n)
         elapsed = time.perf_counter() - start
+        cpu = cpu_seconds(pid) - cpu
         with sqlite3.connect(paths.database) as db:
             rows = db.execute("SELECT COUNT(*) FROM events WHERE session = 'h1' AND call_id != 'toolu_-1'").fetchone()
         await client.call("shutdown")
     rate = rows[0] / elapsed
-    print(f"hook op: {rows[0]} events from {calls} hooks, {in_flight} in flight: {elapsed:.2f} s, "
-          f"{rate:,.0f} events/s")
-    return rate
+    per_hook = 1000 * cpu / calls
+    print(f"{label}: {rows[0]} events from {calls} hooks, {in_flight} in flight: {elapsed:.2f} s, "
+          f"{rate:,.0f} events/s, sidecar CPU {per_hook:.3f} ms per hook")
+    return rate, per_hook
+
+
+PARTS = ("sidecar", "integrations", "installer", "skills")
+
+
+def checkout(ref: str, folder: Path) -> Path:
+    """An importable ``hive`` package (put first on PYTHONPATH): the code at ``ref``, or, for
+    ``-COMMIT[:path,…]``, this working tree without that one commit (or its change to those paths),
+    so only that change is measured."""
+    root = folder / "baseline"
+    for part in PARTS:
+        target = root / "hive" / part
+        if ref.startswith("-"):
+            shutil.copytree(REPO / part, target, ignore=shutil.ignore_patterns("__pycache__"))
+            continue
+        target.mkdir(parents=True)
+        archive = subprocess.run(["git", "archive", ref, part], check=True, capture_output=True, cwd=REPO).stdout
+        subprocess.run(["tar", "-x", "-C", str(target), "--strip-components=1"], input=archive, check=True)
+    if ref.startswith("-"):
+        commit, _, only = ref[1:].partition(":")
+        diff = subprocess.run(["git", "show", "--format=", commit, "--", *(only.split(",") if only else PARTS)],
+                              check=True, capture_output=True, cwd=REPO).stdout
+        subprocess.run(["patch", "-R", "-p1", "-s", "-d", str(root / "hive")], input=diff, check=True)
+    return root
+
+
+def hook_sidecar(folder: Path, name: str, pythonpath: str = "") -> StatePaths:
+    home = folder / name
+    home.mkdir(mode=0o700)
+    paths = StatePaths(home)
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = pythonpath
+    try:
+        assert start_detached(paths), (home / "sidecar.stderr").read_text()
+    finally:
+        if saved is None:
+            os.environ.pop("PYTHONPATH")
+        else:
+            os.environ["PYTHONPATH"] = saved
+    return paths
+
+
+def compare_hooks(folder: Path, ref: str, calls: int, rounds: int) -> None:
+    """This tree against ``ref``, interleaved round by round so both see the same machine load."""
+    old = str(checkout(ref, folder))
+    figures: dict[str, list[tuple[float, float]]] = {"baseline": [], "this tree": []}
+    for n in range(rounds):
+        for label, path in (("baseline", old), ("this tree", "")):
+            paths = hook_sidecar(folder, f"{label.replace(' ', '-')}-{n}", path)
+            figures[label].append(anyio.run(bench_hooks, paths, calls, 64, f"{label} ({ref if path else 'HEAD+'})"))
+    base = statistics.median(r for r, _ in figures["baseline"])
+    mine = statistics.median(r for r, _ in figures["this tree"])
+    base_cpu = statistics.median(c for _, c in figures["baseline"])
+    mine_cpu = statistics.median(c for _, c in figures["this tree"])
+    print(f"hook op, median of {rounds}: baseline {ref} {base:,.0f} events/s ({base_cpu:.3f} ms CPU/hook), "
+          f"this tree {mine:,.0f} events/s ({mine_cpu:.3f} ms CPU/hook): x{mine / base:.2f} events/s, "
+          f"x{base_cpu / mine_cpu:.2f} less CPU per hook")
 
 
 MESH = '[mesh]\nlisten = "127.0.0.1:0"\nmdns = false\n'
@@ -157,7 +229,17 @@ async def bench_presence(folder: Path, samples: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--baseline", metavar="REF", help="only the hook op, this tree against the code at REF "
+                        "(-COMMIT: this tree without that commit)")
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    if args.baseline:
+        folder = Path(tempfile.mkdtemp(prefix="hive-bench-events-", dir="/tmp"))
+        try:
+            compare_hooks(folder, args.baseline, 1000 if args.quick else 5000, args.rounds)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+        return
     calls = 2000 if args.quick else 20000
     folder = Path(tempfile.mkdtemp(prefix="hive-bench-events-", dir="/tmp"))
     try:
@@ -169,7 +251,7 @@ def main() -> None:
         os.environ["HIVE_HOME"] = str(home)
         paths = StatePaths(home)
         assert start_detached(paths), "the sidecar did not start"
-        hook_rate = anyio.run(bench_hooks, paths, calls // 4, 64)
+        hook_rate = anyio.run(bench_hooks, paths, calls // 4, 64)[0]
         print("== 3. presence latency: hook on one machine -> who on a teammate's")
         presence_p50 = anyio.run(bench_presence, folder, 10 if args.quick else 50)
         print("== summary ==")
