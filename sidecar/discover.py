@@ -16,8 +16,12 @@ when ``share_unmanaged = true`` is in config.toml. The first hook or MCP registr
 managed. It ends when its running-session file goes, its pid dies, or its transcript stays quiet
 for 30 minutes.
 
-All of it is driven by watchfiles on the folders the descriptors name; watchfiles' own 5 s wake-up
-checks that pids still live and that missing folders have not appeared, and rescans nothing.
+A session in a folder the person turned off (``hive folder PATH off``) is never registered, and one
+already listed leaves when its folder is turned off.
+
+All of it is driven by watchfiles on the folders the descriptors name. watchfiles' own 5 s wake-up
+checks that pids still live and that missing folders have not appeared; the first one after the
+watcher starts also scans again, for files written while it started.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import watchfiles
 
-from . import doing, observe
+from . import doing, folders, observe
 from .sessions import pid_alive
 
 if TYPE_CHECKING:
@@ -236,6 +240,8 @@ class Discovery:
 
         sessions = self.sidecar.sessions
         session = sessions.by_key.get(found.key)
+        if found.cwd and await folders.is_off(self.sidecar, found.cwd):
+            return  # the person turned hive off there: nothing of it is registered or shown
         if session is not None and found.key not in observe.UNMANAGED:
             if session.ended_at is None or session.ended_at >= found.seen - 1:
                 return  # hive manages it (hooks or MCP), or it ended after this file last changed
@@ -286,7 +292,8 @@ class Discovery:
                 observe.UNMANAGED.discard(key)  # forgotten, or an MCP server holds it now
             elif session.ended_at is None:
                 pid = self.pids.get(key) or session.pid
-                if (pid and not pid_alive(pid)) or (not pid and now - session.last_seen > RECENT):
+                if (pid and not pid_alive(pid)) or (not pid and now - session.last_seen > RECENT) \
+                        or await folders.is_off(self.sidecar, session.cwd):
                     await self.gone(key)
         await self._save()  # also what hooks changed: they make sessions managed in memory
 

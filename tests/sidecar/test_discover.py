@@ -111,6 +111,28 @@ def test_a_session_found_on_disk_becomes_managed_at_its_first_hook_and_its_file_
     assert ok(hive, "who")["sessions"][0]["live"]
 
 
+def test_sessions_found_in_a_folder_turned_off_are_never_listed(make_hive: Any, home: Path, tmp_path: Path,
+                                                                harness_process: subprocess.Popen[bytes]) -> None:
+    private, _ = git_repo(tmp_path / "private")
+    public, _ = git_repo(tmp_path / "public")
+    hive = make_hive()
+    hive.start()
+    hive.cli("folder", private, "off", check=True)
+    running_file(home, harness_process.pid, "c-private", private, "busy")
+    other = subprocess.Popen(["sleep", "600"])
+    try:
+        running_file(home, other.pid, "c-public", public, "busy")
+        wait_for(lambda: session_at(hive, unmanaged=True), what="the session in the folder that is on")
+        time.sleep(1)  # both files are in one folder: the one turned off was looked at too
+        assert [s["folder"] for s in ok(hive, "who", all=True)["sessions"]] == ["public"]
+        # Turned off later: the session already listed leaves.
+        hive.cli("folder", public, "off", check=True)
+        wait_for(lambda: ok(hive, "who")["sessions"] == [], what="the listed session leaving")
+    finally:
+        other.kill()
+        other.wait()
+
+
 def test_a_codex_session_is_found_from_its_recent_rollout_and_named_by_its_thread_name_and_plan(
         make_hive: Any, home: Path, tmp_path: Path) -> None:
     cwd, _ = git_repo(tmp_path / "api")
