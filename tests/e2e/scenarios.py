@@ -172,7 +172,7 @@ def killed_before_next_call(runner: Runner, team: Team, model: ModelServer) -> s
     A hook's reply reaches the model only with the harness's next model call, so the mail is held
     for the harness process until a later hook proves that call happened; the harness dies first
     here, so the mail is visible again at once and the resumed session's next turn shows it.
-    Returns bob's receipt right after the kill: ``queued`` where hive waited for that proof."""
+    Returns bob's receipt right after the kill: not ``read`` where hive waited for that proof."""
     who = contract(runner.harness)
     sent: dict[str, Any] = {}
 
