@@ -50,7 +50,7 @@ from .errors import (
 )
 from .identity import Identity
 from .projects import projects_of
-from .roster import Roster, Signed, canonical
+from .roster import Roster, Signed, canonical, sign
 from .store import Store
 
 if TYPE_CHECKING:
@@ -460,6 +460,36 @@ class LessonStore:
         return views
 
     # ---- replication -----------------------------------------------------------------
+
+    async def adopt_team(self) -> int:
+        """Re-sign this machine's entries written before it was in a team (signed for no team) for
+        the team it is in now, so lessons proposed on a lone machine travel once it joins one.
+        Nobody else can hold them yet, so the logs stay the same entries. Returns how many."""
+        ctx = await self._context()
+        if not ctx.team_id:
+            return 0
+
+        def work(conn: sqlite3.Connection) -> int:
+            changed = 0
+            rows = conn.execute("SELECT scope, seq, entry FROM lesson_log WHERE author = ?", (ctx.identity.key_id,))
+            for scope, seq, text in rows.fetchall():
+                signed = L.entry_from_wire(json.loads(text))
+                if L.verify(ctx.team_id, L.ENTRY_KIND, signed) or not L.verify("", L.ENTRY_KIND, signed):
+                    continue
+                again = sign(ctx.identity, ctx.team_id, L.ENTRY_KIND, signed.raw)
+                conn.execute("UPDATE lesson_log SET entry = ? WHERE author = ? AND scope = ? AND seq = ?",
+                             (_dumps({"body": again.raw, "by": again.by, "sig": again.sig}), ctx.identity.key_id,
+                              scope, seq))
+                changed += 1
+            return changed
+
+        async with self._lock:
+            changed = await self.store.run(work)
+            await self.store.write([])
+        if changed:
+            log.info("re-signed %d lesson entries written before this machine joined team %s", changed,
+                     ctx.team_id[:8])
+        return changed
 
     async def heads(self) -> dict[tuple[str, str], int]:
         """The highest sequence held per (author machine, log scope)."""

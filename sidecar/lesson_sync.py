@@ -31,6 +31,8 @@ import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
 from . import lesson_store, projects
 from . import lessons as L
 from .defang import defang
@@ -77,6 +79,8 @@ class LessonSync:
         self.sc: Sidecar = mesh.sc
         self._store: lesson_store.LessonStore | None = None
         self._team: Any = None
+        self._adopted: str | None = None
+        self._adopting = anyio.Lock()
         self._projects: Any = None
         self.stats = {"entries_in": 0, "entries_out": 0, "blobs_in": 0, "blobs_out": 0, "refused": 0}
 
@@ -127,6 +131,11 @@ class LessonSync:
 
     async def on_link_up(self, peer: str) -> None:
         self._follow_team()
+        async with self._adopting:  # every link waits until its entries are signed for this team
+            team_id = self.mesh.team.team_id
+            if team_id and team_id != self._adopted:
+                await self.store.adopt_team()  # lessons proposed before this machine joined can travel now
+                self._adopted = team_id
         await self.send_sync(peer)
 
     def _follow_team(self) -> None:

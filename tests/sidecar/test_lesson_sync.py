@@ -131,3 +131,16 @@ def test_a_machine_that_was_offline_catches_up_on_every_log_in_order(make_hive: 
     wait_for(lambda: all((holds(bob, i) or {}).get("has_body") for i in ids), what="all 30 lessons on bob")
     heads = {(h[0], h[1]): h[2] for h in status(bob)["heads"]}
     assert heads[(holds(alice, ids[0])["author_machine"], "team")] == 30
+
+
+def test_a_lesson_proposed_before_joining_a_team_reaches_the_team_after(make_hive: Any) -> None:
+    alice = make_hive(MESH, person="alice")
+    alice.start()
+    lesson = propose(alice, "team", "Commit messages say why, not what.")
+    assert holds(alice, lesson)["state"] == "proposed"
+    bob = make_hive(MESH, person="bob")
+    bob.start()
+    alice.cli("init", "acme", "--as", "alice", check=True)
+    bob.cli("join", alice.cli_json("invite")["link"], "--as", "bob", check=True)
+    seen = wait_for(lambda: holds(bob, lesson), what="the earlier lesson on bob's machine")
+    assert seen["has_body"] and seen["text"] == "Commit messages say why, not what."

@@ -371,6 +371,29 @@ async def test_another_persons_personal_log_and_forged_entries_are_refused_on_ar
     assert await desk.heads() == {(team["alice"].key_id, "personal"): 1}
 
 
+async def test_lessons_proposed_on_a_lone_machine_travel_once_it_joins_a_team(
+        team: dict[str, Any], stores: dict[str, LessonStore], tmp_path: Path) -> None:
+    db = await Store.open(tmp_path / "lone.db")
+    try:
+        current = {"ctx": Context(team_id="", identity=team["alice"], person="alice", roster=None)}
+
+        async def context() -> Context:
+            return current["ctx"]
+
+        lone = LessonStore(db, context)
+        body = lesson(team["alice"], scope="team", project="")
+        assert (await lone.propose(body)).state == "proposed"  # no team: kept here, signed for none
+        assert await lone.adopt_team() == 0
+        current["ctx"] = Context(team_id=team["state"].id, identity=team["alice"], person="alice",
+                                 roster=team["roster"])
+        assert await lone.adopt_team() == 1
+        assert await lone.adopt_team() == 0
+        assert await copy_logs(lone, stores["bob"]) == ["added", "added"]
+        assert (await stores["bob"].get(body.id)).text == body.text
+    finally:
+        await db.close()
+
+
 async def test_citations_count_locally_and_the_outcome_rate_starts_at_one_half(
         stores: dict[str, LessonStore], team: dict[str, Any]) -> None:
     store = stores["alice"]
