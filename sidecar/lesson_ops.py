@@ -111,7 +111,8 @@ def origins(sidecar: Sidecar) -> dict[str, str]:
 
 
 def _view_dict(view: LessonView, origin: dict[str, str], *, agent: bool = False) -> dict[str, Any]:
-    """A lesson for a client; for an agent every peer-written string is defanged."""
+    """A lesson for a client; with ``agent`` every peer-written string is defanged (a person's terminal
+    may be an agent's shell, so the ops that print lessons always ask for it)."""
     out = view.to_dict()
     out["author"] = view.author_session
     out["origin"] = origin.get(view.author_machine, view.author_person)
@@ -229,7 +230,7 @@ async def op_lesson_list(sidecar: Sidecar, conn: Connection, request: dict[str, 
     origin = origins(sidecar)
     rows = []
     for v in views:
-        row = _view_dict(v, origin)
+        row = _view_dict(v, origin, agent=True)
         row["suggested_reviewer"] = await _suggested(sidecar, v.id) if v.state in ("proposed", "held") else ""
         rows.append(row)
     return {"lessons": rows}
@@ -237,7 +238,7 @@ async def op_lesson_list(sidecar: Sidecar, conn: Connection, request: dict[str, 
 
 async def op_lesson_show(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     view = await _find(sidecar, request)
-    row = _view_dict(view, origins(sidecar), agent=_session(sidecar, request) is not None)
+    row = _view_dict(view, origins(sidecar), agent=True)  # an agent may run `hive lessons show` too
     row["suggested_reviewer"] = await _suggested(sidecar, view.id)
     return {"lesson": row}
 
@@ -251,7 +252,7 @@ async def op_lesson_pending(sidecar: Sidecar, conn: Connection, request: dict[st
     for v in await lesson_store.of(sidecar).pending():
         if v.scope == "personal" and v.author_person != me:
             continue
-        row = _view_dict(v, origin)
+        row = _view_dict(v, origin, agent=True)
         row["suggested_reviewer"] = await _suggested(sidecar, v.id)
         rows.append(row)
     rows.sort(key=lambda r: (r["suggested_reviewer"] not in ("", me), r["received_at"]))
