@@ -118,8 +118,10 @@ def cmd_who(args: argparse.Namespace) -> int:
         where = s["repo"] or s["folder"]
         if s["branch"]:
             where = f"{where}@{s['branch']}"
-        rows.append((s["address"], s["machine"], s["agent"], where, s["tier"], "live" if s["live"] else "gone",
-                     s["doing"]))
+        # busy / idle / waiting from what the harness does; "unmanaged": found on disk, no hive hooks or tools
+        state = (s.get("state") or "live").replace("waiting_approval", "waiting") if s["live"] else "gone"
+        state += ", unmanaged" if s.get("unmanaged") else ""
+        rows.append((s["address"], s["machine"], s["agent"], where, s["tier"], state, s["doing"]))
     widths = [max(len(r[i]) for r in rows) for i in range(6)]
     for row in rows:
         print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:6])) + "  " + row[6])

@@ -84,6 +84,7 @@ def test_a_claude_code_session_hive_never_hooked_is_listed_unmanaged_with_its_st
     found = wait_for(lambda: session_at(hive, agent="claude-code", live=True, unmanaged=True, doing="JWT middleware"),
                      what="discovery, with the title from the transcript")
     assert found["state"] == "idle" and found["repo"] == "github.com/acme/api"
+    assert "idle, unmanaged" in hive.cli("who", check=True).stdout
     # It gets busy: the file changes, presence follows without any hook.
     running_file(home, harness_process.pid, "c-old", cwd, "busy")
     wait_for(lambda: session_at(hive, agent="claude-code", state="busy"), what="busy from the running file")
