@@ -470,6 +470,9 @@ class Sidecar:
         session = self.sessions.by_key.get(target.entry.key or "")
         if session is None or not self.sessions.is_live(session):
             return "queued", "queued: that session is offline; it sees this when it comes back"
+        if discover.is_unmanaged(session):
+            return "queued", ("queued: that session runs without hive's hooks or tools (hive found it on disk), so "
+                              "it cannot read this until its harness loads hive; tell its person if it is urgent")
         if not wake:
             return "queued", "queued (fyi): shown at its next natural pause; it does not wake the session"
         if waiting:

@@ -102,7 +102,10 @@ def test_a_session_found_on_disk_becomes_managed_at_its_first_hook_and_its_file_
     hive.start()
     # Started after the sidecar: found through the watched folder.
     first = running_file(home, harness_process.pid, "c-new", cwd, "idle", name="billing fix")
-    wait_for(lambda: session_at(hive, unmanaged=True, doing="billing fix"), what="a session appearing on disk")
+    found = wait_for(lambda: session_at(hive, unmanaged=True, doing="billing fix"), what="a session appearing on disk")
+    # Mail to it waits, and the sender is told the session cannot read it yet.
+    [sent] = ok(hive, "send", to=found["address"], body="hi")["results"]
+    assert sent["state"] == "queued" and "found it on disk" in sent["note"]
     hook(hive, "claude-code", "UserPromptSubmit", claude("c-new", cwd, "UserPromptSubmit", prompt="go"),
          {"CLAUDECODE": "1"})
     [me] = ok(hive, "who")["sessions"]
