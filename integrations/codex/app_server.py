@@ -273,22 +273,23 @@ async def queue(codex: Path, home: Path, thread: str, text: str) -> Delivery:
     return Delivery("queue")
 
 
-async def deliver(home: Path, thread: str, text: str, codex: Path | None) -> Delivery:
+async def deliver(home: Path, thread: str, text: str, codex: Path | None, deadline: float = DEADLINE) -> Delivery:
     """Put ``text`` into Codex thread ``thread`` running under ``home``; raises PushFailed if Codex did not take it.
 
     A thread the app-server does not have loaded is not running in any TUI, so nothing is queued
     for it (it would wait unseen); a socket that cannot be used falls back to ``codex queue``.
     """
     try:
-        with anyio.fail_after(DEADLINE):
+        with anyio.fail_after(deadline):
             return await send(home / SOCKET, thread, text)
     except (NotRunning, Refusal):
         raise
-    except (PushFailed, TimeoutError) as exc:
+    except (PushFailed, TimeoutError) as exc:  # no socket, a broken one, or a daemon that never answers
+        first = str(exc) or f"no answer within {deadline:g} s"
         if codex is None:
-            raise PushFailed(f"the app-server push failed ({exc}) and no codex binary is known for the fallback") \
+            raise PushFailed(f"the app-server push failed ({first}) and no codex binary is known for the fallback") \
                 from exc
         try:
             return await queue(codex, home, thread, text)
-        except (OSError, TimeoutError) as fallback:
-            raise PushFailed(f"the app-server push failed ({exc}); codex queue too ({fallback})") from fallback
+        except (PushFailed, OSError, TimeoutError) as fallback:
+            raise PushFailed(f"the app-server push failed ({first}); codex queue too ({fallback})") from fallback

@@ -10,6 +10,7 @@ then goes in as it does for a person's TUI. The whole TUI, in tmux, is ``test_pu
 from __future__ import annotations
 
 import contextlib
+import socket
 import subprocess
 import tempfile
 import threading
@@ -155,6 +156,28 @@ def test_a_push_with_no_app_server_and_no_codex_binary_fails_without_a_fallback(
     with pytest.raises(PushFailed) as failed:
         anyio.run(app_server.deliver, tmp_path, "01a23766-0000-7000-8000-000000000000", "PUSHMARK_x", None)
     assert failed.value.code == "push_failed"
+
+
+def test_a_hung_app_server_fails_the_push_at_its_deadline_then_the_codex_queue_fallback_is_tried(
+        tmp_path: Path) -> None:
+    home = tmp_path / ".codex"
+    (home / app_server.SOCKET).parent.mkdir(parents=True)
+    # As Codex lays it out: the control socket is a symlink to a short path under /tmp.
+    short = Path(tempfile.mkdtemp(prefix="hive-cxh-", dir="/tmp"))
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(short / "s"))
+    (home / app_server.SOCKET).symlink_to(short / "s")
+    listener.listen(4)  # accepts (the kernel's backlog) and never answers the handshake
+    try:
+        with pytest.raises(PushFailed) as failed:
+            anyio.run(app_server.deliver, home, "01a23766-0000-7000-8000-000000000000", "PUSHMARK_hung",
+                      require_cli(HARNESS), 1.0)
+    finally:
+        listener.close()
+        subprocess.run(["rm", "-rf", str(short)], check=False)
+    # The fallback ran and was refused too (Codex has no rollout for that thread); its failure is the cause.
+    assert failed.value.code == "push_failed"
+    assert isinstance(failed.value.__cause__, PushFailed) and failed.value.__cause__.code == "push_failed"
 
 
 def test_codex_queue_the_fallback_refuses_a_thread_codex_has_no_rollout_for(daemon: Daemon) -> None:
