@@ -453,6 +453,12 @@ def cmd_lessons(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def cmd_project(args: argparse.Namespace) -> int:
+    from .projects_cli import run  # the project commands live in their own module
+
+    return run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hive", description="Your team's coding agents, as one network.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -560,6 +566,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_lessons_arguments(add("lessons", cmd_lessons, "the team's reviewed lessons: propose, search, review, "
                                                       "retract, promote to skills, import"))
+    from .projects_cli import add_project_arguments
+
+    add_project_arguments(add("project", cmd_project, "the project of this repository: its owner and members, "
+                                                      "who receives its lessons"))
     p = add("digest", cmd_digest, "what the gate held for you, what it checked and how much it silenced")
     p.add_argument("--since", help="2h, 30m, 7d or an ISO date or time (default: since your last digest)")
     p.add_argument("--peek", action="store_true", help="do not count this as your last digest")

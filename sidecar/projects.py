@@ -15,9 +15,14 @@ receive its lessons, so only a confirmed member (or the owner) receives project 
 Ops::
 
     project_join {repo? | cwd?}          propose this machine's person (or claim an ownerless project)
-    project_confirm {project, person}    the owner confirms a proposal (or re-adds a member)
+    project_confirm {project, person, desktop?, confirmed_on_terminal?}
+                                         the owner confirms a proposal, in a desktop pop-up or typed at
+                                         the command's own terminal (``hive project confirm``): never an
+                                         agent's tool call, since membership decides who receives lessons
     project_remove {project, person}     the owner removes a member; a person may remove themselves
     project_show {project? | repo?}      owner, members and open proposals
+
+``hive project [show|join|confirm PERSON|remove PERSON] [--repo R]`` (hive.sidecar.projects_cli).
 """
 
 from __future__ import annotations
@@ -26,7 +31,8 @@ import hashlib
 import logging
 from typing import TYPE_CHECKING, Any
 
-from .errors import BadRequest, NotFound, NotMember, Refused
+from .dialog import Answer, Prompt, backend_for, clean, find_desktop
+from .errors import BadRequest, ConfirmOnTerminal, NoDesktop, NotFound, NotMember, Refused
 from .hooks import git_facts, remote_project
 from .roster import ProjectView, Roster
 
@@ -34,6 +40,9 @@ if TYPE_CHECKING:
     from .server import Connection, Sidecar
 
 log = logging.getLogger("hive.sidecar.projects")
+
+CONFIRM_TIME = 300.0  # seconds the owner's confirmation pop-up stays up
+LABEL_KEY = "project_label:"  # kv: project id -> the remote it was seen as here, for people to read
 
 
 def normalise_remote(url: str) -> str:
@@ -81,6 +90,15 @@ def projects_of(roster: Roster | None, person: str) -> list[str]:
     return sorted(p for p, v in roster.projects.items() if person in v.members)
 
 
+async def remember_label(sidecar: Sidecar, project: str, repo: str) -> None:
+    if repo and "/" in repo and await sidecar.store.get_kv(LABEL_KEY + project) is None:
+        await sidecar.store.set_kv(LABEL_KEY + project, normalise_remote(repo).removeprefix("https://"))
+
+
+async def label_of(sidecar: Sidecar, project: str) -> str:
+    return await sidecar.store.get_kv(LABEL_KEY + project) or project[:19]
+
+
 async def join(sidecar: Sidecar, project: str) -> dict[str, Any]:
     """Propose this machine's person for ``project``; claim it when it has no owner. Idempotent."""
     team = sidecar.team  # type: ignore[attr-defined]
@@ -101,6 +119,7 @@ async def on_session(sidecar: Sidecar, repo: str) -> None:
     if team is None or team.roster is None or not repo or "/" not in repo:
         return
     project = project_id(repo)
+    await remember_label(sidecar, project, repo)
     view = view_of(team.roster, project)
     person = sidecar.settings.person
     if view is not None and (person in view.members or person in view.proposed):
@@ -111,8 +130,45 @@ async def on_session(sidecar: Sidecar, repo: str) -> None:
         log.exception("could not propose %s for the project of %s", person, repo)
 
 
+def confirm_question(person: str, label: str) -> str:
+    """What the owner confirms (the terminal path repeats it back as ``confirmed_on_terminal``)."""
+    return f"Add {person} to project {label}? They will receive its lessons."
+
+
+async def owner_confirms(conn: Connection, request: dict[str, Any], question: str) -> str:
+    """How the owner confirmed (``desktop`` or ``terminal``), or raise: a pop-up, or the question
+    typed back at the requesting command's own terminal; neither for an agent's tool call."""
+    if conn.at_terminal and request.get("confirmed_on_terminal") == question:
+        return "terminal"
+    desktop = request.get("desktop")
+    if desktop is not None and not isinstance(desktop, dict):
+        raise BadRequest("desktop must be an object of the client's desktop variables")
+    prompt = Prompt(title="hive · confirm a project member", body=clean(question), timeout=CONFIRM_TIME)
+    try:
+        async with backend_for(find_desktop(desktop)).show(prompt) as popup:
+            answer = await popup.answer()
+    except NoDesktop as exc:
+        if not conn.at_terminal:
+            raise Refused(f"a project member is confirmed by its owner in person: “{question}” needs a desktop "
+                          f"pop-up ({exc.message}) or `hive project confirm` typed at a terminal") from exc
+        raise ConfirmOnTerminal(question) from exc
+    if answer is Answer.APPROVED:
+        return "desktop"
+    raise Refused(f"not recorded: the owner did not confirm “{question}” ({answer.value})")
+
+
 async def confirm(sidecar: Sidecar, project: str, person: str) -> dict[str, Any]:
-    """The owner's confirmation of ``person``. Raises ``not_member`` unless this machine's person owns it."""
+    """The owner's confirmation of ``person`` (the caller had the owner confirm it in person).
+    Raises ``not_member`` unless this machine's person owns the project and ``person`` is in the team."""
+    team = sidecar.team  # type: ignore[attr-defined]
+    view = check_confirm(sidecar, project, person)
+    if person not in view.members:
+        await team.project_entry(project, person, "member")
+    return show(team.roster, project)
+
+
+def check_confirm(sidecar: Sidecar, project: str, person: str) -> ProjectView:
+    """The project, if this machine's person may confirm ``person`` in it; else ``not_found`` or ``not_member``."""
     team = sidecar.team  # type: ignore[attr-defined]
     view = view_of(team.roster, project)
     if view is None:
@@ -121,9 +177,7 @@ async def confirm(sidecar: Sidecar, project: str, person: str) -> dict[str, Any]
         raise NotMember(f"only the project's owner ({view.owner or 'nobody yet'}) confirms its members")
     if team.roster is None or person not in {m.person for m in team.roster.active().values()}:
         raise NotMember(f"{person} is not a member of the team")
-    if person not in view.members:
-        await team.project_entry(project, person, "member")
-    return show(team.roster, project)
+    return view
 
 
 async def remove(sidecar: Sidecar, project: str, person: str) -> dict[str, Any]:
@@ -165,11 +219,19 @@ def _person_arg(request: dict[str, Any]) -> str:
 
 
 async def op_project_join(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
-    return await join(sidecar, _project_arg(request))
+    project = _project_arg(request)
+    if isinstance(request.get("repo"), str):
+        await remember_label(sidecar, project, request["repo"])
+    return await join(sidecar, project)
 
 
 async def op_project_confirm(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
-    return await confirm(sidecar, _project_arg(request), _person_arg(request))
+    project, person = _project_arg(request), _person_arg(request)
+    if person in check_confirm(sidecar, project, person).members:  # refused with the reason before asking
+        return show(sidecar.team.roster, project)  # type: ignore[attr-defined]
+    how = await owner_confirms(conn, request, confirm_question(person, await label_of(sidecar, project)))
+    result = await confirm(sidecar, project, person)
+    return {**result, "confirmed": how}
 
 
 async def op_project_remove(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
@@ -177,7 +239,8 @@ async def op_project_remove(sidecar: Sidecar, conn: Connection, request: dict[st
 
 
 async def op_project_show(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
-    return show(sidecar.team.roster, _project_arg(request))  # type: ignore[attr-defined]
+    project = _project_arg(request)
+    return {**show(sidecar.team.roster, project), "label": await label_of(sidecar, project)}  # type: ignore[attr-defined]
 
 
 OPS = {

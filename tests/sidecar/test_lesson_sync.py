@@ -12,6 +12,7 @@ from typing import Any
 from hive.sidecar.projects import project_id
 
 from ..conftest import Hive
+from .terminal import run_in_terminal_answering
 from .test_mesh import MESH, _keys_in_files, form_team, ok, register, wait_for  # noqa: F401  (the autouse fixture)
 
 REPO = "git@github.com:acme/api.git"
@@ -47,7 +48,11 @@ def test_a_project_lesson_reaches_project_members_and_never_a_non_member(make_hi
     wait_for(lambda: holds(carol, before), what="a later team lesson on carol's machine")
     assert holds(carol, early) is None  # proposed, not confirmed: no project lessons yet
 
-    ok(alice, "project_confirm", project=PROJECT, person="carol")
+    # the owner confirms in person; an agent's tool call (no terminal, no desktop) cannot
+    refused = alice.request({"id": 1, "op": "project_confirm", "project": PROJECT, "person": "carol"}, timeout=30)
+    assert not refused["ok"] and refused["error"]["code"] == "refused"
+    code, output = run_in_terminal_answering(alice.env, "y", "project", "confirm", "carol", "--repo", REPO)
+    assert code == 0 and "members:  alice, carol" in output, output
     for m in (alice, bob, carol, dave):
         wait_for(lambda m=m: ok(m, "project_show", project=PROJECT)["members"] == ["alice", "carol"],
                  what="membership everywhere")
