@@ -12,8 +12,8 @@ running a turn; idle gets ``turn/start`` (the text becomes a new user turn and t
 running gets ``turn/steer`` with the running turn's id (the text joins that turn, after the
 current tool result). A turn that starts or ends between the read and the call makes that call
 fail; it is read again and retried. Only an answer from Codex that accepted the input counts.
-When the socket cannot be used at all, ``codex queue --thread`` (the CLI's own path into the
-same daemon) is tried while the thread's process is still running.
+When the socket cannot be used at all (missing, broken, or no answer in time), ``codex queue
+--thread`` (the CLI's own path into the same daemon) is tried.
 """
 
 from __future__ import annotations
@@ -73,14 +73,13 @@ class Delivery:
     turn: str = ""
 
 
-def codex_home(transcript: str, fallback: Path | None = None) -> Path:
-    """The CODEX_HOME a session runs under: its rollout file is ``<home>/sessions/Y/M/D/rollout-*.jsonl``."""
+def codex_home(transcript: str) -> Path:
+    """The CODEX_HOME a session runs under: its rollout file is ``<home>/sessions/Y/M/D/rollout-*.jsonl``;
+    without one, the sidecar's own CODEX_HOME or ``~/.codex``."""
     path = Path(transcript) if transcript else None
     if path is not None and path.name.startswith("rollout-") and len(path.parents) > 4 \
             and path.parents[3].name == "sessions":
         return path.parents[4]
-    if fallback is not None:
-        return fallback
     env = os.environ.get("CODEX_HOME")
     return Path(env) if env else Path.home() / ".codex"
 
