@@ -456,7 +456,8 @@ class Gate:
         self._facts_rows: dict[tuple[str, str], tuple[Any, ...]] = {}
         self._queued = 0
         self._written = 0
-        self._write_lock = anyio.Lock()
+        self._failed = 0
+        self._writing: anyio.Event | None = None
         self.loaded = False
         self._ids = _Ids()
 
@@ -836,10 +837,25 @@ class Gate:
         # One turn of the event loop first: callers that are ready now queue their rows too and
         # share this commit, instead of each waiting for a commit of its own.
         await anyio.lowlevel.checkpoint()
-        async with self._write_lock:
-            if self._written >= target:
-                return
-            target = self._queued
+        # One writer at a time; the others wait for the write in progress on one event (all woken
+        # at once), then one of them writes whatever queued meanwhile. A lock handed from waiter to
+        # waiter cost a turn of the event loop each.
+        while self._written < target:
+            if self._failed >= target:
+                raise HiveError("the gate could not write its ledger; see sidecar.log")
+            if self._writing is not None:
+                await self._writing.wait()
+                continue
+            self._writing = anyio.Event()
+            try:
+                await self._write()
+            finally:
+                self._writing.set()
+                self._writing = None
+
+    async def _write(self) -> None:
+        target = self._queued
+        try:
             items, ledger, signals = list(self._items.values()), self._ledger, self._signals
             facts = list(self._facts_rows.values())
             self._items, self._ledger, self._signals, self._facts_rows = {}, [], [], {}
@@ -858,7 +874,10 @@ class Gate:
                     "INSERT OR REPLACE INTO gate_facts (kind, ref, state, since, at, runs, due, detail) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", facts)
             await self.store.write([])  # commits the above with the sidecar's own group commit
-            self._written = target
+        except BaseException:
+            self._failed = target  # these rows are gone: their callers hear so rather than wait
+            raise
+        self._written = target
 
     # ---- delivery ------------------------------------------------------------------------
 
