@@ -242,6 +242,9 @@ class Discovery:
         session = sessions.by_key.get(found.key)
         if found.cwd and await folders.is_off(self.sidecar, found.cwd):
             return  # the person turned hive off there: nothing of it is registered or shown
+        before = self.by_source.pop(found.source, None)
+        if before is not None and before != found.key:
+            await self.gone(before)  # the same process moved on to a new session (Claude Code's /clear)
         if session is not None and found.key not in observe.UNMANAGED:
             if session.ended_at is None or session.ended_at >= found.seen - 1:
                 return  # hive manages it (hooks or MCP), or it ended after this file last changed

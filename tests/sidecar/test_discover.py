@@ -88,6 +88,11 @@ def test_a_claude_code_session_hive_never_hooked_is_listed_unmanaged_with_its_st
     # It gets busy: the file changes, presence follows without any hook.
     running_file(home, harness_process.pid, "c-old", cwd, "busy")
     wait_for(lambda: session_at(hive, agent="claude-code", state="busy"), what="busy from the running file")
+    # /clear: the same process, a new session id in its file. The old session ends and the new one
+    # (no transcript yet, so no title) takes its place and its name.
+    running_file(home, harness_process.pid, "c-cleared", cwd, "idle")
+    wait_for(lambda: [(s["address"], s["doing"], s["state"]) for s in ok(hive, "who", all=True)["sessions"]]
+             == [(found["address"], "", "idle")], what="the cleared session replacing the old one")
     # Its process ends: so does the session.
     harness_process.kill()
     harness_process.wait()
