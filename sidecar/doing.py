@@ -340,10 +340,6 @@ class Doing:
         self.changed = anyio.Event()
         self.running = False
 
-    @property
-    def tails(self) -> dict[Path, Tail]:
-        return {p: s for p, s in self.sources.items() if isinstance(s, Tail)}
-
     def _add(self, key: str, path: Path, make: Callable[[], Source]) -> None:
         source = self.sources.get(path)
         if source is None:
