@@ -38,9 +38,17 @@ Out of process, the same over the socket: ``gate_offer {"item": {...}}``, ``gate
 ``gate_shadow``, ``gate_promote``, ``gate_measures`` and ``digest``. Sessions are named by
 address (``person/name``); the ops also take a session key or name on this machine.
 
-Breakpoints come from the hooks and presence: a commit, a test run finishing, a session idle for
-60 s, a turn ending, a pull request opened. Report only real ones: a false breakpoint costs more
-than a missed one, because the bound below delivers a waiting item anyway.
+Breakpoints come from the hooks: a turn ending (the Stop hook), and from the commands a session
+ran (:func:`observed`): a test run finishing, a commit, a pull request opened. (A session idle for
+60 s is a breakpoint kind sources may report; nothing reports it yet.) Report only real ones: a
+false breakpoint costs more than a missed one, because the bound below delivers a waiting item
+anyway.
+
+Across machines: an item for a person whose machines are elsewhere in the team (or for a session
+on another machine) is relayed there (rule ``relay``, then ``relay.taken`` with what that gate
+did), with the records its evidence points at, and decided by that machine's gate with that
+person's preferences; a machine that does not take it gets it again every ``relay_retry``
+seconds, for a day, then it waits in the digest here (``relay.wait``, ``relay.failed``).
 
 Urgency
 -------
@@ -52,6 +60,9 @@ write with :meth:`Gate.record` (op ``gate_fact``), one current record per ``(kin
     deadline     open | done (+ due)    due within a day: attention; within an hour or past: alarm
     blocked      blocked | unblocked    attention (and the digest counts what an item unblocks)
     security     open | fixed           alarm, and the floor
+
+A session's test runs record ``test`` facts by themselves, ref ``{repo}@{branch}`` as sessions
+name them (:func:`ref_for_tests`), when the hook reports the exit code.
 
 An item's evidence points at facts (``Evidence("ci", "acme/api@main")``); the item cannot
 carry its own urgency (a wire item's ``urgency`` field is ignored, and the reply says so), and
@@ -67,7 +78,8 @@ Each step writes a ledger row (item, rule, reason, time) when it decides::
 
     floor            a security finding (an open ``security`` fact in the evidence) reaches its
                      person at once, on their alarm channel: no preference, shadow, quiet hours
-                     or budget stops it ......................................... floor.security
+                     or budget stops it; and a copy reaches each roster person who owns the
+                     files in its ``file`` evidence by the repository's CODEOWNERS .. floor.security
     preferences      the person muted the source .............................. pref.mute
     dedupe           the same fingerprint within the window, unless more urgent ... duplicate
     channel          the person takes everything as a digest ...................... pref.digest
@@ -1345,6 +1357,51 @@ async def run_gate(sidecar: Sidecar, *, task_status: TaskStatus[None] = anyio.TA
                 relay=lambda item, facts: relay_item(sidecar, item, facts))
     _gates[sidecar] = gate
     await gate.run(task_status=task_status)
+
+
+# ---- what sessions' hooks show: breakpoints and test records ---------------------------------
+
+_START = r"(?:^|[\s;&|(!])"
+# Test runners as people type them; a wrapper (``uv run``, ``npx``, ``python -m``) is allowed before.
+TEST_COMMAND = re.compile(
+    _START + r"(?:pytest|py\.test|tox|nox|jest|vitest|mocha|rspec|phpunit|ctest|"
+    r"(?:npm|pnpm|yarn|bun)\s+(?:run\s+)?test|cargo\s+(?:test|nextest)|go\s+test|make\s+(?:test|check)|"
+    r"mvn\s+(?:test|verify)|\S*gradlew?\s+test|dotnet\s+test|deno\s+test)(?:$|[\s;&|)])")
+COMMIT_COMMAND = re.compile(_START + r"git(?:\s+-[cC]\s+\S+)*\s+commit(?:$|[\s;&|)])")
+PR_COMMAND = re.compile(_START + r"gh\s+pr\s+create(?:$|[\s;&|)])")
+
+
+def ref_for_tests(repo: str, branch: str) -> str:
+    """The ref of the ``test`` record for a repository's branch: what items name as evidence."""
+    return f"{repo}@{branch}" if branch else repo
+
+
+async def observed(sidecar: Sidecar, session: Any, events: Iterable[Any]) -> None:
+    """Breakpoints and records from the commands a session ran (``observe.ingest`` calls this):
+    a test run finishing is a ``test`` breakpoint and, with its exit code, a passing or failing
+    ``test`` record for the repository's branch; a commit and an opened pull request are
+    breakpoints too. Only what the hooks report is used: no command output is read."""
+    gate = _gates.get(sidecar)
+    if gate is None:
+        return
+    address = sidecar.sessions.address(session)
+    for event in events:
+        command = getattr(event, "command", "")
+        if getattr(event, "action", "") != "command.executed" or not command:
+            continue
+        code = getattr(event, "exit_code", None)
+        kinds = []
+        if TEST_COMMAND.search(command):
+            if code is not None:
+                await gate.record("test", ref_for_tests(session.repo or session.cwd, session.branch),
+                                  "passing" if code == 0 else "failing", detail=clip(command, 120))
+            kinds.append("test")
+        if code in (0, None) and COMMIT_COMMAND.search(command):
+            kinds.append("commit")
+        if code in (0, None) and PR_COMMAND.search(command):
+            kinds.append("pr")
+        for kind in kinds:
+            await gate.breakpoint(sidecar.settings.person, address, kind)
 
 
 # ---- the owner of the code -----------------------------------------------------------------

@@ -552,6 +552,13 @@ async def ingest(sidecar: Sidecar, harness: str, point: HookPoint, payload: dict
         sidecar.mesh.poke()  # the mesh sends presence when it changed
     if modified:
         await _overlaps_for_local(sidecar, session, modified, now)
+    if "command.executed" in actions:
+        from .gate import observed  # test runs and commits: records and breakpoints for the gate
+
+        try:
+            await observed(sidecar, session, events)
+        except Exception:  # the gate's trouble must not cost the hook its reply
+            log.exception("the gate could not take the commands of %s", session.key)
     return events
 
 

@@ -312,3 +312,43 @@ def test_an_item_for_a_person_on_another_machine_is_not_lost_it_waits_in_their_d
     assert [(d["outcome"], d["rule"]) for d in delivered] == [("digest", "deliver.failed")]
     assert "bob is not on this machine" in delivered[0]["reason"]
     assert ok(hive, "digest", person="bob", peek=True)["held"] == 1
+
+
+# ---- breakpoints and records from what sessions run ---------------------------------------
+
+def test_a_failing_test_run_makes_items_about_it_urgent_and_a_commit_is_the_breakpoint_that_delivers(
+        make_hive: Any, tmp_path: Path) -> None:
+    from tests.sidecar.test_observe import codex, git_repo, hook
+
+    hive = make_hive(CONFIG)
+    hive.start()
+    cwd, _ = git_repo(tmp_path / "api")
+    hook(hive, "codex", "SessionStart", codex("c1", cwd, "SessionStart", source="startup"))
+    [me] = ok(hive, "who")["sessions"]
+    evidence = [{"kind": "test", "ref": f"{me['repo'] or cwd}@{me['branch']}"}]
+
+    def ran(command: str, code: int, call: str) -> None:
+        hook(hive, "codex", "PostToolUse", codex("c1", cwd, "PostToolUse", tool_name="Bash", tool_use_id=call,
+                                                 tool_input={"command": command}, tool_response={"exit_code": code}))
+
+    def offer(title: str) -> dict[str, Any]:
+        return ok(hive, "gate_offer", item={"source": "overlap", "session": me["address"], "title": title,
+                                            "key": title, "evidence": evidence})
+
+    before = offer("the login test is flaky")
+    ran("uv run pytest -q tests/test_login.py", 1, "call_1")
+    after = offer("the login test fails on main")
+    ran("git commit -am 'wip'", 0, "call_2")
+    inbox = ok(hive, "inbox", session=me["address"])["messages"]
+    ran("pytest -q", 0, "call_3")
+    later = offer("the login test was fixed")
+
+    assert me["branch"] and (before["outcome"], before["urgency"]) == ("digest", "info")
+    assert (after["outcome"], after["urgency"]) == ("wait", "attention")
+    assert "is failing" in after["reason"]
+    why = ok(hive, "gate_why", item=after["item"])["items"][0]
+    assert [d["rule"] for d in why["decisions"]] == ["wait", "breakpoint.commit"]
+    assert [m["body"].splitlines()[0] for m in inbox] == [
+        "[hive gate · overlap · attention] the login test fails on main"]
+    # The next run passed: nothing checkable makes an item about it urgent any more.
+    assert (later["outcome"], later["urgency"]) == ("digest", "info")
