@@ -264,7 +264,9 @@ class Team:
                 ("UPDATE messages SET recipient = ? || substr(recipient, ?) "
                  "WHERE substr(recipient, 1, ?) = ? AND read_at IS NULL",
                  (f"{person}/", len(old) + 2, len(old) + 1, f"{old}/")),
-                ("UPDATE messages SET sender = ? WHERE sender = ?", (f"{person}/terminal", f"{old}/terminal")),
+                # Senders too, so a reply to mail one local session sent another before the join finds it.
+                ("UPDATE messages SET sender = ? || substr(sender, ?) WHERE substr(sender, 1, ?) = ?",
+                 (f"{person}/", len(old) + 2, len(old) + 1, f"{old}/")),
             ])
         self.sc.settings = settings
         for holder in ("sessions", "mailbox"):

@@ -53,12 +53,14 @@ def test_mail_addressed_under_the_config_name_moves_to_the_roster_name_on_join(m
         machine.start()
         _TEAM.append(machine)
     register(alice, "a1", "/src/api")
-    assert send(alice, "alice/api-codex", "sent before the join")["to"] == "alice/api-codex"
+    register(alice, "a2", "/src/web")
+    assert send(alice, "alice/api-codex", "sent before the join", **{"from": "a2"})["to"] == "alice/api-codex"
     assert send(alice, "alice/terminal", "a note to myself")["to"] == "alice/terminal"
     bob.cli("init", "acme", "--as", "bob", check=True)
     alice.cli("join", bob.cli_json("invite")["link"], "--as", "al", check=True)
     [message] = inbox(alice, "api-codex")
-    assert (message["to"], message["body"]) == ("al/api-codex", "sent before the join")
+    assert (message["to"], message["from"], message["body"]) == ("al/api-codex", "al/web-codex",
+                                                                 "sent before the join")
     terminal = ok(alice, "inbox", peek=True)
     assert terminal["to"] == "al/terminal"
     assert [m["body"] for m in terminal["messages"]] == ["a note to myself"]
