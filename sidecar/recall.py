@@ -201,7 +201,7 @@ _COLUMNS = ("l.id, l.kind, l.eff_scope, l.eff_project, l.author, l.reviewer, l.c
             "l.header, b.blob AS body, e.blob AS edit")
 _BLOBS = ("JOIN lesson_blobs b ON b.hash = l.body_hash "
           "LEFT JOIN lesson_blobs e ON e.hash = l.text_hash AND l.text_hash != ''")
-OVERFETCH = 3  # FTS rows of proposed, rejected or superseded lessons are dropped after the text search
+OVERFETCH = 2  # FTS rows of proposed, rejected or superseded lessons are dropped after the text search
 
 
 def _candidate(row: Any, bm25: float | None, origins: Mapping[str, str]) -> Candidate:
@@ -232,20 +232,21 @@ async def by_text(store: Store, text: str, origins: Mapping[str, str], limit: in
 
 
 async def by_files(store: Store, files: Iterable[str], origins: Mapping[str, str], limit: int = 50) -> list[Candidate]:
-    """Verified lessons whose evidence names one of ``files`` (by file name, then by whole path segments).
+    """Verified lessons whose evidence names one of ``files`` (repository-relative paths, as sessions report them).
 
     ``CROSS JOIN`` keeps SQLite starting from the few file rows rather than from every verified lesson.
     """
-    wanted = [normal_path(f) for f in files if f and normal_path(f)]
-    names = sorted({f.rsplit("/", 1)[-1] for f in wanted})[:64]
-    if not names:
+    wanted = sorted({normal_path(f) for f in files if f and normal_path(f)})[:64]
+    if not wanted:
         return []
+    paths = wanted + [f"./{p}" for p in wanted]  # an evidence ref may be written either way
+    # The newest ``limit`` first, by the lessons table alone; only their blobs are read.
     rows = await store.fetchall(
-        f"SELECT DISTINCT {_COLUMNS} FROM lesson_files x CROSS JOIN lessons l ON l.id = x.lesson {_BLOBS} "
-        f"WHERE x.name IN ({','.join('?' * len(names))}) AND l.state = 'verified' ORDER BY l.created_at DESC LIMIT ?",
-        (*names, limit))
-    found = [_candidate(r, None, origins) for r in rows]
-    return [c for c in found if overlap(c.files, tuple(wanted))]
+        f"SELECT {_COLUMNS} FROM (SELECT l.id AS id, l.created_at AS at FROM lesson_files x CROSS JOIN lessons l "
+        f"ON l.id = x.lesson WHERE x.path IN ({','.join('?' * len(paths))}) AND l.state = 'verified' "
+        f"GROUP BY l.id ORDER BY l.created_at DESC LIMIT ?) AS top CROSS JOIN lessons l ON l.id = top.id {_BLOBS} "
+        "ORDER BY top.at DESC", (*paths, limit))
+    return [_candidate(r, None, origins) for r in rows]
 
 
 async def search(store: Store, *, text: str = "", files: Iterable[str] = (), project: str = "",
@@ -253,7 +254,7 @@ async def search(store: Store, *, text: str = "", files: Iterable[str] = (), pro
                  pool: int | None = None) -> list[Ranked]:
     """Ranked verified lessons for a query and the session's files (``pool`` text and file candidates each)."""
     origins = origins or {}
-    pool = pool or max(2 * limit, 10)
+    pool = pool or max(limit, 10)
     files = tuple(files)
     merged: dict[str, Candidate] = {c.id: c for c in await by_text(store, text, origins, pool)}
     for c in await by_files(store, files, origins, pool):

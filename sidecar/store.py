@@ -304,6 +304,11 @@ MIGRATIONS: list[str] = [
             FROM lessons AS l, json_each(l.header, '$.evidence') AS e
             WHERE json_extract(e.value, '$.kind') = 'file') WHERE p != '';
     """,
+    # lesson evidence files by whole path (hive.sidecar.recall): a file name such as README.md is
+    # named by thousands of lessons, a repository path by a few.
+    """
+    CREATE INDEX lesson_files_path ON lesson_files(path);
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
