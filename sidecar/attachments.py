@@ -295,7 +295,7 @@ def read_files(paths: Any, cwd: str, *, confined: bool, state_home: Path, home: 
                 if base is None:
                     raise BadRequest(f"{shown} is a relative path; give an absolute one")
                 path = base / path
-            real = path
+            real = path.resolve()  # a person's link is followed: it is their own choice of file
         text = check_text(shown, _read_regular(real, shown))
         if confined and _credential(real, text):
             raise AttachmentCredential(f"{shown} looks like a key or credentials file; it cannot be attached")

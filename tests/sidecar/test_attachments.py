@@ -151,11 +151,12 @@ def test_a_person_at_the_terminal_may_attach_any_text_file_and_a_process_without
     outside = Path(tempfile.mkdtemp(prefix="hive-out-", dir="/tmp"))
     try:
         (outside / "plan.txt").write_text("the plan\n")
+        (outside / "latest.txt").symlink_to(outside / "plan.txt")
         register(hive, "a2", "/src/web")
-        code, output = run_in_terminal(hive, "send", "--file", str(outside / "plan.txt"), "alice/web-codex", "fyi")
+        code, output = run_in_terminal(hive, "send", "--file", str(outside / "latest.txt"), "alice/web-codex", "fyi")
         assert code == 0, output
         [message] = inbox(hive, "web-codex")
-        assert Path(message["files"][0]).read_text() == "the plan\n"
+        assert Path(message["files"][0]).read_text() == "the plan\n"  # a person's link is followed
         # The same command from a process with no terminal (an agent's shell tool) is held to the agent's rules.
         result = hive.cli("send", "--file", str(outside / "plan.txt"), "alice/web-codex", "again")
         assert result.returncode != 0
