@@ -3,10 +3,12 @@
 Frames (on the mesh's ``hive/1`` links, only to peers that announce the ``lessons`` feature;
 :meth:`hive.sidecar.mesh.Mesh.add_frames` routes them here):
 
-- ``sync {heads: [[author, scope, seq], ...], want: [blob hash, ...]}``: the highest entry this
-  machine holds per log, and the blobs it lacks. Sent at every link-up and whenever an entry
-  arrives out of order. The receiver answers with every entry after those heads in the logs the
-  sender may hold, then the blobs of those lessons and the wanted blobs it may send.
+- ``sync {heads: [[author, scope, seq], ...], want: [blob hash, ...], reply?}``: the highest entry
+  this machine holds per log the peer may also hold, and the blobs it lacks. Sent at every
+  link-up, whenever an entry arrives out of order, and when project membership changes (a newly
+  confirmed member gets the project's earlier lessons). The receiver answers with every entry
+  after those heads in the logs the sender may hold, a chunk at a time with the chunk's bodies,
+  and asks back once (``reply``) if the sender holds entries it lacks.
 - ``entry {entries: [signed entry, ...]}``: entries in log order. A new local entry goes at once
   to every linked peer that may hold it; an entry that arrived from one peer is passed on to the
   others (the author's signature travels with it, so a relay cannot change it).
@@ -17,6 +19,9 @@ Who may hold a log (:func:`may_hold`), checked by the sender and again by the re
 machines of the project's confirmed members (hive.sidecar.projects) and the author's own; ``team``
 every active member. So a personal lesson never leaves its person's machines, and a project
 lesson never reaches a non-member, even through a relay.
+
+Entries written before this machine was in a team were signed for none; at the first link-up in a
+team they are re-signed for it (:meth:`~hive.sidecar.lesson_store.LessonStore.adopt_team`).
 
 Ops::
 
@@ -125,9 +130,14 @@ class LessonSync:
     async def send_sync(self, peer: str) -> None:
         if not self.mesh.peer_has(peer, FEATURE) or self._roster() is None:
             return
-        heads = await self.store.heads()
-        want = await self.store.missing_blobs(MAX_WANT)
-        await self._send(peer, {"t": "sync", "heads": [[a, s, n] for (a, s), n in heads.items()], "want": want})
+        await self._send(peer, {"t": "sync", **await self._sync_body(peer)})
+
+    async def _sync_body(self, peer: str) -> dict[str, Any]:
+        """Heads of the logs ``peer`` may hold (even how many personal entries there are stays home),
+        and the blobs this machine lacks."""
+        roster = self._roster()
+        heads = [[a, s, n] for (a, s), n in (await self.store.heads()).items() if may_hold(roster, peer, a, s)]
+        return {"heads": heads, "want": await self.store.missing_blobs(MAX_WANT)}
 
     async def on_link_up(self, peer: str) -> None:
         self._follow_team()
@@ -199,9 +209,7 @@ class LessonSync:
             await self._send_batches(peer, "body", "blobs", await self._blobs_for(peer, (), want), BATCH_BLOBS)
         if behind and not frame.get("reply"):
             # The peer holds entries this machine lacks: ask once (a reply never asks back).
-            heads = await self.store.heads()
-            await self._send(peer, {"t": "sync", "reply": True, "want": await self.store.missing_blobs(MAX_WANT),
-                                    "heads": [[a, s, n] for (a, s), n in heads.items()]})
+            await self._send(peer, {"t": "sync", "reply": True, **await self._sync_body(peer)})
 
     async def _blobs_for(self, peer: str, lesson_ids: Sequence[str], hashes: Sequence[str] = ()
                          ) -> list[dict[str, Any]]:
