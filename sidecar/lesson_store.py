@@ -3,8 +3,14 @@
 One :class:`LessonStore` per sidecar (:func:`of`). Local writes (:meth:`LessonStore.propose`,
 :meth:`~LessonStore.review`, :meth:`~LessonStore.retract`, :meth:`~LessonStore.supersede`)
 append a signed entry to this machine's log for the lesson's scope and tell the listeners (the
-replication in :mod:`hive.sidecar.lesson_sync`). Entries and blobs from peers come in through
-:meth:`~LessonStore.ingest` and :meth:`~LessonStore.ingest_blob`.
+replication in :mod:`hive.sidecar.lesson_sync`) and the state listeners. Entries and blobs from
+peers come in through :meth:`~LessonStore.ingest_many` and :meth:`~LessonStore.ingest_blobs`.
+Every write runs as plain sqlite3 on the database's thread in one hop (:meth:`Store.run`) and is
+committed once per entry or batch: a replicated batch costs one fsync, not a round trip per
+statement (measured: ~250 entries/s one query at a time, thousands per second this way).
+
+What a person may be shown is decided by the *effective* scope (:func:`visible_sql`): a reviewer
+may narrow a lesson after its entry travelled, and the machines it reached keep it.
 
 Tables (migration "lessons" in :mod:`hive.sidecar.store`)
     ``lesson_log``         every entry, by (author machine, log scope, seq), gap-free. An entry
@@ -16,7 +22,8 @@ Tables (migration "lessons" in :mod:`hive.sidecar.store`)
     ``lesson_reviews``, ``lesson_tombstones``     read from the logs.
     ``lesson_blobs``       bodies and edit texts by hash; deleted by a tombstone, and a late copy
                            of a retracted lesson's blob is refused.
-    ``lesson_fts``         FTS5 over the effective text, applicability and tags of lessons with a body.
+    ``lesson_fts``         FTS5 over the effective text, applicability and tags of lessons with a
+                           body; an FTS row's rowid is its lesson's (``id`` is UNINDEXED there).
     ``lesson_drafts``      local drafts, never replicated.
 
 ``held`` is not stored: a ``proposed`` lesson whose ``asked_at`` is a day old reads as held
