@@ -15,8 +15,13 @@ the sidecar may have been started by a hook or a service with no desktop of its 
 
 No desktop: ``no_desktop`` within the 2 s preflight, telling the agent to ask in its own session.
 
-Group sends (:func:`confirm_group`) and ``notify`` pop-ups (:func:`notify_person`) are called
-from the ``send`` op.
+Group sends (:func:`confirm_group`), a person's reply into an agents' thread, which restarts the
+mesh's loop guard (:func:`confirm_override`, the same confirmation), and ``notify`` pop-ups
+(:func:`notify_person`) are called from the ``send`` op. A notify pop-up is shown by the
+recipient person's own machine: here for this machine's person, else the ``msg`` frame carries
+``notify`` and the receiving mesh calls :func:`notify_received`. Either way the recipient's gate
+decides (source ``notify``, :meth:`Gate.offer_now`), after the limits of one per sending person
+per minute and none for a message older than 15 minutes.
 """
 
 from __future__ import annotations

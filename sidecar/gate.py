@@ -39,10 +39,10 @@ Out of process, the same over the socket: ``gate_offer {"item": {...}}``, ``gate
 address (``person/name``); the ops also take a session key or name on this machine.
 
 Breakpoints come from the hooks: a turn ending (the Stop hook), and from the commands a session
-ran (:func:`observed`): a test run finishing, a commit, a pull request opened. (A session idle for
-60 s is a breakpoint kind sources may report; nothing reports it yet.) Report only real ones: a
-false breakpoint costs more than a missed one, because the bound below delivers a waiting item
-anyway.
+ran (:func:`observed`): a test run finishing, a commit, a pull request opened. A session its hooks
+say has been idle for ``idle_after`` seconds (60) is at a breakpoint already: an item that would
+wait for one is delivered to it at once (``breakpoint.idle``). Report only real ones: a false
+breakpoint costs more than a missed one, because the bound below delivers a waiting item anyway.
 
 Across machines: an item for a person whose machines are elsewhere in the team (or for a session
 on another machine) is relayed there (rule ``relay``, then ``relay.taken`` with what that gate
@@ -444,7 +444,8 @@ class Gate:
 
     def __init__(self, store: Store, prefs: PrefsFile, *, clock: Callable[[], float] = time.time,
                  deliver: Deliverer | None = None, owners: Owners | None = None,
-                 is_local: Callable[[Item], bool] | None = None, relay: Relay | None = None) -> None:
+                 is_local: Callable[[Item], bool] | None = None, relay: Relay | None = None,
+                 idle_session: Callable[[Item, float], str] | None = None) -> None:
         self.store = store
         self.prefs_file = prefs
         self.clock = clock
@@ -452,6 +453,7 @@ class Gate:
         self.owners = owners
         self.is_local = is_local
         self.relay = relay
+        self.idle_session = idle_session  # (item, idle_after) -> a session of its that is idle that long, or ""
         self.deliverers: dict[str, Deliverer] = {}
         self.open: dict[str, Entry] = {}  # waiting and held items, by id
         self.waiting: dict[str, dict[str, Entry]] = defaultdict(dict)  # person -> waiting items
@@ -696,15 +698,22 @@ class Gate:
         settings = self.prefs_file.settings
         if entry.urgency == "alarm":  # alarms off: it waits like attention, on a shorter bound, off-budget
             due = now + settings.hold_alarm
-            return self._decide(entry, "wait", "wait",
-                                prefix + f"alarm ({because}) with alarms off: waits for a breakpoint, at most "
-                                f"until {_when(prefs, due, now)}", now, due=due)
+            return self._wait(entry, prefs, now, due, prefix + f"alarm ({because}) with alarms off")
         taken, rule, why = self._take(entry, prefs, now)
         if not taken:
             return self._decide(entry, "digest", rule, prefix + why, now)
-        due = now + settings.hold_attention
-        return self._decide(entry, "wait", "wait",
-                            prefix + f"attention ({because}); {why}; waits for a breakpoint, at most until "
+        return self._wait(entry, prefs, now, now + settings.hold_attention, prefix + f"attention ({because}); {why}")
+
+    def _wait(self, entry: Entry, prefs: Prefs, now: float, due: float, why: str) -> Decision:
+        """Wait for a breakpoint, unless its session (or, for the person, one of theirs) is at one: idle."""
+        idle_after = self.prefs_file.settings.idle_after
+        where = self.idle_session(entry.item, idle_after) if self.idle_session is not None else ""
+        if where:
+            channel = prefs.alarm_channel if entry.urgency == "alarm" else prefs.channel
+            return self._decide(entry, "deliver", "breakpoint.idle",
+                                f"{why}; {where} has been idle for {_span(idle_after)} or more: a natural pause",
+                                now, channel=channel, session=where)
+        return self._decide(entry, "wait", "wait", f"{why}; waits for a breakpoint, at most until "
                             f"{_when(prefs, due, now)}", now, due=due)
 
     # ---- urgency, floors, budget ---------------------------------------------------------
@@ -1100,6 +1109,9 @@ class Gate:
                 answer = f"You were told because: {last['reason'] if last else '?'}"
             elif row["state"] in ("pending", "held"):
                 answer = f"Not yet: {last['reason'] if last else '?'}"
+            elif row["state"] == "relayed":
+                answer = (f"Decided on {row['person']}'s own machine (`hive gate why` there): "
+                          f"{last['reason'] if last else '?'}")
             else:
                 answer = f"You were not told because: {last['reason'] if last else '?'}"
                 if asked:
@@ -1354,7 +1366,8 @@ async def run_gate(sidecar: Sidecar, *, task_status: TaskStatus[None] = anyio.TA
     gate = Gate(sidecar.store, PrefsFile(sidecar.paths.config),
                 deliver=lambda item, decision: deliver_in_sidecar(sidecar, item, decision),
                 owners=lambda item: code_owners(sidecar, item), is_local=lambda item: is_local(sidecar, item),
-                relay=lambda item, facts: relay_item(sidecar, item, facts))
+                relay=lambda item, facts: relay_item(sidecar, item, facts),
+                idle_session=lambda item, idle_after: idle_session(sidecar, item, idle_after))
     _gates[sidecar] = gate
     await gate.run(task_status=task_status)
 
@@ -1402,6 +1415,26 @@ async def observed(sidecar: Sidecar, session: Any, events: Iterable[Any]) -> Non
             kinds.append("pr")
         for kind in kinds:
             await gate.breakpoint(sidecar.settings.person, address, kind)
+
+
+def idle_session(sidecar: Sidecar, item: Item, idle_after: float) -> str:
+    """The address of a live session on this machine that ``item`` may go to and whose hooks say
+    has been idle for ``idle_after`` seconds: its own session, or for the person any of theirs."""
+    from .observe import OBSERVED
+
+    if item.person != sidecar.settings.person:
+        return ""
+    now = time.time()
+    for session in sidecar.sessions.by_key.values():
+        seen = OBSERVED.get(session.key)
+        if seen is None or seen.state != "idle" or now - seen.since < idle_after:
+            continue
+        if not sidecar.sessions.is_live(session):
+            continue
+        address = sidecar.sessions.address(session)
+        if not item.session or item.session == address:
+            return address
+    return ""
 
 
 # ---- the owner of the code -----------------------------------------------------------------

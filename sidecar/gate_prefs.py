@@ -6,6 +6,7 @@ window = 86400                # seconds within which the same fingerprint is a d
 hold_attention = 900          # the longest an attention item waits for a breakpoint (seconds)
 hold_alarm = 120              # ... an alarm when its person turned alarms off
 relay_retry = 60              # how often an item for a person on an unreachable machine is tried again
+idle_after = 60               # a session idle this long is at a breakpoint (new items go at once)
 budget = 12                   # any preference below may also be set here, as everyone's default
 
 [gate.people.alice]           # alice's own preferences; only alice changes them
@@ -81,6 +82,7 @@ class GateSettings:
     hold_attention: float = 900.0
     hold_alarm: float = 120.0
     relay_retry: float = 60.0  # an item for a person whose machine did not take it is tried again this often
+    idle_after: float = 60.0  # a session idle this long is at a breakpoint: what would wait for one goes now
 
 
 @dataclass(frozen=True)
@@ -354,7 +356,7 @@ class GateConfig:
         problems: list[str] = []
         base = GateSettings()
         numbers: dict[str, float] = {}
-        for key in ("window", "hold_attention", "hold_alarm", "relay_retry"):
+        for key in ("window", "hold_attention", "hold_alarm", "relay_retry", "idle_after"):
             if key in gate:
                 value = gate[key]
                 if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -352,3 +353,29 @@ def test_a_failing_test_run_makes_items_about_it_urgent_and_a_commit_is_the_brea
         "[hive gate · overlap · attention] the login test fails on main"]
     # The next run passed: nothing checkable makes an item about it urgent any more.
     assert (later["outcome"], later["urgency"]) == ("digest", "info")
+
+
+def test_a_session_idle_for_a_while_is_at_a_breakpoint_and_a_busy_one_waits(make_hive: Any, tmp_path: Path) -> None:
+    from tests.sidecar.test_observe import codex, git_repo, hook
+
+    hive = make_hive(CONFIG.replace("hold_attention = 600", "hold_attention = 600\nidle_after = 1"))
+    hive.start()
+    cwd, _ = git_repo(tmp_path / "api")
+    hook(hive, "codex", "SessionStart", codex("c1", cwd, "SessionStart", source="startup"))  # idle from now
+    [me] = ok(hive, "who")["sessions"]
+    evidence = failing_ci(hive)
+
+    def offer(title: str) -> dict[str, Any]:
+        return ok(hive, "gate_offer", item={"source": "overlap", "session": me["address"], "title": title,
+                                            "key": title, "evidence": evidence})
+
+    time.sleep(1.5)  # the condition itself: the session idle for longer than idle_after
+    idle = offer("while it is idle")
+    hook(hive, "codex", "UserPromptSubmit", codex("c1", cwd, "UserPromptSubmit", prompt="go"))  # busy now
+    busy = offer("while it works")
+    inbox = ok(hive, "inbox", session=me["address"])["messages"]
+
+    assert (idle["outcome"], idle["rule"], idle["session"]) == ("deliver", "breakpoint.idle", me["address"])
+    assert "has been idle for" in idle["reason"]
+    assert (busy["outcome"], busy["rule"]) == ("wait", "wait")
+    assert [m["body"].splitlines()[0] for m in inbox] == ["[hive gate · overlap · attention] while it is idle"]

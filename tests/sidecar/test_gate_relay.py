@@ -35,8 +35,10 @@ def test_an_item_for_a_teammate_is_decided_by_their_machines_gate_with_the_facts
     delivered = ok(bob, "gate_breakpoint", session="b1", kind="turn")["delivered"]
     [message] = ok(bob, "inbox", session="b1")["messages"]
     here = ledger(alice, "bob")
+    why = ok(alice, "gate_why", item=offered["item"])["items"][0]["answer"]
 
     assert (offered["outcome"], offered["rule"]) == ("relay", "relay.taken")
+    assert why.startswith("Decided on bob's own machine")
     assert [r["rule"] for r in here] == ["relay", "relay.taken"]
     assert "bob@" in here[1]["reason"] and "(wait)" in here[1]["reason"]
     # Bob's gate rated it from alice's CI record (attention, not info) and waited for bob's own pause.
