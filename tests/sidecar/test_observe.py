@@ -130,6 +130,9 @@ def test_redaction_keeps_provider_prefixes_and_removes_every_secret_shape() -> N
     assert "ghp_[REDACTED]" in text and "sk-ant-[REDACTED]" in text
     assert redact('{"private_key": "abcd1234"}') == '{"private_key": "[REDACTED]"}'
     assert redact("nothing secret here") == "nothing secret here"
+    # Case does not hide a secret, nor does a look-alike letter that regular expressions fold.
+    assert redact("X-Api-Key: AKIAABCDEFGH12345678") == "X-Api-Key: AKIA[REDACTED]"
+    assert redact("ſecret=hunter2") == "ſecret=[REDACTED]" and redact("PASSWORD=x1") == "PASSWORD=[REDACTED]"
     assert "Authorization: Bearer [REDACTED]" in text and "https://[REDACTED]@example.com" in text
     # Redaction comes before the cap: a cut never leaves the start of a secret behind.
     capped = clean("x" * 4090 + " ghp_0123456789abcdefABCDEF", cap=4100)
