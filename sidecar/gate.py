@@ -698,11 +698,12 @@ class Gate:
         settings = self.prefs_file.settings
         if entry.urgency == "alarm":  # alarms off: it waits like attention, on a shorter bound, off-budget
             due = now + settings.hold_alarm
-            return self._wait(entry, prefs, now, due, prefix + f"alarm ({because}) with alarms off")
+            return self._wait(entry, prefs, now, due, prefix + f"alarm ({because}) with alarms off: ")
         taken, rule, why = self._take(entry, prefs, now)
         if not taken:
             return self._decide(entry, "digest", rule, prefix + why, now)
-        return self._wait(entry, prefs, now, now + settings.hold_attention, prefix + f"attention ({because}); {why}")
+        return self._wait(entry, prefs, now, now + settings.hold_attention,
+                          prefix + f"attention ({because}); {why}; ")
 
     def _wait(self, entry: Entry, prefs: Prefs, now: float, due: float, why: str) -> Decision:
         """Wait for a breakpoint, unless its session (or, for the person, one of theirs) is at one: idle."""
@@ -711,9 +712,9 @@ class Gate:
         if where:
             channel = prefs.alarm_channel if entry.urgency == "alarm" else prefs.channel
             return self._decide(entry, "deliver", "breakpoint.idle",
-                                f"{why}; {where} has been idle for {_span(idle_after)} or more: a natural pause",
+                                f"{why}{where} has been idle for {_span(idle_after)} or more: a natural pause",
                                 now, channel=channel, session=where)
-        return self._decide(entry, "wait", "wait", f"{why}; waits for a breakpoint, at most until "
+        return self._decide(entry, "wait", "wait", f"{why}waits for a breakpoint, at most until "
                             f"{_when(prefs, due, now)}", now, due=due)
 
     # ---- urgency, floors, budget ---------------------------------------------------------
