@@ -4,8 +4,11 @@ A session of a wired harness that started before ``hive setup``, or never loaded
 MCP server, still leaves files behind (seed Part 1 §14, Part 3 §2):
 
 - running-session files (descriptor ``running``): Claude Code writes ``~/.claude/sessions/<pid>.json``
-  (``{pid, sessionId, cwd, status, name, …}``) while a session runs and removes it when it exits.
-  The pid says whether it still runs, ``status`` whether it is busy or idle, ``name`` its title.
+  (``{pid, sessionId, cwd, status, waitingFor, name, …}``) while a session runs and removes it when it
+  exits. The pid says whether it still runs, ``status`` whether it is busy, idle or waiting for its
+  person (``waitingFor``: "permission prompt", …), ``name`` its title. The waiting state is also
+  taken for sessions hive manages, as no hook reports it (recorded as ``approval.requested``,
+  collected by ``poll``).
 - transcripts (descriptor ``transcripts``), for harnesses without running-session files: a
   transcript written to within the last 30 minutes is a running session; its first lines name the
   session id and working folder (Codex's ``session_meta``, pi's ``session`` header, …).
@@ -68,6 +71,7 @@ class Found:
     transcript: str = ""
     title: str = ""
     state: str = ""
+    waiting_for: str = ""  # what a waiting session waits for ("permission prompt", …)
 
 
 @dataclass(frozen=True)
@@ -143,7 +147,7 @@ def read_running(path: Path, harness: str) -> Found | None:
         return None
     return Found(key=key, harness=harness, cwd=_first_str(entry, _CWD_KEYS), source=str(path),
                  seen=stat.st_mtime, pid=pid, title=_first_str(entry, ("name", "title")),
-                 state=_state(entry.get("status")))
+                 state=_state(entry.get("status")), waiting_for=_first_str(entry, ("waitingFor",))[:200])
 
 
 def read_transcript(path: Path, harness: str, now: float) -> Found | None:
@@ -246,6 +250,8 @@ class Discovery:
         if before is not None and before != found.key:
             await self.gone(before)  # the same process moved on to a new session (Claude Code's /clear)
         if session is not None and found.key not in observe.UNMANAGED:
+            if session.ended_at is None:
+                await self._waiting(session, found)
             if session.ended_at is None or session.ended_at >= found.seen - 1:
                 return  # hive manages it (hooks or MCP), or it ended after this file last changed
         self.by_source[found.source] = found.key
@@ -273,6 +279,21 @@ class Discovery:
         if found.title and not follower.facts.get(found.key, [""])[0]:
             await follower.note(session, title=found.title)
         self.sidecar.mesh.poke()
+
+    async def _waiting(self, session: Session, found: Found) -> None:
+        """A managed session's running-session file says it waits for its person (a permission
+        prompt): no hook says that, so the file does, until it or the next hook says otherwise."""
+        seen = observe.OBSERVED.setdefault(session.key, observe.Observed(files={}))
+        if found.state == "waiting_approval" and seen.state != found.state:
+            seen.state, seen.since = found.state, found.seen
+            await observe.store_events(self.sidecar.store, [observe.Event(
+                at=time.time(), session=session.key, harness=found.harness, action="approval.requested",
+                cwd=session.cwd, method="poll", fidelity="observed",
+                detail=json.dumps({"waiting_for": found.waiting_for}))])
+            self.sidecar.mesh.poke()
+        elif seen.state == "waiting_approval" and found.state in ("busy", "idle"):
+            seen.state, seen.since = found.state, found.seen
+            self.sidecar.mesh.poke()
 
     async def gone(self, key: str) -> None:
         """An unmanaged session stopped running: it ends (a managed one is its hooks' business)."""

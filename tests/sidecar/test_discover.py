@@ -56,11 +56,11 @@ def write_json(path: Path, value: Any) -> None:
     os.replace(temporary, path)  # as the harnesses do: a reader never sees half a file
 
 
-def running_file(home: Path, pid: int, sid: str, cwd: str, status: str, name: str = "") -> Path:
+def running_file(home: Path, pid: int, sid: str, cwd: str, status: str, name: str = "", **extra: Any) -> Path:
     path = home / ".claude" / "sessions" / f"{pid}.json"
     write_json(path, {"pid": pid, "sessionId": sid, "cwd": cwd, "startedAt": 1764670000000, "version": "2.1.197",
                       "peerProtocol": 1, "kind": "interactive", "entrypoint": "cli", "name": name,
-                      "status": status, "updatedAt": 1764670000000})
+                      "status": status, "updatedAt": 1764670000000, **extra})
     return path
 
 
@@ -115,6 +115,14 @@ def test_a_session_found_on_disk_becomes_managed_at_its_first_hook_and_its_file_
          {"CLAUDECODE": "1"})
     [me] = ok(hive, "who")["sessions"]
     assert me["unmanaged"] is False and me["state"] == "busy" and me["tier"] == "push"
+    # No hook tells that it waits on a permission prompt; its running-session file does.
+    running_file(home, harness_process.pid, "c-new", cwd, "waiting", name="billing fix",
+                 waitingFor="permission prompt")
+    wait_for(lambda: session_at(hive, state="waiting_approval"), what="waiting from the running file")
+    [asked] = [e for e in ok(hive, "events", session="c-new")["events"] if e["action"] == "approval.requested"]
+    assert asked["method"] == "poll" and json.loads(asked["detail"]) == {"waiting_for": "permission prompt"}
+    hook(hive, "claude-code", "PostToolUse", claude_edit("c-new", cwd, f"{cwd}/src/app.py"), {"CLAUDECODE": "1"})
+    assert ok(hive, "who")["sessions"][0]["state"] == "busy"  # the person answered; the tool ran
     first.unlink()  # a managed session's end is its hooks' business
     time.sleep(1)
     assert ok(hive, "who")["sessions"][0]["live"]
