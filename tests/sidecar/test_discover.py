@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from hive.sidecar.discover import places, read_transcript
+
 from ..conftest import Hive
 from .test_mcp_server import call, data, hive_mcp, text
 from .test_mesh import form_team, ok, wait_for
@@ -69,6 +71,27 @@ def session_at(hive: Hive, **match: Any) -> dict[str, Any] | None:
         if all(s.get(k) == v for k, v in match.items()):
             return s
     return None
+
+
+def test_each_harness_transcript_head_names_its_session_and_folder(tmp_path: Path) -> None:
+    heads = {
+        "codex": {"timestamp": "t", "type": "session_meta", "payload": {"id": "thread-1", "cwd": "/w/api"}},
+        "pi": {"type": "session", "version": 3, "id": "pi-1", "timestamp": "t", "cwd": "/w/api"},
+        "claude-code": {"type": "user", "sessionId": "c-1", "cwd": "/w/api", "message": {"content": "hi"}},
+    }
+    for harness, head in heads.items():
+        path = tmp_path / f"{harness}.jsonl"
+        path.write_text(json.dumps({"type": "noise"}) + "\n" + json.dumps(head) + "\n", encoding="utf-8")
+        found = read_transcript(path, harness, time.time())
+        assert found is not None and (found.key, found.cwd) == (head.get("id") or head.get("sessionId")
+                                                                 or head["payload"]["id"], "/w/api")
+        os.utime(path, (time.time() - 3600, time.time() - 3600))
+        assert read_transcript(path, harness, time.time()) is None  # quiet for an hour: not running
+    # The places come from the descriptors: Claude Code by its running-session files, the others by
+    # their transcripts.
+    kinds = {(p.harness, p.kind) for p in places(tmp_path)}
+    assert {("claude-code", "running"), ("codex", "transcript"), ("pi", "transcript")} <= kinds
+    assert ("claude-code", "transcript") not in kinds
 
 
 def test_a_claude_code_session_hive_never_hooked_is_listed_unmanaged_with_its_state_title_and_end(
