@@ -10,8 +10,9 @@ Frames (on the mesh's ``hive/1`` links, only to peers that announce the ``lesson
   after those heads in the logs the sender may hold, a chunk at a time with the chunk's bodies,
   and asks back once (``reply``) if the sender holds entries it lacks.
 - ``entry {entries: [signed entry, ...]}``: entries in log order. A new local entry goes at once
-  to every linked peer that may hold it; an entry that arrived from one peer is passed on to the
-  others (the author's signature travels with it, so a relay cannot change it).
+  to every linked peer that may hold it. Entries are not relayed as they arrive (the mesh is full),
+  but a sync answers with every log the asker may hold, whoever wrote it: the author's signature
+  travels with each entry, so a machine passing on another's entries cannot change them.
 - ``body {blobs: [blob, ...]}``: lesson bodies and edit texts, sent after their entries.
 
 Who may hold a log (:func:`may_hold`), checked by the sender and again by the receiver:
@@ -103,8 +104,8 @@ class LessonSync:
     def _me(self) -> str:
         return self.mesh.team.my_key()
 
-    def _peers(self, exclude: str = "") -> list[str]:
-        return [p for p in list(self.mesh.links) if p != exclude and self.mesh.peer_has(p, FEATURE)]
+    def _peers(self) -> list[str]:
+        return [p for p in list(self.mesh.links) if self.mesh.peer_has(p, FEATURE)]
 
     async def _send(self, peer: str, frame: dict[str, Any]) -> bool:
         link = self.mesh.links.get(peer)
@@ -253,33 +254,33 @@ class LessonSync:
             log.info("refused %d lesson entries from %s, e.g. %s", len(refused), link.peer[:12], refused[0])
         if "gap" in results:
             await self.send_sync(link.peer)
-        if added:
-            await self._forward_entries(added, exclude=link.peer)
+        # Not passed on: the mesh is full, so every linked peer has it from its origin, and a peer
+        # linked later syncs at link-up (relaying would send each entry N² times in an N-machine mesh).
 
     async def on_body(self, link: Link, member: Member, frame: dict[str, Any]) -> None:
-        await self._take_blobs(list(frame.get("blobs") or []), exclude=link.peer)
+        await self._take_blobs(list(frame.get("blobs") or []), source=link.peer)
 
-    async def _take_blobs(self, blobs: list[Any], exclude: str = "") -> list[str]:
+    async def _take_blobs(self, blobs: list[Any], source: str = "", forward: bool = False) -> list[str]:
         results = await self.store.ingest_blobs(blobs)
         added = [b for b, result in zip(blobs, results, strict=True) if result == "added"]
         self.stats["blobs_in"] += len(added)
         refused = [r for r in results if r not in ("added", "duplicate")]
         if refused:
             self.stats["refused"] += len(refused)
-            log.info("refused %d lesson blobs from %s, e.g. %s", len(refused), exclude[:12] or "here", refused[0])
-        if added:
+            log.info("refused %d lesson blobs from %s, e.g. %s", len(refused), source[:12] or "here", refused[0])
+        if added and forward:
             lessons = [b["lesson"] for b in added]
             hashes = {L.blob_hash(b) for b in added}
-            for peer in self._peers(exclude=exclude):
+            for peer in self._peers():
                 mine = [b for b in await self._blobs_for(peer, lessons) if L.blob_hash(b) in hashes]
                 await self._send_batches(peer, "body", "blobs", mine, BATCH_BLOBS)
         return results
 
     # ---- sending what is new -----------------------------------------------------------
 
-    async def _forward_entries(self, entries: list[dict[str, Any]], exclude: str = "") -> None:
+    async def _forward_entries(self, entries: list[dict[str, Any]]) -> None:
         roster = self._roster()
-        for peer in self._peers(exclude=exclude):
+        for peer in self._peers():
             mine = [e for e in entries if may_hold(roster, peer, e["by"], e["body"]["scope"])]
             if not mine:
                 continue
@@ -357,7 +358,7 @@ async def op_lesson_sync_ingest(sidecar: Sidecar, conn: Connection, request: dic
     added = [obj for obj, result in zip(entries, results, strict=True) if result == "added"]
     if added:
         await sync._forward_entries(added)
-    return {"entries": results, "blobs": await sync._take_blobs(blobs)}
+    return {"entries": results, "blobs": await sync._take_blobs(blobs, forward=True)}
 
 
 OPS = {"lesson_sync_status": op_lesson_sync_status, "lesson_sync_ingest": op_lesson_sync_ingest}
