@@ -17,9 +17,9 @@ makes it visible again if that process dies first; if writing fails the mail is 
 (``undelivered``), and if the hook dies before either, closing its connection releases it.
 
 ``<harness> watch`` is the Claude Code push watcher (``asyncRewake``): a background process that
-long-polls the sidecar for waking mail, writes it to stderr and exits 2, which wakes the session.
-It exits 0 when its harness process exits or the session ends, and never starts a sidecar (it
-waits for one). Not the hot path.
+long-polls the sidecar for waking mail, writes it to stderr and exits 2, which wakes the session;
+the mail is then held for the harness like a hook's reply. It exits 0 when its harness process
+exits or the session ends, and never starts a sidecar (it waits for one). Not the hot path.
 
 The state folder and socket rules mirror ``hive.sidecar.paths`` exactly (a test checks that both
 agree); the sidecar cannot be imported here because ``-S`` leaves out site-packages.
@@ -691,9 +691,10 @@ def watch(harness: str) -> int:
                 link.confirm("undelivered", session, ids)
                 return 0
             try:
-                link.confirm("delivered", session, ids)
+                # Written, not yet seen: the woken turn's next hook confirms it (see run()).
+                link.confirm("hook_written", session, ids)
             except (OSError, HookError):
-                pass  # shown but unconfirmed: it comes back after the in-flight timeout
+                pass  # the sidecar releases it when this connection closes: shown again, never lost
             return 2
     finally:
         link.close()

@@ -24,8 +24,9 @@ session at that address; a session that ends without the proof leaves it unread.
 ``watch`` is the Claude Code push watcher's long poll: the same caller fields plus ``wait`` and
 ``peek``; it registers the session only if unknown, waits for waking mail and answers
 ``{"session", "ids", "text", "ended"}``; ``ended`` tells the watcher to exit: the session ended,
-or the harness really calling has no watcher push. While it waits the mailbox counts as read by
-a waiting reader, so senders are told the message is delivered.
+or the harness really calling has no watcher push. What it shows is held and confirmed exactly
+as a hook's reply (the watcher says ``hook_written`` once its stderr is written). While it waits
+the mailbox counts as read by a waiting reader, so senders are told the message is delivered.
 """
 
 from __future__ import annotations
@@ -396,7 +397,8 @@ async def watch(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> 
             sidecar.parked[address] -= 1
     if session.ended_at is not None:
         return {**answer, "ended": True}
-    sidecar.mailbox.mark_shown(messages)
+    # The watcher's text reaches the model only with the woken turn: held like a hook's reply.
+    sidecar.mailbox.mark_shown(messages, await _holder(session, request), conn.id)
     return {**answer, "ids": [m.id for m in messages], "text": frames(messages)}
 
 
