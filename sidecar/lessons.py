@@ -511,8 +511,10 @@ def check_entry(obj: Any, *, team_id: str, roster: Roster) -> Checked:
         record = review_from(entry.record)
         if record.reviewer != member.person:
             raise NotMember(f"the review names {record.reviewer}, but the signing machine is {member.person}'s")
-        if not member.active:
-            raise NotMember("the reviewer's machine is no longer in the team")
+        if not member.active and record.at >= member.ts:
+            # Reviews made before a machine left still count (every machine must read a lesson the
+            # same way, whenever it syncs); one stamped after its departure does not.
+            raise NotMember("the review was made after the reviewer's machine left the team")
         if record.lesson != entry.lesson:
             raise LessonInvalid("the review is about another lesson than its entry")
     else:

@@ -149,6 +149,19 @@ def test_a_review_or_a_lesson_must_name_the_person_of_the_machine_that_signed_it
     assert code_of(L.check_entry, entry, team_id=state.id, roster=view) == "not_member"
 
 
+def test_a_review_made_before_its_machine_left_still_counts_and_one_made_after_does_not(team: dict[str, Any]) -> None:
+    state, alice, bob = team["state"], team["alice"], team["bob"]
+    now = roster.now_ms()
+    before = L.Review(lesson="a" * 64, verdict="approve", reviewer="bob", scope="team", at=now - 1000)
+    after = dataclasses.replace(before, at=now + 60_000)
+    left = roster.view(roster.departures(state, alice, [bob.key_id], now=now))
+    assert not left.members[bob.key_id].active
+    kept = L.make_entry(bob, state.id, "team", 1, before).to_wire()
+    assert L.check_entry(kept, team_id=state.id, roster=left).signer_person == "bob"
+    late = L.make_entry(bob, state.id, "team", 2, after).to_wire()
+    assert code_of(L.check_entry, late, team_id=state.id, roster=left) == "not_member"
+
+
 # ---- the store and the lifecycle --------------------------------------------------------------
 
 
