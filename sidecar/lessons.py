@@ -507,6 +507,8 @@ def check_entry(obj: Any, *, team_id: str, roster: Roster) -> Checked:
             raise LessonBadScope("the lesson is filed in another scope's log")
         if record["scope"] == "personal" and record["author_person"] != member.person:
             raise LessonBadScope("a personal lesson is its author's")
+        if not member.active and record["created_at"] >= member.ts:
+            raise NotMember("the lesson was written after its machine left the team")
     elif entry.type == "review":
         record = review_from(entry.record)
         if record.reviewer != member.person:
@@ -523,6 +525,8 @@ def check_entry(obj: Any, *, team_id: str, roster: Roster) -> Checked:
             raise NotMember(f"the tombstone names {record.person}, but the signing machine is {member.person}'s")
         if record.lesson != entry.lesson:
             raise LessonInvalid("the tombstone is about another lesson than its entry")
+        if not member.active and record.at >= member.ts:
+            raise NotMember("the retraction was made after its machine left the team")
     return Checked(signed=signed, signer_person=member.person, record=record)
 
 
