@@ -413,6 +413,8 @@ def cmd_held(args: argparse.Namespace) -> int:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(m["received_at"]))
         first = (m["body"].splitlines() or [""])[0][:100]
         print(f"{m['id']}  {when}  {m['from']} -> {m['to']}: {first}")
+        if m.get("files"):
+            print(f"    with files: {', '.join(m['files'])}")
     print("approve with `hive approve <id>...`, or drop with `hive drop <id>...`")
     return 0
 

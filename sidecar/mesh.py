@@ -1532,11 +1532,13 @@ class Mesh:
             "SELECT id, sender, recipient, frame, received_at FROM inbound WHERE state = 'held' ORDER BY id")
         out = []
         for message_id, sender, recipient, frame, received_at in rows:
-            body = ""
-            with contextlib.suppress(ValueError, TypeError):
-                body = json.loads(frame).get("body", "")
+            body, files = "", []
+            with contextlib.suppress(ValueError, TypeError, AttributeError, HiveError):
+                raw = json.loads(frame)
+                body = raw.get("body", "")
+                files = [f.name for f in attachments.from_wire(raw.get("files"))]  # saved only once approved
             out.append({"id": message_id, "from": defang(sender), "to": recipient,
-                        "body": defang(str(body)), "received_at": received_at})
+                        "body": defang(str(body)), "received_at": received_at, "files": files})
         return out
 
     async def settle(self, ids: Sequence[str], approve: bool) -> list[dict[str, Any]]:

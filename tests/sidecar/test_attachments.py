@@ -219,6 +219,8 @@ def test_a_held_messages_files_are_saved_only_once_it_is_approved_and_never_if_d
     dropped = send_files(alice, "bob/api-codex", "not this", ["src/app.py"], **{"from": "a1"})["result"]["results"][0]
     assert kept["state"] == dropped["state"] == "held"
     assert not (bob.home / "inbox").exists()  # nothing saved while held
+    assert [h["files"] for h in ok(bob, "held")["held"]] == [["notes.md"], ["app.py"]]
+    assert "with files: notes.md" in bob.cli("held", check=True).stdout
     ok(bob, "drop", ids=[dropped["id"]])
     ok(bob, "approve", ids=[kept["id"]])
     [message] = inbox(bob, "api-codex")
