@@ -219,9 +219,40 @@ def _candidate(row: Any, bm25: float | None, origins: Mapping[str, str]) -> Cand
                      successes=row["successes"], bm25=bm25)
 
 
+COMMON_SHARE = 0.02  # a word in more than 2% of lessons...
+COMMON_FLOOR = 50  # ...and in more than 50 of them is common
+_TOTALS: dict[int, tuple[float, int]] = {}  # id(store) -> (when counted, lessons with text)
+
+
+async def _total(store: Store) -> int:
+    seen = _TOTALS.get(id(store))
+    if seen is None or time.monotonic() - seen[0] > 60:
+        row = await store.fetchone("SELECT count(*) FROM lessons")
+        seen = _TOTALS[id(store)] = (time.monotonic(), int(row[0]) if row else 0)
+    return seen[1]
+
+
+async def match_for(store: Store, text: str) -> str:
+    """The FTS5 query for ``text`` without its common words, when it has rarer ones.
+
+    bm25 gives a word held by a large share of lessons almost no weight, yet FTS5 scores every lesson
+    it matches: dropping it keeps the order and saves most of the time. A query of common words only
+    keeps its two rarest.
+    """
+    words = [w.strip('"') for w in fts_query(text).split(" OR ") if w]
+    if len(words) < 2:
+        return fts_query(text)
+    common = max(COMMON_FLOOR, COMMON_SHARE * await _total(store))
+    rows = await store.fetchall(f"SELECT term, doc FROM lesson_vocab WHERE term IN ({','.join('?' * len(words))})",
+                                words)
+    held = {str(r[0]): int(r[1]) for r in rows}
+    kept = [w for w in words if held.get(w, 0) <= common] or sorted(words, key=lambda w: held.get(w, 0))[:2]
+    return " OR ".join(f'"{w}"' for w in kept)
+
+
 async def by_text(store: Store, text: str, origins: Mapping[str, str], limit: int = 50) -> list[Candidate]:
     """Verified lessons matching free text, best bm25 first."""
-    match = fts_query(text)
+    match = await match_for(store, text)
     if not match:
         return []
     rows = await store.fetchall(

@@ -309,6 +309,10 @@ MIGRATIONS: list[str] = [
     """
     CREATE INDEX lesson_files_path ON lesson_files(path);
     """,
+    # how many lessons hold each word (hive.sidecar.recall drops the commonest words from a search)
+    """
+    CREATE VIRTUAL TABLE lesson_vocab USING fts5vocab(lesson_fts, row);
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
