@@ -6,7 +6,9 @@ own terminal; ``lesson`` is a lesson id or its first 6+ characters (``id`` is th
 
 ``lesson_propose``  {kind, text, applicability?, scope?, evidence, tags?, quote?, supersedes?, desktop?}
                     files a proposal, chooses its reviewer (:mod:`hive.sidecar.review`) and, when that is
-                    this machine's person, puts the review pop-up up (it never waits for it).
+                    this machine's person, puts the review pop-up up (it never waits for it). A proposal
+                    that arrives from a teammate is weighed the same way on the receiving machine, whose
+                    person is asked when they are its reviewer there (a clone's CODEOWNERS, their touches).
 ``lesson_list``     {state?, limit?}     ``lesson_show`` {lesson}     ``lesson_pending`` {}
 ``lesson_search``   {q, files?, limit?}  ranked verified lessons, framed and defanged (:mod:`recall`)
 ``lesson_context``  {task, files?}       the same for a task, at most 5, with the session's own files
@@ -501,8 +503,34 @@ def _follow_changes(sidecar: Sidecar, store: lesson_store.LessonStore) -> None:
     async def changed(lesson_id: str, state: str) -> None:
         if state in ("retracted", "verified", "superseded"):
             await follow_skills(sidecar)
+        elif state == "proposed":
+            await _arrived(sidecar, store, lesson_id)
 
     store.state_listeners.append(changed)
+
+
+async def _arrived(sidecar: Sidecar, store: lesson_store.LessonStore, lesson_id: str) -> None:
+    """A teammate's project or team proposal reached this machine: when this machine's person is the one to
+    review it (by the CODEOWNERS of a local clone, or their own sessions' touches), their pop-up asks them."""
+    from .projects import project_of_session
+
+    view = await store.get(lesson_id)
+    if view is None or view.local or view.scope == "personal" or view.state != "proposed":
+        return
+    root = ""
+    for session in list(sidecar.sessions.by_key.values()):
+        if view.project and project_of_session(session.repo, session.cwd) == view.project:
+            root = git_facts(session.cwd).get("repo_root", "")
+            if root:
+                break
+    choice = await review.choose_reviewer(sidecar, scope=view.scope, author_person=view.author_person,
+                                          files=review.file_refs(view.evidence), repo_root=root)
+    await sidecar.store.set_kv(REVIEWER_KEY + view.id, json.dumps({"person": choice.person, "why": choice.why}))
+    if choice.person != sidecar.settings.person or view.id in desk(sidecar).asking:
+        return
+    if await review.desktop_available(None):
+        desk(sidecar).asking.add(view.id)
+        sidecar.tasks.start_soon(_ask_here, sidecar, view, None)
 
 
 lesson_store.ON_OPEN.append(_follow_changes)

@@ -11,6 +11,7 @@ from hive.sidecar.projects import project_id
 
 from ..conftest import Hive
 from .lesson_steps import at_terminal, git_repo, run, run_json
+from .terminal import run_in_terminal_answering
 from .test_mesh import _keys_in_files, form_team, ok, register, wait_for  # noqa: F401  (the autouse fixture)
 
 ORIGIN = "git@github.com:acme/api.git"
@@ -34,7 +35,8 @@ def test_proposed_on_a_approved_by_bob_at_his_terminal_recalled_on_c_absent_on_d
         register(machine, f"{person}-1", f"/src/{person}/api", repo="github.com/acme/api")  # first session: proposes
         wait_for(lambda p=person: p in ok(alice, "project_show", project=PROJECT)["proposed"],
                  what=f"{person}'s membership proposal")
-        ok(alice, "project_confirm", project=PROJECT, person=person)
+        code, output = run_in_terminal_answering(alice.env, "y", "project", "confirm", person, "--repo", ORIGIN)
+        assert code == 0, output  # the owner confirms at her terminal
     for machine in (alice, bob, carol, dave):
         wait_for(lambda m=machine: members(m) == ["alice", "bob", "carol"], what="membership on every machine")
 

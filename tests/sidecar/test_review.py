@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -100,3 +101,38 @@ def test_the_reviewer_is_the_person_for_a_personal_lesson_then_codeowners_then_w
         ("alice", "personal"), ("alice", "codeowners"), ("alice", "proposer"), ("alice", "touches")]
     pending = {p["id"]: p["suggested_reviewer"] for p in run_json(hive, "lessons", "pending")["lessons"]}
     assert pending[owned["id"]] == "alice"
+
+
+def test_a_teammates_proposal_pops_up_on_the_machine_of_the_codeowner_who_reviews_it(
+        make_hive: Any, desktop: Desktop, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from hive.sidecar.projects import project_id
+
+    from .test_mesh import form_team, register
+
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(desktop.runtime))  # the sidecars find the person's own bus there
+    alice, bob = form_team(make_hive, ["alice", "bob"])
+    origin = "git@github.com:acme/api.git"
+    project = project_id(origin)
+    assert ok(alice, "project_join", repo=origin)["owner"] == "alice"
+    wait_for(lambda: ok(bob, "project_show", repo=origin)["owner"] == "alice", what="the owner known to bob")
+    clone = git_repo(tmp_path / "bob-api", origin="https://github.com/acme/api")
+    (clone / "CODEOWNERS").write_text("/billing/ @bob\n", encoding="utf-8")
+    register(bob, "b1", str(clone), repo="github.com/acme/api")  # bob works in his clone: proposes himself
+    wait_for(lambda: "bob" in ok(alice, "project_show", project=project)["proposed"], what="bob's proposal")
+    with ThreadPoolExecutor(1) as pool:  # the owner confirms bob in a pop-up on her desktop
+        confirming = pool.submit(ok, alice, "project_confirm", project=project, person="bob")
+        desktop.click("approve", which="confirm a project member")
+        assert confirming.result(timeout=60)["confirmed"] == "desktop"
+    wait_for(lambda: ok(bob, "project_show", project=project)["members"] == ["alice", "bob"], what="bob a member")
+
+    mine = git_repo(tmp_path / "alice-api", origin=origin)  # the same CODEOWNERS in alice's clone: bob reviews
+    (mine / "CODEOWNERS").write_text("/billing/ @bob\n", encoding="utf-8")
+    proposed = ok(alice, "lesson_propose", kind="convention", scope="project", cwd=str(mine),
+                  text="Sent invoices are immutable: issue a credit note.", evidence=["file:billing/invoice.py"])
+    assert (proposed["reviewer"], proposed["reviewer_why"]) == ("bob", "codeowners")
+    lesson = proposed["id"]
+    desktop.click("approve", which="proposes a lesson")  # bob's sidecar put it up on bob's desktop
+    wait_for(lambda: state(alice, lesson) == "verified", what="bob's click to verify it on alice's machine")
+    shown = run_json(alice, "lessons", "show", lesson)["lesson"]
+    assert (shown["reviewer"], shown["reviews"][0]["note"]) == ("bob", "answered in a desktop pop-up")
+    assert run_json(bob, "lessons", "show", lesson)["lesson"]["suggested_reviewer"] == "bob"
