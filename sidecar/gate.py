@@ -47,8 +47,9 @@ breakpoint costs more than a missed one, because the bound below delivers a wait
 Across machines: an item for a person whose machines are elsewhere in the team (or for a session
 on another machine) is relayed there (rule ``relay``, then ``relay.taken`` with what that gate
 did), with the records its evidence points at, and decided by that machine's gate with that
-person's preferences; a machine that does not take it gets it again every ``relay_retry``
-seconds, for a day, then it waits in the digest here (``relay.wait``, ``relay.failed``).
+person's preferences; a machine that does not take it gets it again after ``relay_retry``
+seconds, backing off to an hour, for a day; then it waits in the digest here (``relay.wait``,
+``relay.failed``).
 
 Urgency
 -------
@@ -949,7 +950,8 @@ class Gate:
                 return self._decide(entry, "digest", "relay.failed",
                                     f"no machine of {entry.item.person}'s took it for {_span(now - entry.offered_at)}"
                                     f" ({message}); in the digest here instead", now)
-            due = now + self.prefs_file.settings.relay_retry
+            # Backing off with the time it has waited, so a machine away for a day costs a few rows.
+            due = now + max(self.prefs_file.settings.relay_retry, min(HOUR, (now - entry.offered_at) / 2))
             return self._decide(entry, "hold", "relay.wait",
                                 f"{entry.item.person}'s machine did not take it ({message}); tried again at "
                                 f"{_when(self.prefs(entry.item.person), due, now)}", now, due=due)
