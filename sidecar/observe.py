@@ -15,8 +15,10 @@ point. :func:`ingest` turns it into records of the append-only ``events`` table 
 
 Presence is derived from the same events, in memory (it is rebuilt by the next hook): a state
 (busy, idle, waiting_approval), the paths touched in the last 30 minutes (relative to the repo,
-at most 32, credential files filtered out by :func:`sensitive`) and the HEAD commit. The mesh
-sends it to peers (it is poked on every change); ``who`` shows it.
+at most 32, credential files filtered out by :func:`sensitive`), the HEAD commit (read from the
+repository's files) and whether the session is *unmanaged* (found on disk by
+:mod:`hive.sidecar.discover`, with no hook or client of hive's). The mesh sends it to peers (it is
+poked on every change); ``who`` shows it.
 
 Overlap: when a session modifies a path that another live session (here or on a teammate's
 machine) modified in the same normalized repo within 30 minutes, each of the two is told once
