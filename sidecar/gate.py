@@ -550,7 +550,7 @@ class Gate:
         """A fact just became an alarm: items about it that were not delivered turned out to matter."""
         rows = await self.store.fetchall(
             "SELECT id, evidence FROM gate_items WHERE state IN ('pending', 'held', 'digest', 'silenced', 'shadow') "
-            "AND updated_at >= ? AND evidence LIKE ?", (now - 7 * DAY, f"%{json.dumps(ref)[1:-1]}%"))
+            "AND updated_at >= ? AND evidence LIKE ?", (now - 7 * DAY, f"%{_STR(ref)[1:-1]}%"))
         for row in rows:
             if any(e.get("kind") == kind and e.get("ref") == ref for e in json.loads(row["evidence"])):
                 self._signal(row["id"], "escalated", f"{kind} {ref}", now)

@@ -234,3 +234,23 @@ async def test_with_alarms_off_an_alarm_waits_for_a_breakpoint_on_its_shorter_bo
     assert waiting.reason.startswith("alarm (deadline release-2.0 passed 60 s ago) with alarms off: waits for a "
                                      "breakpoint")
     assert (delivered.rule, delivered.channel) == ("max-hold", "popup")
+
+
+@pytest.mark.anyio
+async def test_a_held_item_about_a_record_with_a_non_ascii_name_is_marked_as_mattering_when_it_escalates(
+        tmp_path: Path) -> None:
+    (tmp_path / "config.toml").write_text('[gate]\nbudget = 0\n', encoding="utf-8")
+    store = await Store.open(tmp_path / "hive.db")
+    try:
+        gate = Gate(store, PrefsFile(tmp_path / "config.toml"), clock=lambda: 1_772_438_400.0)
+        await gate.load()
+        ref = "équipe/api@main"
+        await gate.record("ci", ref, "failing")
+        held = await gate.offer(Item("overlap", "alice", "ci is red", evidence=(Evidence("ci", ref),)))
+        for _ in range(2):
+            await gate.record("ci", ref, "failing")  # the third failing run in a row: an alarm
+        measures = await gate.measures("alice", since=0)
+    finally:
+        await store.close()
+    assert (held.outcome, held.rule) == ("digest", "budget.share")
+    assert measures["held_mattered"] == 1
