@@ -170,6 +170,9 @@ def read_transcript(path: Path, harness: str, now: float) -> Found | None:
             continue
         for holder in (entry, entry.get("payload"), entry.get("session")):
             if isinstance(holder, dict):
+                source = holder.get("source")
+                if isinstance(source, dict) and "subagent" in source:
+                    return None  # a sub-agent's thread (Codex spawn_agent) is part of its parent session
                 key = key or _first_str(holder, _ID_KEYS)
                 cwd = cwd or _first_str(holder, _CWD_KEYS)
         if key and cwd:

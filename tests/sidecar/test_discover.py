@@ -87,6 +87,12 @@ def test_each_harness_transcript_head_names_its_session_and_folder(tmp_path: Pat
                                                                  or head["payload"]["id"], "/w/api")
         os.utime(path, (time.time() - 3600, time.time() - 3600))
         assert read_transcript(path, harness, time.time()) is None  # quiet for an hour: not running
+    # A Codex sub-agent's thread is part of the session that spawned it, not a session of its own.
+    child = tmp_path / "child.jsonl"
+    child.write_text(json.dumps({"type": "session_meta", "payload": {
+        "id": "thread-2", "cwd": "/w/api", "source": {"subagent": {"thread_spawn": {"parent_thread_id": "t1"}}}}})
+        + "\n", encoding="utf-8")
+    assert read_transcript(child, "codex", time.time()) is None
     # The places come from the descriptors: Claude Code by its running-session files, the others by
     # their transcripts.
     kinds = {(p.harness, p.kind) for p in places(tmp_path)}
