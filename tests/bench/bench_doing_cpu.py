@@ -26,9 +26,11 @@ Nothing is asserted: the figures are for people to read next to the aim (idle CP
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -100,6 +102,9 @@ def measure(pid: int, seconds: float) -> dict[str, float]:
             "p95": samples[min(len(samples) - 1, int(0.95 * len(samples)))]}
 
 
+STARTED: list[int] = []  # sidecar pids, stopped at the end whatever happened
+
+
 def sidecar(folder: Path, name: str) -> tuple[StatePaths, Path, int]:
     home, state = folder / name / "home", folder / name / "state"
     home.mkdir(parents=True)
@@ -107,7 +112,8 @@ def sidecar(folder: Path, name: str) -> tuple[StatePaths, Path, int]:
     os.environ["HOME"] = str(home)
     paths = StatePaths(state)
     assert start_detached(paths), (state / "sidecar.stderr").read_text()
-    return paths, home, int(paths.lock.read_text().strip())
+    STARTED.append(int(paths.lock.read_text().strip()))
+    return paths, home, STARTED[-1]
 
 
 def cli(paths: StatePaths, *args: str, stdin: str | None = None) -> str:
@@ -216,6 +222,9 @@ def main() -> None:
         print(f"idle CPU with 20 followed transcripts: {idle:.2f} %   aim under {AIM_IDLE:.0f} %   "
               f"{'met' if idle < AIM_IDLE else 'above'}")
     finally:
+        for pid in STARTED:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
         shutil.rmtree(folder, ignore_errors=True)
         print(f"removed {folder}")
 
