@@ -30,7 +30,6 @@ import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import anyio
@@ -48,6 +47,7 @@ from .defang import defang
 from .dialog import desktop_env
 from .errors import BadRequest, HiveError, NotFound, Unreachable
 from .paths import StatePaths, state_paths
+from .peer import ancestor_pids
 
 MAX_WAIT = 600.0
 HOOK_ARGUMENT = "_hook_session_id"
@@ -88,26 +88,6 @@ def behaviour_rules() -> str:
     if not section:
         raise RuntimeError(f"{skills.ROOT / 'hive' / 'SKILL.md'} has no '## How to behave' section")
     return "\n".join(section).strip()
-
-
-def ancestor_pids(pid: int | None = None) -> list[int]:
-    """This process's ancestors, nearest first (Linux /proc; elsewhere only the parent)."""
-    pid = os.getpid() if pid is None else pid
-    chain: list[int] = []
-    while len(chain) < 64:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
-        except OSError:
-            break
-        # The command name may hold spaces and parentheses: fields resume after the last ')'.
-        parent = int(stat.rsplit(")", 1)[1].split()[1])
-        if parent <= 1:
-            break
-        chain.append(parent)
-        pid = parent
-    if not chain and os.getppid() > 1:
-        chain.append(os.getppid())
-    return chain
 
 
 def agent_name(client_name: str | None, environ: Mapping[str, str]) -> str:

@@ -32,6 +32,8 @@ import anyio
 from anyio.abc import SocketAttribute, SocketStream, TaskGroup
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from hive.integrations import registry
+
 from . import __version__, attachments, codex_push, discover, folders, observe, projects
 from .addresses import Entry, Target, is_group, resolve
 from .ask import confirm_group, confirm_override, group_question, notify_person
@@ -42,7 +44,7 @@ from .gate import run_gate
 from .mailbox import Mailbox
 from .mesh import Mesh
 from .paths import StatePaths, ensure_home
-from .peer import has_terminal, peer_pid
+from .peer import peer_pid, person_at_terminal
 from .render import Message, frames
 from .sessions import Session, Sessions
 from .store import Store
@@ -61,6 +63,12 @@ TIER_NOTES = {
 }
 
 
+@functools.cache
+def harness_binaries() -> frozenset[str]:
+    """The programs agents run as: a process under one of them is an agent's, even in a person's terminal."""
+    return frozenset(b for h in registry.harnesses().values() for b in h.identity.binaries)
+
+
 class Connection:
     """One client on the socket."""
 
@@ -74,7 +82,8 @@ class Connection:
 
     @functools.cached_property
     def at_terminal(self) -> bool:
-        return has_terminal(self.pid)  # a process's controlling terminal does not change
+        """A person's own terminal: a process's terminal and ancestry do not change."""
+        return person_at_terminal(self.pid, harness_binaries())
 
     async def send(self, payload: dict[str, Any]) -> None:
         data = (json.dumps(payload, separators=(",", ":"), ensure_ascii=False) + "\n").encode()

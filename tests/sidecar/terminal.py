@@ -13,11 +13,18 @@ PROMPT = b"[y/N] "
 
 
 def run_in_terminal_answering(env: dict[str, str], answer: str, *args: str,
-                              timeout: float = 30) -> tuple[int, str]:
-    """Run ``hive ARGS`` with a pty as its controlling terminal; type ``answer`` when it asks."""
+                              timeout: float = 30, under: str | None = None) -> tuple[int, str]:
+    """Run ``hive ARGS`` with a pty as its controlling terminal; type ``answer`` when it asks.
+
+    ``under``: a program path that starts the command and waits for it, as an agent harness
+    running a tool call in the person's terminal does.
+    """
     master, slave = pty.openpty()
+    command = [sys.executable, "-m", "hive.sidecar.cli", *args]
+    if under:
+        command = [under, "-c", "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))", *command]
     process = subprocess.Popen(
-        [sys.executable, "-m", "hive.sidecar.cli", *args], env=env,
+        command, env=env,
         stdin=slave, stdout=slave, stderr=slave, preexec_fn=lambda: os.login_tty(slave),
     )
     os.close(slave)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -98,6 +99,25 @@ def test_a_person_at_a_terminal_may_message_a_group_which_excludes_nobody_else(m
     assert code == 0 and output.count("alice/") == 2
     framed = inbox(hive, "s")["text"]
     assert "Typed by alice at a terminal" in framed
+
+
+def test_an_agent_running_in_its_persons_terminal_cannot_pass_for_the_person(make_hive: Any, empty_runtime: Path,
+                                                                               tmp_path: Path) -> None:
+    # A harness started in a terminal hands that terminal to its tool calls; what runs under one
+    # is the agent's and must not answer the confirmation meant for the person.
+    hive = make_hive()
+    env = no_desktop_env(empty_runtime, HIVE_HOME=str(hive.home))
+    start_sidecar(hive, env)
+    register(hive, "r", "/src/api", repo="acme/api")
+    harness = tmp_path / "claude"
+    harness.symlink_to(sys.executable)
+    code, output = run_in_terminal_answering(env, "y", "send", "repo:api", "rm -rf build", under=str(harness))
+    assert code != 0 and "[y/N]" not in output, output
+    assert hive.request({"id": 1, "op": "unread", "session": "r"})["result"]["count"] == 0
+    # The same command typed by the person is asked and goes.
+    code, output = run_in_terminal_answering(env, "y", "send", "repo:api", "standup in 5")
+    assert code == 0, output
+    assert hive.request({"id": 1, "op": "unread", "session": "r"})["result"]["count"] == 1
 
 
 def test_addresses_resolve_by_full_address_machine_and_unique_bare_name(hive: Hive) -> None:
