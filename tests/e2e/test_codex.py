@@ -89,9 +89,9 @@ def test_codex_calls_hive_tools_and_sees_a_teammates_message_at_the_next_tool_re
 
 def test_codex_mail_shown_to_a_harness_killed_before_its_next_model_call_comes_back(
         model: ModelServer, team: Team) -> None:
-    """Holds for Codex, though hive confirmed the mail when the hook printed it: Codex writes the
-    hook's developer message into the session's rollout at once, and ``codex exec resume`` hands it
-    to the model in the next turn."""
+    """Holds twice over for Codex: the hook's mail is only held until a later hook confirms it, and
+    Codex writes the hook's developer message into the session's rollout at once, so ``codex exec
+    resume`` hands it to the model in the next turn."""
     killed_before_next_call(runner(), team, model)
 
 
