@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import sqlite3
 import time
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
@@ -73,18 +74,31 @@ class Mailbox:
         self.settings = settings
         self.inflight: dict[str, Showing] = {}  # message id -> how it is in flight
         self._arrivals: dict[str, anyio.Event] = {}
+        # Recipients whose unread query found nothing since: every hook of every session asks, and
+        # most have no mail. Kept exact by a trigger on the connection (:meth:`_follow_mail`), so
+        # any writer of the table, not only this class, makes the next query run again.
+        self._no_mail: set[str] = set()
+        self._mail_changes = 0
+        self._following = False
 
-    async def deposit(self, messages: Sequence[Message], sender_key: str | None) -> None:
-        """Store messages; returns once they are on disk, then wakes waiting readers."""
-        await self.store.write(
-            (
-                f"INSERT OR IGNORE INTO messages ({_COLUMNS}, sender_key) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (m.id, m.sender, m.sender_kind, m.sender_agent, m.sender_repo, m.recipient,
-                 m.reply_to, m.body, int(m.wake), m.sent_at, None, m.approval, m.files, sender_key),
-            )
-            for m in messages
-        )
+    async def deposit(self, messages: Sequence[Message], sender_key: str | None,
+                      also: Sequence[tuple[str, Sequence[Any]]] = ()) -> None:
+        """Store messages (and ``also``, in the same commit); returns once they are on disk, then
+        wakes waiting readers."""
+        if not messages and not also:
+            return  # nothing to commit: do not queue behind another writer's fsync
+        await self.store.write([
+            *(
+                (
+                    f"INSERT OR IGNORE INTO messages ({_COLUMNS}, sender_key) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (m.id, m.sender, m.sender_kind, m.sender_agent, m.sender_repo, m.recipient,
+                     m.reply_to, m.body, int(m.wake), m.sent_at, None, m.approval, m.files, sender_key),
+                )
+                for m in messages
+            ),
+            *also,
+        ])
         for m in messages:
             if m.wake:
                 self.notify(m.recipient)
@@ -94,11 +108,31 @@ class Mailbox:
         if event is not None:
             event.set()
 
+    def _mail_changed(self, recipient: str) -> None:
+        """A row of ``messages`` was written (on the database thread, inside the statement)."""
+        self._mail_changes += 1
+        self._no_mail.discard(recipient)
+
+    def _follow_mail(self, conn: sqlite3.Connection) -> None:
+        name = f"hive_mail_changed_{id(self)}"  # one per mailbox, should two share a connection
+        conn.create_function(name, 1, self._mail_changed)
+        for event in ("INSERT", "UPDATE"):  # a DELETE only takes mail away
+            conn.execute(f"CREATE TEMP TRIGGER IF NOT EXISTS {name}_{event.lower()} AFTER {event} ON "
+                         f"main.messages BEGIN SELECT {name}(NEW.recipient); END")
+
     async def unread(self, recipient: str, *, include_inflight: bool = False) -> list[Message]:
+        if recipient in self._no_mail:
+            return []
+        following, changes = self._following, self._mail_changes
+        if not following:
+            await self.store.run(self._follow_mail)
+            self._following = True
         rows = await self.store.fetchall(
             f"SELECT {_COLUMNS} FROM messages WHERE recipient = ? AND read_at IS NULL ORDER BY id",
             (recipient,),
         )
+        if not rows and following and self._mail_changes == changes:  # no write crossed the query
+            self._no_mail.add(recipient)
         now = time.time()
         messages = [_message(r) for r in rows]
         if include_inflight:

@@ -41,6 +41,7 @@ import json
 import logging
 import re
 import socket
+import sqlite3
 import time
 import tomllib
 from collections import deque
@@ -406,6 +407,8 @@ class Mesh:
         self._digest: tuple[Any, str] = (object(), "")
         self._broadcast_base: dict[str, Any] | None = None
         self._presence_dirty: set[str] = set()
+        self._staged = False  # statements staged (acks' outbox updates) await the flusher's commit
+        self._introduce: set[str] = set()  # machines admitted here whose addresses the others need
         self._sent_peers = ""
         sidecar.sessions.elsewhere = self.names_elsewhere
         self.started = anyio.Event()
@@ -964,9 +967,29 @@ class Mesh:
             if other != me and member is not None and member.active:
                 self.learn(other, addresses)
         self._presence_dirty.add(peer)
+        if peer in self._introduce and presence["addresses"]:
+            self._introduce.discard(peer)
+            await self._introduce_to_all(peer, presence["addresses"])
         await self._rename_clashes(peer, presence)
         self.poke()  # stored by the flusher, coalesced: one write for a burst of presence frames
         await observe.on_peer_presence(self.sc, peer)
+
+    async def _introduce_to_all(self, peer: str, addresses: list[str]) -> None:
+        """A machine this one just admitted told its addresses: pass them on to every other linked
+        member now. They learn of the new member from this machine's roster broadcast, but of no
+        address for it (presence carries peers' addresses only at link-up and once a minute), so
+        until then only the newcomer could dial them, and its dials to members that had not yet
+        heard of it were refused and backed off (up to a minute), which held a forming mesh back."""
+        presence = self._presence()
+        presence["peers"] = {peer: addresses[:MAX_ADDRESSES]}
+        try:
+            encoded = encode_frame({"t": "presence", "presence": presence})
+        except FrameError:
+            return
+        for other, link in list(self.links.items()):
+            if other != peer:
+                with contextlib.suppress(LinkClosed, FrameError):
+                    await link.send_encoded(encoded)
 
     def names_elsewhere(self) -> set[str]:
         """Session names this person's other machines hold, live or known: an address names one session."""
@@ -1056,7 +1079,8 @@ class Mesh:
                         statements.append(("INSERT OR REPLACE INTO kv(key, value) VALUES (?, ?)",
                                            (f"mesh.presence.{peer}", json.dumps(self.presence[peer]))))
                 self._presence_dirty.clear()
-                if statements:
+                if statements or self._staged:
+                    self._staged = False
                     await self.sc.store.write(statements)
                 if self.links:
                     await self._send_presence_if_changed()
@@ -1137,14 +1161,18 @@ class Mesh:
                 (message.id, peer, message.recipient, message.sender, sender_key, json.dumps(payload), now, now),
             ))
             queued.append((message.id, peer, payload))
-        if statements:
-            await self.sc.store.write(statements)
+        # The outbox rows commit while the messages travel: the caller hears back only once both
+        # are done, and the round trip no longer waits for this machine's fsync first.
+        await self.sc.store.stage(statements)
         waiters = {message_id: self._acks.setdefault(message_id, _AckWait()) for message_id, _, _ in queued}
         try:
-            with anyio.move_on_after(self.config.ack_wait):
-                async with anyio.create_task_group() as tg:
-                    for message_id, peer, payload in queued:
-                        tg.start_soon(self._send_and_wait, peer, payload, waiters[message_id])
+            async with anyio.create_task_group() as committing:
+                if statements:
+                    committing.start_soon(self.sc.store.write, [])
+                with anyio.move_on_after(self.config.ack_wait):
+                    async with anyio.create_task_group() as tg:
+                        for message_id, peer, payload in queued:
+                            tg.start_soon(self._send_and_wait, peer, payload, waiters[message_id])
         finally:
             for message_id in waiters:
                 self._acks.pop(message_id, None)
@@ -1258,7 +1286,11 @@ class Mesh:
                     if flow is not None:
                         flow.receipts.discard((item[0], item[1]))
             if statements:
-                await self.sc.store.write(statements)
+                # Staged, committed by the flusher (a lost update only sends the receipt again): an
+                # fsync here would hold up the next message's commit on this machine.
+                await self.sc.store.stage(statements)
+                self._staged = True
+                self.poke()
                 # Counted again, not decremented: a receipt may be acked twice (a flush between
                 # the discard above and this write sends it again), which would leave later
                 # receipts unsent behind a count that reached zero too early.
@@ -1279,8 +1311,10 @@ class Mesh:
         if waiter is not None:
             waiter.state, waiter.note = state, note
             waiter.event.set()
+        # Staged, committed by the flusher: the link's next frame does not wait for an fsync. A
+        # crash before that commit leaves the row pending; it is replayed and answered again.
         if state == "retry":
-            await self.sc.store.write([("UPDATE outbox SET state = 'retry', note = ?, updated_at = ? "
+            await self.sc.store.stage([("UPDATE outbox SET state = 'retry', note = ?, updated_at = ? "
                                         "WHERE id = ? AND peer = ? AND pending = 1",
                                         (note, now, message_id, link.peer))])
             try:
@@ -1291,9 +1325,11 @@ class Mesh:
                 self._retrying.add(link.peer)
                 self._team_tg.start_soon(self._guarded, self._retry_later, link.peer, delay)
         else:
-            await self.sc.store.write([("UPDATE outbox SET pending = 0, state = ?, note = ?, updated_at = ? "
+            await self.sc.store.stage([("UPDATE outbox SET pending = 0, state = ?, note = ?, updated_at = ? "
                                         "WHERE id = ? AND peer = ? AND pending = 1",
                                         (state, note, now, message_id, link.peer))])
+        self._staged = True
+        self.poke()
 
     async def _receive_receipts(self, link: Link, frame: dict[str, Any]) -> None:
         items = frame.get("receipts")
@@ -1354,14 +1390,19 @@ class Mesh:
         Returns the statements that record it (written with the message, so a message seen twice
         is counted once). A message typed by a person resets the chain's count.
         """
-        if await self.sc.store.fetchone("SELECT 1 FROM threads WHERE id = ?", (message_id,)):
+        def look(conn: sqlite3.Connection) -> tuple[str, int] | None:  # one hop to the database thread
+            if conn.execute("SELECT 1 FROM threads WHERE id = ?", (message_id,)).fetchone():
+                return None
+            row = conn.execute("SELECT root FROM threads WHERE id = ?", (reply_to,)).fetchone() if reply_to else None
+            root = row[0] if row else (reply_to or message_id)
+            row = conn.execute("SELECT agents FROM thread_runs WHERE root = ?", (root,)).fetchone()
+            return root, (row[0] if row else 0)
+
+        found = await self.sc.store.run(look)
+        if found is None:
             return []
-        root = message_id
-        if reply_to:
-            row = await self.sc.store.fetchone("SELECT root FROM threads WHERE id = ?", (reply_to,))
-            root = row[0] if row else reply_to
-        row = await self.sc.store.fetchone("SELECT agents FROM thread_runs WHERE root = ?", (root,))
-        agents = 0 if kind == "person" else (row[0] if row else 0) + 1
+        root, run = found
+        agents = 0 if kind == "person" else run + 1
         if agents > self.config.loop_limit:
             return None
         now = time.time()
@@ -1390,13 +1431,20 @@ class Mesh:
             log.warning("a malformed msg frame from %s; ignored", link.peer[:12])
             return
         message_id: str = raw["id"]
-        seen = await self.sc.store.fetchone("SELECT state, note FROM inbound WHERE id = ?", (message_id,))
+
+        def look(conn: sqlite3.Connection) -> tuple[str, str] | None:  # one hop to the database thread
+            row = conn.execute("SELECT state, note FROM inbound WHERE id = ?", (message_id,)).fetchone()
+            if row is None and conn.execute("SELECT 1 FROM messages WHERE id = ?", (message_id,)).fetchone():
+                return "message", ""
+            return None if row is None else (row[0], row[1])
+
+        seen = await self.sc.store.run(look)
+        if seen is not None and seen[0] == "message":
+            await self._ack(link, message_id, "queued", "already received")
+            return
         if seen is not None:
             state = {"accepted": "queued", "held": "held", "refused": "refused"}.get(seen[0], "queued")
             await self._ack(link, message_id, state, f"already received: {seen[1]}"[:300])
-            return
-        if await self.sc.store.fetchone("SELECT 1 FROM messages WHERE id = ?", (message_id,)):
-            await self._ack(link, message_id, "queued", "already received")
             return
         sender, recipient, body = raw.get("from"), raw.get("to"), raw.get("body")
         kind = raw.get("kind") if raw.get("kind") in ("agent", "person") else "agent"
@@ -1470,21 +1518,23 @@ class Mesh:
                 (message_id, link.peer, sender, recipient, note, json.dumps(self._msg_payload(message)), now))])
             await self._ack(link, message_id, "held", note)
             return
-        state, note = await self._deposit(message, entry)
+        # The message, its inbound record and its thread step share one commit, made before the ack
+        # (a second commit for the record would hold up both the ack and the recipient's read).
+        state, note = await self._deposit(message, entry, also=[*thread, (
+            "INSERT OR IGNORE INTO inbound (id, peer, sender, recipient, state, note, received_at) "
+            "VALUES (?, ?, ?, ?, 'accepted', 'accepted', ?)", (message_id, link.peer, sender, recipient, now))])
         if raw.get("notify") is True:
             from .ask import notify_received  # ask imports the mesh's neighbours; import late
 
             notify_received(self.sc, message, raw.get("sent_at"))
-        await self.sc.store.write([*thread, (
-            "INSERT OR IGNORE INTO inbound (id, peer, sender, recipient, state, note, received_at) "
-            "VALUES (?, ?, ?, ?, 'accepted', ?, ?)", (message_id, link.peer, sender, recipient, note, now))])
         self._open_inbound += 1
         await self._ack(link, message_id, state, note)
 
-    async def _deposit(self, message: Message, entry: Entry | None) -> tuple[str, str]:
+    async def _deposit(self, message: Message, entry: Entry | None,
+                       also: Sequence[tuple[str, Sequence[Any]]] = ()) -> tuple[str, str]:
         message = await attachments.keep(self.sc, message)
         waiting = self.sc.parked[message.recipient] > 0
-        await self.sc.mailbox.deposit([message], None)
+        await self.sc.mailbox.deposit([message], None, also)
         state, note = await self.sc._after_deposit(Target(message.recipient, entry), message.wake, waiting)
         return ("delivered" if state == "pushed" else state), note
 
@@ -1597,6 +1647,7 @@ class Mesh:
             with anyio.move_on_after(2):
                 await link.closed.wait()
             return
+        self._introduce.add(link.peer)
         with contextlib.suppress(LinkClosed, FrameError):
             await link.send({"t": "state", "state": state})
         with anyio.move_on_after(5):  # the joiner closes once it has stored the state

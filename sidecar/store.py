@@ -318,6 +318,11 @@ MIGRATIONS: list[str] = [
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
+def _execute_all(conn: sqlite3.Connection, statements: list[tuple[str, Sequence[Any]]]) -> None:
+    for sql, params in statements:
+        conn.execute(sql, params)
+
+
 def _chmod_database_files(path: Path) -> None:
     for suffix in ("", "-wal", "-shm"):
         candidate = Path(f"{path}{suffix}")
@@ -369,22 +374,32 @@ class Store:
         return cls(db, path)
 
     async def close(self) -> None:
-        await self.db.close()
+        try:
+            await self.db.commit()  # what was staged and not yet committed
+        finally:
+            await self.db.close()
 
+    # One hop to the database thread per read: aiosqlite's cursor takes three (execute, fetch,
+    # close), each waiting for this event loop to turn, which a message's path paid several times.
     async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[aiosqlite.Row]:
-        async with self.db.execute(sql, params) as cursor:
-            return list(await cursor.fetchall())
+        return await self.run(lambda conn: conn.execute(sql, params).fetchall())
 
     async def fetchone(self, sql: str, params: Sequence[Any] = ()) -> aiosqlite.Row | None:
-        async with self.db.execute(sql, params) as cursor:
-            return await cursor.fetchone()
+        return await self.run(lambda conn: conn.execute(sql, params).fetchone())
 
     async def write(self, statements: Iterable[tuple[str, Sequence[Any]]]) -> None:
         """Run statements and return once they are committed to disk."""
-        for sql, params in statements:
-            await self.db.execute(sql, params)
+        await self.stage(statements)
         self._write_seq += 1
         await self._commit(self._write_seq)
+
+    async def stage(self, statements: Iterable[tuple[str, Sequence[Any]]]) -> None:
+        """Run statements now, in one hop to the database thread, and leave them to the next
+        commit (:meth:`write`, ``write([])`` for none). Later statements and reads on this
+        connection see them at once; a crash before that commit loses them."""
+        batch = list(statements)
+        if batch:
+            await self.run(lambda conn: _execute_all(conn, batch))
 
     async def _commit(self, seq: int) -> None:
         async with self._commit_lock:
