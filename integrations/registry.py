@@ -61,17 +61,19 @@ class Harness:
     def hook(self) -> Any:
         return plugin_manager().hook
 
+    # The plugins are loaded once (plugin_manager) and their descriptors are pure: every hook of
+    # every session reads them, so each is asked once per harness.
     def hook_points(self) -> list[HookPoint]:
-        return self.hook.hive_hook_points(harness=self.name) or []
+        return list(_hook_points(self.name))
 
     def point(self, native: str) -> HookPoint | None:
-        return next((p for p in self.hook_points() if p.native == native), None)
+        return _points(self.name).get(native)
 
     def presence(self) -> Presence:
-        return self.hook.hive_presence(harness=self.name) or Presence()
+        return _presence(self.name)
 
     def tiers(self) -> Tiers:
-        return self.hook.hive_tiers(harness=self.name) or Tiers(default="pull", turn=False)
+        return _tiers(self.name)
 
     def native_files(self, context: InstallContext) -> list[NativeFile]:
         return self.hook.hive_native_files(harness=self.name, context=context) or []
@@ -84,8 +86,36 @@ class Harness:
         return result
 
 
+@cache
+def _hook_points(name: str) -> tuple[HookPoint, ...]:
+    return tuple(plugin_manager().hook.hive_hook_points(harness=name) or ())
+
+
+@cache
+def _points(name: str) -> dict[str, HookPoint]:
+    found: dict[str, HookPoint] = {}
+    for p in _hook_points(name):
+        found.setdefault(p.native, p)  # the first point with a native name wins, as a scan would find it
+    return found
+
+
+@cache
+def _presence(name: str) -> Presence:
+    return plugin_manager().hook.hive_presence(harness=name) or Presence()
+
+
+@cache
+def _tiers(name: str) -> Tiers:
+    return plugin_manager().hook.hive_tiers(harness=name) or Tiers(default="pull", turn=False)
+
+
 def harnesses() -> dict[str, Harness]:
     """Every registered harness by canonical name, in registration order."""
+    return dict(_harnesses())
+
+
+@cache
+def _harnesses() -> dict[str, Harness]:
     found: dict[str, Harness] = {}
     # pluggy calls the most recently registered plugin first: reverse to registration order.
     for identity in reversed(plugin_manager().hook.hive_harness()):
@@ -95,7 +125,7 @@ def harnesses() -> dict[str, Harness]:
 
 def harness(name: str) -> Harness:
     """Look a harness up by canonical name or alias. Raises KeyError with the known names."""
-    table = harnesses()
+    table = _harnesses()
     if name in table:
         return table[name]
     for candidate in table.values():

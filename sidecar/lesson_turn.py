@@ -56,6 +56,38 @@ class Due:
         return "\n".join(self.lines.values())
 
 
+@dataclass
+class Verified:
+    """How many verified lessons this machine holds (``None``: to count again). Every hook of every
+    session would otherwise query for lessons even where there are none to find."""
+
+    count: int | None = None
+    changes: int = 0  # lesson state changes seen, so a count read across a change is not kept
+
+    async def changed(self, lesson_id: str, state: str) -> None:
+        self.count = None
+        self.changes += 1
+
+
+async def verified_count(sidecar: Sidecar) -> int:
+    """The number of verified lessons here, counted again only after a lesson's state changed."""
+    verified = sidecar.__dict__.get("lesson_turn_verified")
+    if verified is None:
+        from . import lesson_store
+
+        # Every state change here or replicated goes through the lesson store's state listeners.
+        verified = sidecar.__dict__["lesson_turn_verified"] = Verified()
+        lesson_store.of(sidecar).state_listeners.append(verified.changed)
+    if verified.count is not None:
+        return verified.count
+    changes = verified.changes
+    row = await sidecar.store.fetchone("SELECT COUNT(*) FROM lessons WHERE state = 'verified'")
+    count = int(row[0]) if row is not None else 0
+    if verified.changes == changes:
+        verified.count = count
+    return count
+
+
 def _told(sidecar: Sidecar) -> dict[str, Told]:
     found = sidecar.__dict__.get("lesson_turn")
     if found is None:
@@ -108,13 +140,12 @@ async def _look(sidecar: Sidecar, session: Session, point: HookPoint, payload: d
     while told.times and now - told.times[0] > 3600:
         told.times.popleft()
     room = HOURLY_CAP - len(told.times) - len(told.waiting)
-    if room <= 0:
+    if room <= 0 or await verified_count(sidecar) == 0:  # recall finds verified lessons only
         return
     files = tuple(recent_files(session.key, now))
     error = failure_text(payload) if point.event == "tool.after" else ""
     if not files and not error:
         return
-    project = project_of_session(session.repo, session.cwd) or ""
     from .lesson_ops import origins
 
     names = origins(sidecar)
@@ -128,6 +159,7 @@ async def _look(sidecar: Sidecar, session: Session, point: HookPoint, payload: d
     fresh = [c for c, _ in found.values() if c.id not in told.ids and c.id not in told.waiting]
     if not fresh:
         return
+    project = project_of_session(session.repo, session.cwd) or ""  # reads the repository when there is no remote
     now_ms = int(now * 1000)
     for ranked in recall.rank(fresh, project=project, files=files, now_ms=now_ms, limit=room):
         if ranked.hypothesis:
