@@ -98,14 +98,18 @@ async def bench_hooks(paths: StatePaths, calls: int, in_flight: int, label: str 
     """Events/s through the hook op, and the sidecar's CPU milliseconds per hook."""
     limit = anyio.Semaphore(in_flight)
     pid = int(paths.lock.read_text().strip())
+    latencies: list[float] = []
     async with Client.open(paths) as client:
         async def one(n: int) -> None:
             async with limit:
                 # As the hook client sends it: with its parent's pid, the harness.
+                sent = time.perf_counter()
                 await client.call("hook", harness="claude-code", event="PostToolUse", payload=claude_edit("h1", n),
                                   env={"CLAUDECODE": "1"}, ppid=os.getpid())
+                latencies.append((time.perf_counter() - sent) * 1000)
 
         await one(-1)  # registers the session, so the figure is the steady state
+        latencies.clear()
         cpu = cpu_seconds(pid)
         start = time.perf_counter()
         async with anyio.create_task_group() as tg:
@@ -118,8 +122,10 @@ async def bench_hooks(paths: StatePaths, calls: int, in_flight: int, label: str 
         await client.call("shutdown")
     rate = rows[0] / elapsed
     per_hook = 1000 * cpu / calls
+    cuts = statistics.quantiles(latencies, n=100)
     print(f"{label}: {rows[0]} events from {calls} hooks, {in_flight} in flight: {elapsed:.2f} s, "
-          f"{rate:,.0f} events/s, sidecar CPU {per_hook:.3f} ms per hook")
+          f"{rate:,.0f} events/s, sidecar CPU {per_hook:.3f} ms per hook; "
+          f"hook round trip p50 {cuts[49]:.1f} ms, p90 {cuts[89]:.1f} ms, p99 {cuts[98]:.1f} ms")
     return rate, per_hook
 
 
