@@ -44,6 +44,9 @@ class Told:
     ids: set[str] = field(default_factory=set)
     times: deque[float] = field(default_factory=deque)
     waiting: dict[str, str] = field(default_factory=dict)  # lesson id -> its line, for the next point that can carry it
+    # The recent files a look found nothing new for, and the lesson state changes seen then: the
+    # same files with no change since find nothing new again (told ids only grow), so no query.
+    quiet: tuple[frozenset[str], int] | None = None
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,9 @@ async def _look(sidecar: Sidecar, session: Session, point: HookPoint, payload: d
     error = failure_text(payload) if point.event == "tool.after" else ""
     if not files and not error:
         return
+    quiet = (frozenset(files), sidecar.__dict__["lesson_turn_verified"].changes)  # taken before the queries
+    if not error and told.quiet == quiet:
+        return
     from .lesson_ops import origins
 
     names = origins(sidecar)
@@ -158,6 +164,7 @@ async def _look(sidecar: Sidecar, session: Session, point: HookPoint, payload: d
             found.setdefault(c.id, (c, "files"))
     fresh = [c for c, _ in found.values() if c.id not in told.ids and c.id not in told.waiting]
     if not fresh:
+        told.quiet = quiet  # every lesson of these files is told or waiting already
         return
     project = project_of_session(session.repo, session.cwd) or ""  # reads the repository when there is no remote
     now_ms = int(now * 1000)

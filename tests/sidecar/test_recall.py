@@ -184,6 +184,31 @@ def test_a_failing_commands_error_text_brings_the_lesson_that_matches_it_within_
     assert lesson_lines(hook(hive, "PostToolUse", passed)) == []
 
 
+def test_a_lesson_verified_while_a_session_keeps_editing_its_file_is_told_at_the_sessions_next_tool_call(
+        hive: Hive, tmp_path: Path) -> None:
+    # The hook skips recall while no lesson is verified and while the same files found nothing new:
+    # both must end with the next verification.
+    repo = git_repo(tmp_path / "api")
+    first, second = (propose(hive, text, scope="project", evidence=("file:payments/client.py",), cwd=repo)["id"]
+                     for text in ("payments/client.py retries are not idempotent: pass an idempotency key.",
+                                  "payments/client.py logs card numbers at debug level: never enable it."))
+    cwd = str(repo)
+    hook(hive, "SessionStart", claude("s1", cwd, "SessionStart", source="startup"))
+
+    def edit(n: int) -> list[str]:
+        payload = claude("s1", cwd, "PostToolUse", tool_name="Edit", tool_use_id=f"toolu_{n}",
+                         tool_input={"file_path": f"{cwd}/payments/client.py", "old_string": "a", "new_string": "b"},
+                         tool_response={"success": True})
+        return [line.split('id="', 1)[1][:12] for line in lesson_lines(hook(hive, "PostToolUse", payload))]
+
+    assert edit(1) == []  # nothing verified yet
+    approve(hive, first, cwd=repo)
+    assert edit(2) == [first[:12]]
+    assert edit(3) == []  # told once; the same file finds nothing new
+    approve(hive, second, cwd=repo)
+    assert edit(4) == [second[:12]]
+
+
 def test_the_recall_benchmark_runs_and_prints_its_figures_next_to_a_baseline() -> None:
     # tests/bench is not collected; this keeps the script working. Its numbers are not asserted.
     bench = Path(__file__).resolve().parents[1] / "bench" / "bench_recall.py"
