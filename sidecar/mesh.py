@@ -408,7 +408,6 @@ class Mesh:
         self._broadcast_base: dict[str, Any] | None = None
         self._presence_dirty: set[str] = set()
         self._staged = False  # statements staged (acks' outbox updates) await the flusher's commit
-        self._introduce: set[str] = set()  # machines admitted here whose addresses the others need
         self._sent_peers = ""
         sidecar.sessions.elsewhere = self.names_elsewhere
         self.started = anyio.Event()
@@ -967,29 +966,9 @@ class Mesh:
             if other != me and member is not None and member.active:
                 self.learn(other, addresses)
         self._presence_dirty.add(peer)
-        if peer in self._introduce and presence["addresses"]:
-            self._introduce.discard(peer)
-            await self._introduce_to_all(peer, presence["addresses"])
         await self._rename_clashes(peer, presence)
         self.poke()  # stored by the flusher, coalesced: one write for a burst of presence frames
         await observe.on_peer_presence(self.sc, peer)
-
-    async def _introduce_to_all(self, peer: str, addresses: list[str]) -> None:
-        """A machine this one just admitted told its addresses: pass them on to every other linked
-        member now. They learn of the new member from this machine's roster broadcast, but of no
-        address for it (presence carries peers' addresses only at link-up and once a minute), so
-        until then only the newcomer could dial them, and its dials to members that had not yet
-        heard of it were refused and backed off (up to a minute), which held a forming mesh back."""
-        presence = self._presence()
-        presence["peers"] = {peer: addresses[:MAX_ADDRESSES]}
-        try:
-            encoded = encode_frame({"t": "presence", "presence": presence})
-        except FrameError:
-            return
-        for other, link in list(self.links.items()):
-            if other != peer:
-                with contextlib.suppress(LinkClosed, FrameError):
-                    await link.send_encoded(encoded)
 
     def names_elsewhere(self) -> set[str]:
         """Session names this person's other machines hold, live or known: an address names one session."""
@@ -1647,7 +1626,6 @@ class Mesh:
             with anyio.move_on_after(2):
                 await link.closed.wait()
             return
-        self._introduce.add(link.peer)
         with contextlib.suppress(LinkClosed, FrameError):
             await link.send({"t": "state", "state": state})
         with anyio.move_on_after(5):  # the joiner closes once it has stored the state
