@@ -426,6 +426,14 @@ def _alarm(signum: int, frame: object) -> None:
     raise _Deadline()
 
 
+def _deadline(environ: dict) -> float:
+    """``HIVE_HOOK_DEADLINE_MS`` gives a slow machine (or a test on a loaded one) more time."""
+    raw = environ.get(b"HIVE_HOOK_DEADLINE_MS")
+    if raw and raw.isdigit():
+        return min(max(int(raw), 50), 10_000) / 1000
+    return DEADLINE
+
+
 def _arm(seconds: float) -> None:
     import _signal
 
@@ -455,7 +463,7 @@ def run(argv: list[str]) -> int:
     sock: _socket.socket | None = None
     environ = posix.environ
     try:
-        _arm(DEADLINE)
+        _arm(_deadline(environ))
         try:
             home = state_home(environ)
             stdin = _read_all(0)
