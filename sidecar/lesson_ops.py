@@ -32,9 +32,12 @@ import json
 import logging
 import os
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import anyio
 
 from . import lesson_import, lesson_store, promote, recall, review
 from .defang import defang, one_line
@@ -416,8 +419,23 @@ async def _remember_skill(sidecar: Sidecar, root: Path, lesson_id: str, folder: 
                                json.dumps({"root": str(root), "folder": folder, "lesson": lesson_id}))
 
 
+_skill_locks: weakref.WeakKeyDictionary[Sidecar, anyio.Lock] = weakref.WeakKeyDictionary()
+
+
 async def follow_skills(sidecar: Sidecar) -> list[str]:
-    """Bring every skill this machine promoted in line with its lesson; returns the folders removed."""
+    """Bring every skill this machine promoted in line with its lesson; returns the folders removed.
+
+    One pass at a time: the store's listener and the op that made the change both call this, and
+    a pass that read the records before a retraction must not re-render a skill the other removed.
+    """
+    lock = _skill_locks.get(sidecar)
+    if lock is None:
+        lock = _skill_locks[sidecar] = anyio.Lock()
+    async with lock:
+        return await _follow_skills(sidecar)
+
+
+async def _follow_skills(sidecar: Sidecar) -> list[str]:
     rows = await sidecar.store.fetchall("SELECT key, value FROM kv WHERE key >= ? AND key < ?",
                                         (SKILL_KEY, SKILL_KEY[:-1] + "/"))
     if not rows:
