@@ -18,23 +18,19 @@ from .dialog import desktop_env
 from .errors import BadRequest, ConfirmOnTerminal, Refused
 
 
-def _typed(question: str, word: str) -> bool:
-    """Ask on the controlling terminal itself; only the verdict word, typed, confirms."""
+def _ask_tty(text: str) -> str | None:
+    """The line typed at the controlling terminal itself (standard input may be a pipe), lowercased."""
     try:
         with open("/dev/tty", "r+b", buffering=0) as tty:  # unbuffered: a terminal cannot seek
-            tty.write(f"{question} Type {word} to confirm: ".encode())
-            return tty.readline().decode(errors="replace").strip().lower() == word
-    except OSError:
-        return False
-
-
-def _ask_tty(text: str) -> str | None:
-    try:
-        with open("/dev/tty", "r+b", buffering=0) as tty:
             tty.write(text.encode())
             return tty.readline().decode(errors="replace").strip().lower()
     except OSError:
         return None
+
+
+def _typed(question: str, word: str) -> bool:
+    """Only the verdict word, typed at the terminal, confirms."""
+    return _ask_tty(f"{question} Type {word} to confirm: ") == word
 
 
 def _verdict_call(verdict: str, request: dict[str, Any]) -> dict[str, Any] | None:

@@ -11,23 +11,13 @@ import argparse
 import os
 from typing import Any
 
-from .cli import _call, _print_json
+from .cli import _call, _confirm_on_terminal, _print_json
 from .dialog import desktop_env
 from .errors import ConfirmOnTerminal
 
 
 def _where(args: argparse.Namespace) -> dict[str, Any]:
     return {"repo": args.repo} if args.repo else {"cwd": os.getcwd()}
-
-
-def _asked(question: str) -> bool:
-    """Ask on the controlling terminal itself; only a typed y confirms."""
-    try:
-        with open("/dev/tty", "r+b", buffering=0) as tty:  # unbuffered: a terminal cannot seek
-            tty.write(f"{question} [y/N] ".encode())
-            return tty.readline().decode(errors="replace").strip().lower() in ("y", "yes")
-    except OSError:
-        return False
 
 
 def _print(args: argparse.Namespace, result: dict[str, Any]) -> int:
@@ -55,7 +45,7 @@ def cmd_confirm(args: argparse.Namespace) -> int:
     try:
         result = _call("project_confirm", **request)
     except ConfirmOnTerminal as exc:
-        if not _asked(exc.message):
+        if not _confirm_on_terminal(exc.message):
             print("hive: not confirmed")
             return 1
         result = _call("project_confirm", **request, confirmed_on_terminal=exc.message)

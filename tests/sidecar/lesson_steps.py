@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import pty
-import select
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from ..conftest import Hive
+from .terminal import run_in_terminal_answering
 
 
 def propose(hive: Hive, text: str, *, kind: str = "gotcha", scope: str = "team", evidence: tuple[str, ...] = (),
@@ -41,32 +38,8 @@ def run_json(hive: Hive, *args: str, cwd: Path | None = None) -> Any:
 def at_terminal(hive: Hive, answer: str, *args: str, cwd: Path | None = None, timeout: float = 60) -> tuple[int, str]:
     """Run ``hive ARGS`` with a pty as its controlling terminal; type ``answer`` at its question."""
     env = {k: v for k, v in hive.env.items() if k not in ("DBUS_SESSION_BUS_ADDRESS", "DISPLAY", "WAYLAND_DISPLAY")}
-    master, slave = pty.openpty()
-    process = subprocess.Popen([sys.executable, "-m", "hive.sidecar.cli", *args], env=env, cwd=cwd,
-                               stdin=slave, stdout=slave, stderr=slave, preexec_fn=lambda: os.login_tty(slave))
-    os.close(slave)
-    output = b""
-    answered = False
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], max(deadline - time.monotonic(), 0))
-            if not ready:
-                break
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:  # EIO: the child closed the terminal
-                break
-            if not chunk:
-                break
-            output += chunk
-            tail = output.rstrip(b" ")
-            if not answered and tail.endswith((b"to confirm:", b"leaves it pending):")):
-                os.write(master, answer.encode() + b"\n")
-                answered = True
-    finally:
-        os.close(master)
-    return process.wait(timeout=timeout), output.decode(errors="replace").replace("\r\n", "\n")
+    return run_in_terminal_answering(env, answer, *args, timeout=timeout, cwd=cwd,
+                                     prompts=(b"to confirm:", b"leaves it pending):"))
 
 
 def approve(hive: Hive, lesson_id: str, cwd: Path | None = None) -> None:

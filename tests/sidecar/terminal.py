@@ -8,23 +8,25 @@ import select
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 PROMPT = b"[y/N] "
 
 
-def run_in_terminal_answering(env: dict[str, str], answer: str, *args: str,
-                              timeout: float = 30, under: str | None = None) -> tuple[int, str]:
+def run_in_terminal_answering(env: dict[str, str], answer: str, *args: str, timeout: float = 30,
+                              under: str | None = None, cwd: Path | None = None,
+                              prompts: tuple[bytes, ...] = (PROMPT,)) -> tuple[int, str]:
     """Run ``hive ARGS`` with a pty as its controlling terminal; type ``answer`` when it asks.
 
     ``under``: a program path that starts the command and waits for it, as an agent harness
-    running a tool call in the person's terminal does.
+    running a tool call in the person's terminal does. ``prompts``: how its questions end.
     """
     master, slave = pty.openpty()
     command = [sys.executable, "-m", "hive.sidecar.cli", *args]
     if under:
         command = [under, "-c", "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))", *command]
     process = subprocess.Popen(
-        command, env=env,
+        command, env=env, cwd=cwd,
         stdin=slave, stdout=slave, stderr=slave, preexec_fn=lambda: os.login_tty(slave),
     )
     os.close(slave)
@@ -43,7 +45,7 @@ def run_in_terminal_answering(env: dict[str, str], answer: str, *args: str,
             if not chunk:
                 break
             output += chunk
-            if not answered and output.rstrip().endswith(PROMPT.rstrip()):
+            if not answered and output.rstrip().endswith(tuple(p.rstrip() for p in prompts)):
                 os.write(master, answer.encode() + b"\n")
                 answered = True
     finally:

@@ -32,6 +32,12 @@ def holds(hive: Hive, lesson_id: str) -> dict[str, Any] | None:
     return ok(hive, "lesson_sync_status", lessons=[lesson_id])["lessons"][lesson_id]
 
 
+def with_body(hive: Hive, lesson_id: str) -> dict[str, Any] | None:
+    """The lesson once its text has arrived too (the entry and its body travel in separate frames)."""
+    found = holds(hive, lesson_id)
+    return found if found and found.get("has_body") else None
+
+
 def status(hive: Hive) -> dict[str, Any]:
     return ok(hive, "lesson_sync_status")
 
@@ -58,7 +64,7 @@ def test_a_project_lesson_reaches_project_members_and_never_a_non_member(make_hi
                  what="membership everywhere")
     wait_for(lambda: (holds(carol, early) or {}).get("has_body"), what="the earlier project lesson once confirmed")
     lesson = propose(alice, "project", "Run the api tests with -x: the fixtures leak sockets after a failure.")
-    seen = wait_for(lambda: holds(carol, lesson), what="the lesson on carol's machine")
+    seen = wait_for(lambda: with_body(carol, lesson), what="the lesson on carol's machine")
     assert seen["text"].startswith("Run the api tests") and seen["state"] == "proposed"
     team_lesson = propose(alice, "team", "Releases are cut from main only.")
     for m in (bob, carol, dave):
@@ -94,7 +100,7 @@ def team_with_two_machines_of_alice(make_hive: Any) -> tuple[Hive, Hive, Hive]:
 def test_a_personal_lesson_reaches_its_persons_other_machine_and_no_one_else(make_hive: Any) -> None:
     alice, desk, bob = team_with_two_machines_of_alice(make_hive)
     personal = propose(alice, "personal", "I keep my scratch branches under wip/; never push them.")
-    seen = wait_for(lambda: holds(desk, personal), what="the personal lesson on alice's other machine")
+    seen = wait_for(lambda: with_body(desk, personal), what="the personal lesson on alice's other machine")
     assert seen["has_body"] and seen["scope"] == "personal"
     sentinel = propose(alice, "team", "The staging database is reset every night at 02:00 UTC.")
     wait_for(lambda: holds(bob, sentinel), what="a later team lesson on bob's machine")
@@ -147,5 +153,5 @@ def test_a_lesson_proposed_before_joining_a_team_reaches_the_team_after(make_hiv
     bob.start()
     alice.cli("init", "acme", "--as", "alice", check=True)
     bob.cli("join", alice.cli_json("invite")["link"], "--as", "bob", check=True)
-    seen = wait_for(lambda: holds(bob, lesson), what="the earlier lesson on bob's machine")
+    seen = wait_for(lambda: with_body(bob, lesson), what="the earlier lesson on bob's machine")
     assert seen["has_body"] and seen["text"] == "Commit messages say why, not what."
