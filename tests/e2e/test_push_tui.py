@@ -247,7 +247,8 @@ def test_codex_tui_push_wakes_an_idle_session_lands_mid_turn_leaves_the_prompt_w
         # What a person does once: Codex lists hive's new hooks for review; they trust them all.
         tui.wait_screen("Trust all and continue", timeout=90)
         tui.tmux("send-keys", "-t", "main", "Down")
-        time.sleep(0.3)
+        # Enter only once the choice has moved: on a loaded machine an early Enter confirms option 1.
+        tui.wait_screen("› 2. Trust all and continue", timeout=30)
         tui.tmux("send-keys", "-t", "main", "Enter")
         push_checks("codex", "codex", codex_team, model, tui,
                     Call("exec_command", {"cmd": "sleep 6", "yield_time_ms": 30000}), waiting=False,
