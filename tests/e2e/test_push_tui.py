@@ -72,11 +72,12 @@ def claude_team(model: ModelServer, keys_in_files: None) -> Iterator[Team]:
 
 
 def push_checks(harness: str, agent: str, team: Team, model: ModelServer, tui: Tui,
-                sleep: Call, waiting: bool, opening: str = "") -> None:
+                sleep: Call, waiting: bool, opening: str = "", settle: bool = False) -> None:
     """Idle wake, mid-turn push after a slow tool, then the person's own prompt.
 
     ``opening``: the TUI makes its session only at the first prompt (opencode), so once this text
-    shows (its prompt box) the person says hello first."""
+    shows (its prompt box) the person says hello first. ``settle``: wait until hive sees that first
+    turn end (its Stop hook) before the idle push, which that hook would otherwise carry."""
     who = contract(harness)
     if opening:
         model.script = Script({"E2E-HELLO": [say("HELLO-ANSWER-OK")]})
@@ -86,6 +87,9 @@ def push_checks(harness: str, agent: str, team: Team, model: ModelServer, tui: T
         tui.wait_screen("HELLO-ANSWER-OK", timeout=60)
     me = wait_for(lambda: team.machine.session_of(agent), timeout=60, what=f"{who}: the TUI's session to register")
     address = me["address"]
+    if settle:  # the answer shows before the turn's Stop hook has run: a message then is that hook's
+        wait_for(lambda: (team.machine.session_of(agent) or {}).get("state") == "idle", timeout=60,
+                 what=f"{who}: the session to be idle after its first turn")
 
     def parked() -> bool:
         return address in team.machine.ok("status")["waiting"]
@@ -250,9 +254,10 @@ def test_codex_tui_push_wakes_an_idle_session_lands_mid_turn_leaves_the_prompt_w
         # Enter only once the choice has moved: on a loaded machine an early Enter confirms option 1.
         tui.wait_screen("› 2. Trust all and continue", timeout=30)
         tui.tmux("send-keys", "-t", "main", "Enter")
+        # Hooks (SessionStart too) fire from the first prompt.
         push_checks("codex", "codex", codex_team, model, tui,
                     Call("exec_command", {"cmd": "sleep 6", "yield_time_ms": 30000}), waiting=False,
-                    opening="Ask Codex to do anything")  # hooks (SessionStart too) fire from the first prompt
+                    opening="Ask Codex to do anything", settle=True)
     finally:
         tui.stop()
 
