@@ -13,10 +13,12 @@ import json
 import os
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import anyio
 import pytest
+import tomlkit
 
 from hive.sidecar.identity import load_identity
 from hive.sidecar.mesh import sanitise_presence
@@ -182,6 +184,46 @@ def test_kill_the_sender_after_send_returned_and_its_outbox_delivers_after_resta
     wait_for(lambda: inbox(bob, "api-codex"), what="the outbox to deliver after both restarts", timeout=90)
     assert [m["body"] for m in inbox(bob, "api-codex")] == ["from the outbox"]
     wait_for(lambda: not sent(alice, result["id"])["in_outbox"], what="the ack to reach the sender")
+
+
+def test_two_machines_that_dial_each_other_at_once_keep_one_and_the_same_link(make_hive: Any) -> None:
+    alice, bob = form_team(make_hive, ["alice", "bob"])
+    # Each lists the other as a static address, so both dial as soon as they start.
+    for machine, other in ((alice, bob), (bob, alice)):
+        config = tomlkit.parse((machine.home / "config.toml").read_text())
+        config["mesh"]["static"] = [_address(other)]  # type: ignore[index]
+        (machine.home / "config.toml").write_text(tomlkit.dumps(config))
+    for _ in range(3):
+        alice.kill9()
+        bob.kill9()
+        # Both come back on their old ports at the same moment.
+        with ThreadPoolExecutor(2) as pool:
+            list(pool.map(Hive.start, (alice, bob)))
+        # While both dials are decided a side may briefly hold the link the other side drops; then
+        # both keep the same link (one side dialed it, the other accepted it), and it stays.
+        wait_for(lambda: _settled(alice, bob), timeout=60, what="one shared link that stays for 3 s")
+
+
+def _settled(alice: Hive, bob: Hive) -> bool:
+    first = _one_shared_link(alice, bob)
+    deadline = time.monotonic() + 3
+    while first is not None and time.monotonic() < deadline:
+        time.sleep(0.2)
+        now = _one_shared_link(alice, bob)
+        if now is None or [v["dialed"] for v in now] != [v["dialed"] for v in first] or \
+                any(b["age"] < a["age"] for a, b in zip(first, now, strict=True)):
+            return False
+    return first is not None
+
+
+def _one_shared_link(*machines: Hive) -> list[dict[str, Any]] | None:
+    views = []
+    for machine in machines:
+        links = list(ok(machine, "mesh")["links"].values())
+        if len(links) != 1:
+            return None
+        views.append(links[0])
+    return views if sorted(v["dialed"] for v in views) == [False, True] else None
 
 
 # ---- frames written by hand with a member's key --------------------------------------------
