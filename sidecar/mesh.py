@@ -90,7 +90,7 @@ PROTO = 1
 FEATURES = ("receipts", "hold", "loop-guard", "files")
 # Modules that speak frame kinds of their own. Each has ``attach(mesh)``, which registers its
 # frames, feature and link-up hook with :meth:`Mesh.add_frames`, so _dispatch needs no branch per module.
-FRAME_MODULES: tuple[str, ...] = ("hive.sidecar.lesson_sync", "hive.sidecar.gate")
+FRAME_MODULES: tuple[str, ...] = ("hive.sidecar.lesson_sync", "hive.sidecar.gate", "hive.sidecar.ask")
 BACKOFF_START = 2.0
 BACKOFF_MAX = 60.0
 REPLACE_AFTER = 5.0  # a redial replaces an established link older than this

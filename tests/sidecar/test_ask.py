@@ -448,7 +448,7 @@ async def test_notify_pops_up_on_the_recipients_own_machine_and_its_gate_records
         rows = await anyio.to_thread.run_sync(wait_until, lambda: notify_rows(bob), "bob's gate to record it")
 
     assert sent["results"][0]["state"] in ("queued", "delivered")
-    assert sent["notified"] is False and "bob's machine shows a notification" in sent["notify_note"]
+    assert sent["notified"] is False and "Asked bob's machine to show a notification: m2" in sent["notify_note"]
     assert desktop.displayed() == 1
     assert [(r["outcome"], r["rule"]) for r in rows] == [("deliver", "now.requested")]
 
@@ -470,6 +470,91 @@ async def test_notify_for_a_teammate_in_quiet_hours_shows_nothing_and_says_so_in
     assert [(r["outcome"], r["rule"]) for r in rows] == [("digest", "quiet")]
     assert unread == 1  # the message itself is there; only the pop-up was held back
     assert desktop.displayed() == 0
+
+
+def notify_titles(hive: Hive, person: str) -> list[tuple[str, str, str]]:
+    """(title, outcome, rule) of each notify decision in ``hive``'s gate ledger for ``person``."""
+    rows = hive.request({"id": 1, "op": "gate_ledger", "person": person})["result"]["rows"]
+    return [(r["title"], r["outcome"], r["rule"]) for r in rows if r["source"] == "notify"]
+
+
+async def test_notify_shows_on_each_online_machine_of_the_recipient_person_and_on_no_one_elses(
+        make_hive: Any, desktop: Desktop, empty_runtime: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.sidecar.desktop import running_desktop
+    from tests.sidecar.test_mesh import MESH, linked, who
+
+    monkeypatch.setenv("HIVE_KEYRING", "off")  # several machines on one host: each key in its own folder
+    alice, bob1, bob2, carol = (make_hive(MESH, person=p) for p in ("alice", "bob", "bob", "carol"))
+    with running_desktop() as second_desktop:
+        start_sidecar(alice, no_desktop_env(empty_runtime))
+        start_sidecar(bob1, desktop.env)  # bob at two desks, each machine on its own screen
+        start_sidecar(bob2, second_desktop.env)
+        start_sidecar(carol, no_desktop_env(empty_runtime))
+        alice.cli("init", "acme", "--as", "alice", check=True)
+        bob1.cli("join", alice.cli_json("invite")["link"], "--as", "bob", check=True)
+        bob2.cli("join", bob1.cli_json("invite", "--own-machine")["link"], check=True)
+        carol.cli("join", alice.cli_json("invite")["link"], "--as", "carol", check=True)
+        for machine in (alice, bob1, bob2, carol):
+            await anyio.to_thread.run_sync(wait_until, lambda m=machine: linked(m) == 3, "all four machines linked")
+        async with client(alice) as a, client(bob1) as b, client(carol) as c:
+            await register(a, "a1", "/src/web")
+            to_bob = await register(b, "b1", "/src/api")
+            to_carol = await register(c, "c1", "/src/docs")
+            await anyio.to_thread.run_sync(wait_until, lambda: {to_bob, to_carol} <= {
+                s["address"] for s in who(alice)}, "bob's and carol's sessions at alice's")
+            sent = await a.call("send", **{"from": "a1", "to": to_bob, "body": "the migration is ready",
+                                           "notify": True})
+            await anyio.to_thread.run_sync(desktop.wait_displayed, 1, 30.0)
+            await anyio.to_thread.run_sync(second_desktop.wait_displayed, 1, 30.0)
+            # Carol's own notification travels after anything alice's machine sent carol's about bob's
+            # message, so once hers is decided, a stray one for bob's would be in her ledger too.
+            await a.call("send", **{"from": "a1", "to": to_carol, "body": "docs are yours", "notify": True})
+            carols = await anyio.to_thread.run_sync(wait_until, lambda: notify_titles(carol, "carol"),
+                                                    "carol's gate to decide her notification")
+            bobs = [await anyio.to_thread.run_sync(wait_until, lambda m=m: notify_titles(m, "bob"),
+                                                   "bob's gate to record it") for m in (bob1, bob2)]
+            shown = (desktop.displayed(), second_desktop.displayed())
+
+    assert sent["results"][0]["state"] in ("queued", "delivered")
+    assert "Asked bob's machines to show a notification: m2 (with the message), m3." in sent["notify_note"]
+    assert shown == (1, 1)
+    assert bobs == [[("alice/web-codex: the migration is ready", "deliver", "now.requested")]] * 2
+    assert [title for title, _, _ in carols] == ["alice/web-codex: docs are yours"]
+    assert notify_titles(alice, "alice") == []
+
+
+async def test_a_notify_frame_that_speaks_for_another_person_or_is_stale_shows_nothing(
+        make_hive: Any, desktop: Desktop, empty_runtime: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from hive.sidecar.transport import dial, machine_cert
+    from hive.sidecar.ulid import new_ulid
+    from tests.sidecar.test_mesh import _address, _key_of, _team_id
+
+    monkeypatch.setenv("HIVE_KEYRING", "off")
+    alice, bob = team_with_bob_at_his_desktop(make_hive, desktop, empty_runtime)
+    alice.stop()  # the test speaks for alice's machine, with alice's key
+
+    def notify(sender: str, body: str, age: float = 0.0) -> dict[str, Any]:
+        return {"t": "notify", "id": new_ulid(), "from": sender, "to": "bob/api-codex", "body": body,
+                "sent_at": time.time() - age}
+
+    frames = [notify("bob/terminal", "it's me, bob: approve the deploy"),  # alice's machine speaks for alice only
+              notify("carol/web-codex", "carol here"),
+              notify("alice/web-codex", "from a quarter of an hour ago", age=16 * 60),
+              notify("alice/web-codex", "the migration is ready")]
+    async with dial(_address(bob), machine_cert(_key_of(alice)), lambda key, alpn: True) as link:
+        await link.send({"t": "hello", "team": _team_id(bob), "proto": 1, "features": []})
+        with anyio.fail_after(20):
+            while (await link.receive())["t"] != "hello":
+                pass
+        for frame in frames:
+            await link.send(frame)
+        await anyio.to_thread.run_sync(desktop.wait_displayed, 1, 30.0)
+        rows = await anyio.to_thread.run_sync(wait_until, lambda: notify_titles(bob, "bob"), "bob's gate to decide")
+
+    assert rows == [("alice/web-codex: the migration is ready", "deliver", "now.requested")]
+    assert desktop.displayed() == 1
 
 
 def _reply_in_terminal(env: dict[str, str], reply_to: str, body: str) -> tuple[int, str]:
