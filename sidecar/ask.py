@@ -45,7 +45,7 @@ from .approvals import Approval, sign_approval, stored
 from .config import slug
 from .defang import defang
 from .dialog import Answer, Backend, Prompt, backend_for, clean, clip, find_desktop
-from .errors import BadRequest, ConfirmOnTerminal, Conflict, HiveError, NoDesktop, NotFound, Refused
+from .errors import BadRequest, ConfirmOnTerminal, Conflict, HiveError, NeedsPerson, NoDesktop, NotFound, Refused
 from .render import Message
 from .team import team_of
 from .transport import FrameError, Link, LinkClosed
@@ -374,26 +374,38 @@ async def confirm_group(sidecar: Sidecar, conn: Connection, request: Mapping[str
     """Return how the person confirmed ``question`` ("desktop" or "terminal"), or raise.
 
     A group address or a loop-guard override from the person's own mailbox is confirmed in a
-    pop-up, not inferred from a ``…/terminal`` sender any process can claim. Without a desktop
-    the client may ask on its own terminal (``confirm_on_terminal``; it repeats the request with
-    ``confirmed_on_terminal`` set to the question it asked); with neither, the send is refused.
+    pop-up, not inferred from a ``…/terminal`` sender any process can claim.
     """
-    prompt = Prompt(title="hive · confirm a send", body=f"{question}\n\n“{clip(clean(body), CONFIRM_BODY_LIMIT)}”",
-                    timeout=CONFIRM_TIME)
+    return await confirm_by_person(conn, request, question, title="hive · confirm a send", quote=body,
+                                   outcome="not sent", refused=Refused,
+                                   hint="Send to one session at a time, or run `hive send` in a terminal.")
+
+
+async def confirm_by_person(conn: Connection, request: Mapping[str, Any], question: str, *, title: str,
+                            outcome: str, hint: str, refused: type[Refused] = NeedsPerson, quote: str = "") -> str:
+    """Return how the person confirmed ``question`` ("desktop" or "terminal"), or raise ``refused``.
+
+    The pop-up goes to the client's desktop (``request["desktop"]``). Without a desktop the client
+    may ask on its own terminal when the person is at it (``confirm_on_terminal``; it repeats the
+    request with ``confirmed_on_terminal`` set to the question it asked); with neither, refused,
+    and the message ends with ``hint`` (what the person can do instead). ``outcome`` opens every
+    refusal ("not sent", "not changed"); ``quote``: what the confirmation is about, shown quoted.
+    """
+    body = f"{question}\n\n“{clip(clean(quote), CONFIRM_BODY_LIMIT)}”" if quote else question
+    prompt = Prompt(title=title, body=body, timeout=CONFIRM_TIME)
     try:
         async with _backend(request).show(prompt) as popup:
             answer = await popup.answer()
     except NoDesktop as exc:
         if not conn.at_terminal:
-            raise Refused(f"not sent: “{question}” needs your confirmation, and there is neither a desktop to ask "
-                          f"on ({exc.message}) nor a terminal. Send to one session at a time, or run "
-                          "`hive send` in a terminal.") from exc
+            raise refused(f"{outcome}: “{question}” needs confirmation by the person, and there is neither a "
+                          f"desktop to ask on ({exc.message}) nor a terminal. {hint}") from exc
         if request.get("confirmed_on_terminal") == question:
             return "terminal"
         raise ConfirmOnTerminal(question) from exc
     if answer is Answer.APPROVED:
         return "desktop"
-    raise Refused(f"not sent: you did not confirm “{question}” ({answer.value})")
+    raise refused(f"{outcome}: the person did not confirm “{question}” ({answer.value})")
 
 
 # ---- loop-guard overrides ----------------------------------------------------------------

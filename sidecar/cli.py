@@ -351,7 +351,7 @@ def cmd_team(args: argparse.Namespace) -> int:
 
 
 def cmd_remove(args: argparse.Namespace) -> int:
-    result = _call("team_remove", target=args.target)
+    result = _call("team_remove", target=args.target, desktop=desktop_env(os.environ))
     if args.json:
         _print_json(result)
         return 0
@@ -361,7 +361,7 @@ def cmd_remove(args: argparse.Namespace) -> int:
 
 
 def cmd_leave(args: argparse.Namespace) -> int:
-    result = _call("team_leave", force=args.force)
+    result = _call("team_leave", force=args.force, desktop=desktop_env(os.environ))
     if args.json:
         _print_json(result)
         return 0
@@ -370,7 +370,7 @@ def cmd_leave(args: argparse.Namespace) -> int:
 
 
 def cmd_link(args: argparse.Namespace) -> int:
-    result = _call("team_link_new") if args.new else _call("team_invite")
+    result = _call("team_link_new", desktop=desktop_env(os.environ)) if args.new else _call("team_invite")
     if args.json:
         _print_json(result)
         return 0
@@ -381,7 +381,8 @@ def cmd_link(args: argparse.Namespace) -> int:
 
 
 def cmd_join(args: argparse.Namespace) -> int:
-    request: dict[str, Any] = {"link": args.link}
+    # Asked of an agent's shell, the join waits for its person's click on this desktop.
+    request: dict[str, Any] = {"link": args.link, "desktop": desktop_env(os.environ)}
     if args.as_:
         request["person"] = args.as_
     if args.machine:

@@ -11,7 +11,8 @@ again from those replies, so callers on both sides catch the same classes:
     ├── NotFound            no session or recipient by that name/address     (not_found)
     │   └── Ambiguous       several sessions match; the message lists them   (ambiguous)
     ├── Refused             allowed syntax, refused by policy                (refused)
-    │   └── GroupRefused    a group address from an agent                    (group_refused)
+    │   ├── GroupRefused    a group address from an agent                    (group_refused)
+    │   └── NeedsPerson     only the person may do that, and they did not confirm (needs_person)
     ├── Conflict            a name is taken, a lock is held                  (conflict)
     ├── NoDesktop           no desktop to show a pop-up on: ask in-session   (no_desktop)
     │   └── ConfirmOnTerminal  no desktop; a person at this terminal may confirm (confirm_on_terminal)
@@ -65,6 +66,12 @@ class Refused(HiveError):
 
 class GroupRefused(Refused):
     code = "group_refused"
+
+
+class NeedsPerson(Refused):
+    """An agent asked for something only its person may do, and the person did not confirm it."""
+
+    code = "needs_person"
 
 
 class Conflict(HiveError):
@@ -141,7 +148,7 @@ _BY_CODE: dict[str, type[HiveError]] = {
     cls.code: cls
     for cls in (
         HiveError, BadRequest, UnknownOp, TooLarge, NotFound, Ambiguous,
-        Refused, GroupRefused, Conflict, NoDesktop, ConfirmOnTerminal, Unreachable,
+        Refused, GroupRefused, NeedsPerson, Conflict, NoDesktop, ConfirmOnTerminal, Unreachable,
         LessonInvalid, LessonNoEvidence, LessonNoQuote, LessonTooLong, LessonBadKind, LessonBadScope,
         LessonForged, NotMember, LessonRetracted, LessonState,
     )

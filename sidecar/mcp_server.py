@@ -440,21 +440,22 @@ class HiveTools:
         if action == "join":
             if not link:
                 raise BadRequest("join needs link: the invite (it starts with hive1:)")
-            result = await self.call("team_join", idempotent=False, link=link, **({"person": person} if person else {}))
+            result = await self.call("team_join", idempotent=False, link=link, desktop=desktop_env(self.environ),
+                                     **({"person": person} if person else {}))
             me = result["me"]
             return Reply(f"Joined team {result['team']['name']}: your person is {me['person']} on {me['machine']}.",
                          result)
         if action == "remove":
             if not name:
                 raise BadRequest("remove needs name: a person, a machine, or person@machine")
-            result = await self.call("team_remove", idempotent=False, target=name)
+            result = await self.call("team_remove", idempotent=False, target=name, desktop=desktop_env(self.environ))
             return Reply(f"Removed {', '.join(result['removed'])}. The team link was replaced; the new one:\n"
                          f"{result['invite']['line']}", result)
         if action == "leave":
-            result = await self.call("team_leave", idempotent=False, force=force)
+            result = await self.call("team_leave", idempotent=False, force=force, desktop=desktop_env(self.environ))
             return Reply(f"This machine left team {result['left']}; it is on its own again.", result)
         if action == "new_link":
-            result = await self.call("team_link_new", idempotent=False)
+            result = await self.call("team_link_new", idempotent=False, desktop=desktop_env(self.environ))
             return Reply(f"The old team link no longer works; the new one:\n{result['line']}", result)
         raise BadRequest(f"unknown team action {action!r}")
 
@@ -642,7 +643,8 @@ def build_server(tools: HiveTools, paths: StatePaths | None = None) -> MCPServer
     ) -> CallToolResult:
         """Your person's hive team: who is in it (people, machines, online or last seen), and, only
         when your person asks you to, founding one, inviting, joining, removing someone, leaving,
-        or replacing the team link. Pass invite lines on to your person; never send them to others."""
+        or replacing the team link (those four wait for your person to confirm in a pop-up). Pass
+        invite lines on to your person; never send them to others."""
         return await tools.run(ctx, lambda me: tools.team(me, action, name, person, link, own_machine, once, force))
 
     @tool(READ_ONLY)

@@ -1787,7 +1787,7 @@ async def op_drop(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -
 
 async def op_team_join(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """``hive join '<link>' --as <person>``: read the invite, dial its machines, keep the roster."""
-    from .team import team_of  # the team module imports nothing of the mesh; keep it that way
+    from .team import agent_confirms, team_of  # the team module imports nothing of the mesh; keep it that way
 
     link = request.get("link")
     if not isinstance(link, str) or not link.strip():
@@ -1798,6 +1798,10 @@ async def op_team_join(sidecar: Sidecar, conn: Connection, request: dict[str, An
         raise BadRequest("person and machine are names (a-z, 0-9 and -)")
     team = team_of(sidecar)
     prepared = await team.prepare_join(link.strip(), person, machine, ())
+    # A link in a stranger's text must not make this machine a member of their team unasked.
+    await agent_confirms(conn, request, f"Join team {prepared['team']} as {prepared['person']} on "
+                         f"{prepared['machine']}? Its members will see this machine's sessions.",
+                         "Ask your person to run `hive join` in a terminal.")
     answer = await sidecar.mesh.join(prepared["addresses"], prepared["keys"], prepared["frame"])
     sidecar.mesh.learn(answer["peer"], [answer["address"]], front=True)
     sidecar.mesh.eager.add(answer["peer"])

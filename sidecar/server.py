@@ -44,7 +44,7 @@ from .gate import run_gate
 from .mailbox import Mailbox
 from .mesh import Mesh
 from .paths import StatePaths, ensure_home
-from .peer import peer_pid, person_at_terminal
+from .peer import peer_pid, person_at_terminal, under_harness
 from .render import Message, frames
 from .sessions import Session, Sessions
 from .store import Store
@@ -84,6 +84,11 @@ class Connection:
     def at_terminal(self) -> bool:
         """A person's own terminal: a process's terminal and ancestry do not change."""
         return person_at_terminal(self.pid, harness_binaries())
+
+    @functools.cached_property
+    def by_agent(self) -> bool:
+        """A client an agent harness started: its MCP server, or a command in the agent's shell."""
+        return under_harness(self.pid, harness_binaries())
 
     async def send(self, payload: dict[str, Any]) -> None:
         data = (json.dumps(payload, separators=(",", ":"), ensure_ascii=False) + "\n").encode()

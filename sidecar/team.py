@@ -396,7 +396,12 @@ class Team:
         async with self._lock:
             await self._commit(roster.project_entry(self._require(), self.identity, project, person, role), "project")
 
-    def _targets(self, target: str) -> list[MemberView]:
+    @property
+    def name(self) -> str:
+        return self._roster().name if self.state is not None else ""
+
+    def targets(self, target: str) -> list[MemberView]:
+        """The active machines ``target`` names: a person's, one machine, or person@machine."""
         view = self._roster()
         active = list(view.active().values())
         if "@" in target:
@@ -418,7 +423,7 @@ class Team:
             raise BadRequest("remove needs a target: a person, a machine, or person@machine")
         async with self._lock:
             state = self._require()
-            found = self._targets(target)
+            found = self.targets(target)
             if any(m.key == self.identity.key_id for m in found):
                 raise Refused("that includes this machine: use `hive leave` to leave the team")
             state = roster.departures(state, self.identity, [m.key for m in found])
@@ -684,16 +689,45 @@ async def op_team_show(sidecar: Sidecar, conn: Connection, request: dict[str, An
     return team_of(sidecar).show()
 
 
+async def agent_confirms(conn: Connection, request: dict[str, Any], question: str, hint: str) -> None:
+    """A team change an agent asks for goes ahead only once its person confirms it in a pop-up.
+
+    A teammate's message or a web page the agent read can ask it to remove someone, leave, join
+    another team or replace the link; the person's own command (a terminal, a script of theirs)
+    needs no second question. Raises ``needs_person`` when the person declines or cannot be asked.
+    """
+    if not conn.by_agent:
+        return
+    from .ask import confirm_by_person  # ask imports this module
+
+    await confirm_by_person(conn, request, question, title="hive · confirm a team change", outcome="not changed",
+                            hint=hint)
+
+
 async def op_team_remove(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
-    return await team_of(sidecar).remove(_text(request, "target") or "")
+    team = team_of(sidecar)
+    target = _text(request, "target") or ""
+    if target and conn.by_agent:
+        labels = ", ".join(sorted(m.label for m in team.targets(target)))
+        await agent_confirms(conn, request, f"Remove {labels} from team {team.name}? The team link is replaced.",
+                             f"Ask your person to run `hive remove {target}` in a terminal.")
+    return await team.remove(target)
 
 
 async def op_team_leave(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
-    return await team_of(sidecar).leave(_flag(request, "force"))
+    team = team_of(sidecar)
+    if team.state is not None:
+        await agent_confirms(conn, request, f"Leave team {team.name} on this machine?",
+                             "Ask your person to run `hive leave` in a terminal.")
+    return await team.leave(_flag(request, "force"))
 
 
 async def op_team_link_new(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
-    return await team_of(sidecar).link_new()
+    team = team_of(sidecar)
+    if team.state is not None:
+        await agent_confirms(conn, request, f"Replace the link of team {team.name}? The old link stops working.",
+                             "Ask your person to run `hive link --new` in a terminal.")
+    return await team.link_new()
 
 
 async def op_team_join_prepare(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +22,7 @@ from hive.sidecar.sessions import Sessions
 from hive.sidecar.store import Store
 from hive.sidecar.team import Team, TeamChange, attach
 from tests.conftest import Hive
+from tests.sidecar.desktop import Desktop, no_desktop_env, start_sidecar
 
 MakeHive = Callable[..., Hive]
 
@@ -306,3 +309,70 @@ async def test_a_team_whose_machine_key_cannot_be_read_stays_out_and_says_why(tm
         assert await again.store.fetchone("SELECT team_id FROM team") is not None
     finally:
         await again.store.close()
+
+
+# ---- an agent's team changes wait for its person -------------------------------------------
+
+AGENT_RUNS = "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))"
+
+
+def as_agent(harness: Path, hive: Hive, env: dict[str, str], *args: str) -> subprocess.Popen[str]:
+    """``hive ARGS`` as a tool call of an agent harness (a process named like one) runs it."""
+    return subprocess.Popen([str(harness), "-c", AGENT_RUNS, sys.executable, "-m", "hive.sidecar.cli", *args],
+                            env={**env, "HIVE_HOME": str(hive.home)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def finished(process: subprocess.Popen[str]) -> tuple[int, str]:
+    _, stderr = process.communicate(timeout=60)
+    return process.returncode, stderr
+
+
+def secret(hive: Hive) -> str:
+    """The secret of the team link ``hive`` hands out now (the rest of the link names machines)."""
+    return roster.decode_ticket(call(hive, "team_invite")["link"]).secret
+
+
+def a_team_without_desktops(make_hive: MakeHive, runtime: Path, tmp_path: Path) -> tuple[Hive, Hive, Path, str]:
+    alice, bob = make_hive(person="alice"), make_hive(person="bob")
+    for hive in (alice, bob):
+        start_sidecar(hive, no_desktop_env(runtime))  # nothing to find a desktop by but the client's word
+    link = call(alice, "team_init", team="acme", person="alice")["invite"]["link"]
+    join(alice, bob, link, person="bob")
+    harness = tmp_path / "claude"
+    harness.symlink_to(sys.executable)
+    return alice, bob, harness, link
+
+
+def test_an_agent_cannot_remove_leave_replace_the_link_or_join_without_its_person(
+        make_hive: MakeHive, empty_runtime: Path, tmp_path: Path) -> None:
+    alice, _bob, harness, link = a_team_without_desktops(make_hive, empty_runtime, tmp_path)
+    carol = make_hive(person="carol")
+    start_sidecar(carol, no_desktop_env(empty_runtime))
+    env = no_desktop_env(empty_runtime)
+    for hive, args in ((alice, ("remove", "bob")), (alice, ("link", "--new")), (alice, ("leave", "--force")),
+                       (carol, ("join", link, "--as", "carol"))):
+        code, stderr = finished(as_agent(harness, hive, env, *args))
+        assert code == 1 and "[needs_person]" in stderr, (args, stderr)
+    assert labels(call(alice, "team_show")) == {"alice@m1", "bob@m2"}
+    assert secret(alice) == roster.decode_ticket(link).secret
+    assert call(carol, "team_show")["team"] is None  # carol's machine joined no team
+    # The person's own command needs no second question.
+    assert alice.cli("remove", "bob", check=True).returncode == 0
+    assert labels(call(alice, "team_show")) == {"alice@m1"}
+
+
+def test_an_agents_team_change_goes_ahead_when_its_person_approves_the_pop_up(
+        make_hive: MakeHive, empty_runtime: Path, tmp_path: Path, desktop: Desktop) -> None:
+    alice, _bob, harness, link = a_team_without_desktops(make_hive, empty_runtime, tmp_path)
+    replacing = as_agent(harness, alice, desktop.env, "link", "--new")
+    desktop.click("deny", which="confirm a team change")
+    code, stderr = finished(replacing)
+    assert code == 1 and "[needs_person]" in stderr, stderr
+    assert secret(alice) == roster.decode_ticket(link).secret
+    removing = as_agent(harness, alice, desktop.env, "remove", "bob")
+    desktop.click("approve", which="confirm a team change")
+    code, stderr = finished(removing)
+    assert code == 0, stderr
+    assert labels(call(alice, "team_show")) == {"alice@m1"}
+    assert secret(alice) != roster.decode_ticket(link).secret  # a removal replaces the link
