@@ -241,6 +241,21 @@ def stop_codex_daemon(machine: HarnessMachine) -> None:
             os.kill(pid, signal.SIGTERM)
 
 
+def choose(tui: Tui, wanted: str, above: str, below: str, timeout: float = 60) -> None:
+    """Move a TUI's menu selection onto ``wanted``. A loaded machine shows the menu before the TUI
+    reads its keys, and a key sent then is lost: press again until the screen shows the choice
+    (and Enter only then, which would otherwise confirm the first option)."""
+    deadline = time.monotonic() + timeout
+    while wanted not in (screen := tui.screen()):
+        assert time.monotonic() < deadline, f"the selection never reached {wanted!r}:\n{screen}"
+        if above in screen:
+            tui.tmux("send-keys", "-t", "main", "Down")
+        elif below in screen:
+            tui.tmux("send-keys", "-t", "main", "Up")
+        with contextlib.suppress(AssertionError):
+            tui.wait_screen(wanted, timeout=3)
+
+
 def test_codex_tui_push_wakes_an_idle_session_lands_mid_turn_leaves_the_prompt_working_and_stops_when_closed(
         model: ModelServer, codex_team: Team) -> None:
     machine = codex_team.machine
@@ -250,9 +265,7 @@ def test_codex_tui_push_wakes_an_idle_session_lands_mid_turn_leaves_the_prompt_w
     try:
         # What a person does once: Codex lists hive's new hooks for review; they trust them all.
         tui.wait_screen("Trust all and continue", timeout=90)
-        tui.tmux("send-keys", "-t", "main", "Down")
-        # Enter only once the choice has moved: on a loaded machine an early Enter confirms option 1.
-        tui.wait_screen("› 2. Trust all and continue", timeout=30)
+        choose(tui, "› 2. Trust all and continue", above="› 1. ", below="› 3. ")
         tui.tmux("send-keys", "-t", "main", "Enter")
         # Hooks (SessionStart too) fire from the first prompt.
         push_checks("codex", "codex", codex_team, model, tui,
