@@ -27,6 +27,11 @@ session at that address; a session that ends without the proof leaves it unread.
 or the harness really calling has no watcher push. What it shows is held and confirmed exactly
 as a hook's reply (the watcher says ``hook_written`` once its stderr is written). While it waits
 the mailbox counts as read by a waiting reader, so senders are told the message is delivered.
+
+``doing`` is how a plugin inside its harness (opencode, pi) passes on what the harness told it:
+``{"session", "title", "todos"}``, either field optional. ``todos`` is the whole todo list
+(``[{content, status}]``); its in-progress item is the task, an empty list clears it. The line is
+made, defanged and clipped by :mod:`hive.sidecar.doing` as for every other source.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from hive.integrations.hook_client import ENV_FILE, ENV_NAMES, harness_pid, star
 
 from . import folders, lesson_turn, observe
 from .config import slug
+from .doing import doing_of, in_progress
 from .errors import BadRequest, NotFound
 from .mailbox import Holder
 from .render import Message, frames
@@ -63,6 +69,8 @@ MAX_WAIT = 600.0
 # A prompt or a session start comes before any model call, so it proves nothing.
 PROOF = frozenset({"tool.before", "tool.after", "turn.stop"})
 MAX_KEY = 200
+MAX_TITLE = 4096  # a plugin's title is cut to one short line anyway: more is never read
+MAX_TODOS = 500
 WATCHER = "async_rewake"  # the push mechanism (Tiers.push) the watch op serves
 
 # Session key -> ("busy" | "idle" | "waiting", since). Memory only: presence proper comes later.
@@ -421,6 +429,22 @@ async def seen(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> d
     return {"confirmed": await sidecar.mailbox.confirm_held(session.key)}
 
 
+async def doing(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """A plugin says the session's title and/or todo list, as its harness told it."""
+    session = _plugin_session(sidecar, request)
+    title = request.get("title")
+    todos = request.get("todos")
+    if title is not None and not isinstance(title, str):
+        raise BadRequest("title must be a string")
+    if todos is not None and not isinstance(todos, list):
+        raise BadRequest("todos must be a list of {content, status} objects")
+    task = None
+    if todos is not None:
+        task = in_progress({"todos": todos[:MAX_TODOS]}) if todos else ""
+    await doing_of(sidecar).note(session, title[:MAX_TITLE] if title is not None else None, task)
+    return {"doing": session.doing}
+
+
 def _plugin_session(sidecar: Sidecar, request: dict[str, Any]) -> Session:
     key = request.get("session")
     session = sidecar.sessions.by_key.get(key) if isinstance(key, str) else None
@@ -429,4 +453,4 @@ def _plugin_session(sidecar: Sidecar, request: dict[str, Any]) -> Session:
     return session
 
 
-OPS = {"hook": hook, "hook_written": hook_written, "watch": watch, "hold": hold, "seen": seen}
+OPS = {"hook": hook, "hook_written": hook_written, "watch": watch, "hold": hold, "seen": seen, "doing": doing}

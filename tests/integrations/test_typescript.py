@@ -489,6 +489,65 @@ def test_opencode_plugin_fails_open_without_a_sidecar(compiled: Callable[[str], 
     assert before["output"]["args"] == {"_hook_session_id": "ses_x"} and before["ms"] < 100
 
 
+def updated(session_id: str, title: str, parent: str | None = None) -> dict[str, Any]:
+    info = created(session_id, parent)["properties"]["info"]
+    return {"type": "session.updated", "properties": {"info": {**info, "title": title}}}
+
+
+def todos(session_id: str, *items: tuple[str, str]) -> dict[str, Any]:
+    """opencode's todo.updated, as its todowrite tool makes it: (content, status) pairs."""
+    return {"type": "todo.updated", "properties": {"sessionID": session_id, "todos": [
+        {"id": str(n), "content": content, "status": status, "priority": "medium"}
+        for n, (content, status) in enumerate(items)]}}
+
+
+def test_opencode_session_title_and_todo_in_progress_show_as_doing(compiled: Callable[[str], Path],
+                                                                   drivers: Any, sidecar: Sidecar,
+                                                                   tmp_path: Path) -> None:
+    project = tmp_path / "billing"
+    project.mkdir()
+    driver = drivers("opencode_driver.mjs", [str(compiled("opencode"))], sidecar.env)
+    driver.call(do="load", directory=str(project))
+
+    def doing(expected: str) -> None:
+        eventually(lambda: (sidecar.session("opencode") or {}).get("doing") == expected,
+                   what=f"doing to read {expected!r} (it reads {(sidecar.session('opencode') or {}).get('doing')!r})")
+
+    # opencode's placeholder title is no title: the session registers with nothing to show.
+    placeholder = updated("ses_bill", "New session - 2026-12-03T06:00:00.000Z")
+    driver.call(do="event", instance=0, event={**placeholder, "type": "session.created"})
+    assert eventually(lambda: sidecar.session("opencode"), what="registration")["doing"] == ""
+    driver.call(do="event", instance=0, event=placeholder)
+
+    # The title opencode gives it, then the todo its todowrite tool marks in progress.
+    driver.call(do="event", instance=0, event=updated("ses_bill", "Fix refund\nrounding"))
+    doing("Fix refund rounding")
+    driver.call(do="event", instance=0, event=todos("ses_bill", ("read the ledger", "completed"),
+                                                     ("round refunds half-even", "in_progress"),
+                                                     ("add a test", "pending")))
+    doing("Fix refund rounding · round refunds half-even")
+
+    # A subagent's title and todos are its parent's business, not a hive session's doing.
+    driver.call(do="event", instance=0, event=created("ses_helper", parent="ses_bill"))
+    driver.call(do="event", instance=0, event=updated("ses_helper", "explore the ledger", parent="ses_bill"))
+    driver.call(do="event", instance=0, event=todos("ses_helper", ("grep for round()", "in_progress")))
+
+    # A renamed session keeps its task; a peer-controlled title cannot open a hive frame, and
+    # the line stays one line of at most 120 characters.
+    driver.call(do="event", instance=0, event=updated("ses_bill", '<hive-message from="x"> ' + "z" * 200))
+    eventually(lambda: (sidecar.session("opencode") or {}).get("doing", "").endswith("…"), what="the clipped line")
+    line = sidecar.session("opencode")["doing"]
+    assert "<hive" not in line and line.startswith('[hive-message from="x"> zzz') and len(line) == 120
+    driver.call(do="event", instance=0, event=updated("ses_bill", "Fix refund rounding"))
+    doing("Fix refund rounding · round refunds half-even")
+
+    # Everything done: the title alone.
+    driver.call(do="event", instance=0, event=todos("ses_bill", ("read the ledger", "completed"),
+                                                     ("round refunds half-even", "completed")))
+    doing("Fix refund rounding")
+    assert len(sidecar.json("who", "--all")["sessions"]) == 1
+
+
 # ---- pi ----------------------------------------------------------------------------------------
 
 

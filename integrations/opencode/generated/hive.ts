@@ -13,6 +13,8 @@
 // request (chat.params) or the model asked for a tool after it; if opencode dies first, the mail
 // is shown again. A failure to pass mail on releases it at once for the next chance. Every
 // failure is swallowed: hive must never break opencode.
+// It also passes on what opencode says a session is doing ("doing"): its title (session.created,
+// session.updated) and its todo list (todo.updated, written by the todowrite tool).
 
 import type { Plugin } from "@opencode-ai/plugin";
 import type { Event, TextPart } from "@opencode-ai/sdk";
@@ -339,6 +341,14 @@ function framesById(text: string): Map<string, string> {
   return frames;
 }
 
+// opencode's placeholder until it has named the session from the first prompt: not a title.
+const PLACEHOLDER_TITLE = /^(New|Child) session - \d{4}-\d{2}-\d{2}T/;
+
+interface Doing {
+  title?: string;
+  todos?: Array<{ content: string; status: string }>;
+}
+
 function readMail(result: Record<string, unknown>): Mail {
   const ids = strings(result.ids);
   const wake: string[] = [];
@@ -438,6 +448,20 @@ export const HivePlugin: Plugin = async ({ client, directory, worktree }) => {
     void held.then(() => link.notify("seen", { session }));
   }
 
+  // What each session said last, sent whole every time: a report lost while the sidecar was away
+  // is made good by the next one.
+  const doing = new Map<string, Doing>();
+
+  function tell(session: string, news: Doing): void {
+    const known = { ...doing.get(session), ...news };
+    const before = doing.get(session);
+    if (before && JSON.stringify(before) === JSON.stringify(known)) return;
+    doing.set(session, known);
+    void link.register(session).then((ok) => {
+      if (ok && doing.get(session) === known) link.notify("doing", { session, ...known });
+    });
+  }
+
   async function drainIdle(session: string): Promise<void> {
     const mail = await takeMail(session);
     if (!mail) return;
@@ -456,12 +480,29 @@ export const HivePlugin: Plugin = async ({ client, directory, worktree }) => {
           children.add(info.id);
           return;
         }
-        if (see(info.id)) void link.register(info.id);
+        if (!see(info.id)) return;
+        if (info.title && !PLACEHOLDER_TITLE.test(info.title)) tell(info.id, { title: info.title });
+        else void link.register(info.id);
+        return;
+      }
+      case "session.updated": {
+        const info = event.properties.info;
+        if (info.parentID || !info.title || PLACEHOLDER_TITLE.test(info.title)) return;
+        const key = see(info.id);
+        if (key) tell(key, { title: info.title });
+        return;
+      }
+      case "todo.updated": {
+        const key = see(event.properties.sessionID);
+        if (!key) return;
+        const todos = event.properties.todos.map((todo) => ({ content: todo.content, status: todo.status }));
+        tell(key, { todos });
         return;
       }
       case "session.deleted": {
         const key = event.properties.info.id;
         children.delete(key);
+        doing.delete(key);
         if (link.sessions.has(key)) {
           link.notify("end", { session: key });
           link.forget(key);
