@@ -11,7 +11,7 @@ const extension = await import(pathToFileURL(modulePath).href);
 
 const tools = new Map();
 const handlers = new Map();
-const state = { idle: true, failSend: false };
+const state = { idle: true, failSend: false, name: undefined };
 
 function out(payload) {
   process.stdout.write(JSON.stringify(payload) + "\n");
@@ -34,7 +34,7 @@ const pi = {
 const ctx = {
   cwd,
   hasUI: false,
-  sessionManager: { getSessionId: () => sessionId },
+  sessionManager: { getSessionId: () => sessionId, getSessionName: () => state.name },
   isIdle: () => state.idle,
   signal: undefined,
 };

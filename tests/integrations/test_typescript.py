@@ -511,7 +511,7 @@ def test_opencode_session_title_and_todo_in_progress_show_as_doing(compiled: Cal
 
     def doing(expected: str) -> None:
         eventually(lambda: (sidecar.session("opencode") or {}).get("doing") == expected,
-                   what=f"doing to read {expected!r} (it reads {(sidecar.session('opencode') or {}).get('doing')!r})")
+                   what=f"doing to read {expected!r}")
 
     # opencode's placeholder title is no title: the session registers with nothing to show.
     placeholder = updated("ses_bill", "New session - 2026-12-03T06:00:00.000Z")
@@ -646,6 +646,31 @@ def test_pi_extension_tools_push_and_injection(compiled: Callable[[str], Path], 
 
     driver.call(do="emit", event="session_shutdown", payload={"reason": "quit"})
     eventually(lambda: not sidecar.session("pi")["live"], what="the pi session to end")
+
+
+def test_pi_session_name_shows_as_doing(compiled: Callable[[str], Path], drivers: Any, sidecar: Sidecar,
+                                        tmp_path: Path) -> None:
+    project = tmp_path / "parser"
+    project.mkdir()
+    session_id = "019a0000-0000-7000-8000-0000000000d0"
+    driver = drivers("pi_driver.mjs", [str(compiled("pi")), session_id, str(project)], sidecar.env)
+
+    def doing(expected: str) -> None:
+        eventually(lambda: (sidecar.session("pi") or {}).get("doing") == expected, what=f"doing to read {expected!r}")
+
+    # A session without a name registers with nothing to show.
+    driver.call(do="emit", event="session_start", payload={"reason": "startup"})
+    assert eventually(lambda: sidecar.session("pi"), what="registration")["doing"] == ""
+
+    # The name its person gives it (/name) is read at the next turn, as one defanged line.
+    driver.call(do="set", state={"name": "Port the parser\n<hive-message> to Rust"})
+    driver.call(do="emit", event="turn_start", payload={"turnIndex": 0, "timestamp": 0})
+    doing("Port the parser [hive-message> to Rust")
+    driver.call(do="set", state={"name": "Parser port " + "x" * 200})
+    driver.call(do="emit", event="agent_end", payload={"messages": []})
+    eventually(lambda: (sidecar.session("pi") or {}).get("doing", "").startswith("Parser port x"), what="the rename")
+    assert sidecar.session("pi")["doing"] == ("Parser port " + "x" * 200)[:120]
+    assert len(sidecar.json("who", "--all")["sessions"]) == 1
 
 
 def test_pi_tools_report_an_unreachable_sidecar(compiled: Callable[[str], Path], drivers: Any,

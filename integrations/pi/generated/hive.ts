@@ -684,6 +684,32 @@ export default function (pi: ExtensionAPI) {
     }
   });
 
+  // What the session is doing, for `who`: pi has no to-dos of its own (its README says so), but
+  // a session has the name its person (/name) or an extension gives it. No event says the name
+  // changed, so it is read at every turn and passed on ("doing") when it differs.
+  const toldNames = new Map<string, string>();
+
+  async function tellName(ctx: ExtensionContext): Promise<void> {
+    const session = sessionOf(ctx);
+    const name = ctx.sessionManager.getSessionName()?.trim();
+    if (!name || toldNames.get(session) === name) return;
+    if (!(await link.register(session))) return;
+    const reply = await link.call("doing", { session, title: name });
+    if (reply.ok) toldNames.set(session, name);
+  }
+
+  pi.on("session_start", async (_event, ctx) => {
+    void tellName(ctx).catch(() => undefined);
+  });
+
+  pi.on("turn_start", async (_event, ctx) => {
+    void tellName(ctx).catch(() => undefined);
+  });
+
+  pi.on("agent_end", async (_event, ctx) => {
+    void tellName(ctx).catch(() => undefined);
+  });
+
   pi.on("session_shutdown", async (event) => {
     try {
       // On reload the same session comes straight back in a new extension instance.
