@@ -262,6 +262,14 @@ def _exit_code(payload: dict[str, Any]) -> int | None:
     return None
 
 
+def _failed_without_result(payload: dict[str, Any]) -> bool:
+    """A call reported as failed, with only its error (Claude Code's PostToolUseFailure): it changed
+    none of the files it names, and its exit code is unknown, so no file or command record follows
+    from it (a failed Edit is no overlap; a failed ``git commit`` is no commit)."""
+    return isinstance(payload.get("error"), str) and not any(
+        k in payload for k in ("tool_response", "tool_output", "toolResult", "result"))
+
+
 def normalize(harness: str, event: str, payload: dict[str, Any], session: str, cwd: str,
               at: float | None = None) -> list[Event]:
     """The records one hook call stands for."""
@@ -279,7 +287,7 @@ def normalize(harness: str, event: str, payload: dict[str, Any], session: str, c
     tool_input = _tool_input(payload)
     detail = json.dumps(scrub(tool_input), ensure_ascii=False)[:DETAIL_CAP]
     out = [Event(**{**base.__dict__, "detail": detail, "exit_code": _exit_code(payload)})]
-    if event != "tool.after":
+    if event != "tool.after" or _failed_without_result(payload):
         return out  # what a call did is known once it ran: derived records come from tool.after only
     for kind, path in tool_paths(tool, tool_input):
         out.append(Event(**{**base.__dict__, "action": kind, "path": path, "fidelity": "inferred"}))

@@ -1,10 +1,12 @@
 """Claude Code (`claude`): hooks in settings.json, MCP in ~/.claude.json, skills in .claude/skills.
 
 Measured contract: ../shared/notes/harnesses.md §1 and push.md §1a. Injection at SessionStart,
-UserPromptSubmit and PostToolUse goes through ``hookSpecificOutput.additionalContext``; Stop
-blocks with the messages as its reason (never twice in a row: ``stop_hook_active``). Push is a
-background hook with ``asyncRewake`` that waits on the sidecar and exits 2 with the framed text,
-which wakes an idle session and lands mid-turn after a tool result.
+UserPromptSubmit, PostToolUse and PostToolUseFailure (2.1.197 runs only the latter for a failed
+call, with its ``error`` text and no ``tool_response``) goes through
+``hookSpecificOutput.additionalContext``; Stop blocks with the messages as its reason (never
+twice in a row: ``stop_hook_active``). Push is a background hook with ``asyncRewake`` that waits
+on the sidecar and exits 2 with the framed text, which wakes an idle session and lands mid-turn
+after a tool result.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ POINTS = [
     HookPoint("SessionStart", "session.start", inject="additional_context"),
     HookPoint("UserPromptSubmit", "prompt.submitted", inject="additional_context"),
     HookPoint("PostToolUse", "tool.after", inject="additional_context", wakes_only=True, matcher="*"),
+    # A failed call (a command exiting non-zero, an Edit that did not apply) reaches only this one.
+    HookPoint("PostToolUseFailure", "tool.after", inject="additional_context", wakes_only=True, matcher="*"),
     HookPoint("Stop", "turn.stop", inject="stop_block"),
     HookPoint("SessionEnd", "session.end"),
 ]

@@ -131,7 +131,7 @@ def test_gemini_and_cursor_stay_on_the_turn_tier_and_tell_senders_there_is_no_id
 
 
 @pytest.mark.parametrize(("name", "natives"), [
-    ("claude-code", ["SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "SessionEnd"]),
+    ("claude-code", ["SessionStart", "UserPromptSubmit", "PostToolUse", "PostToolUseFailure", "Stop", "SessionEnd"]),
     ("codex", ["SessionStart", "UserPromptSubmit", "PostToolUse", "Stop"]),
     ("gemini", ["SessionStart", "BeforeAgent", "AfterTool", "AfterAgent", "SessionEnd"]),
     ("cursor", ["sessionStart", "beforeSubmitPrompt", "postToolUse", "stop", "sessionEnd"]),

@@ -160,6 +160,19 @@ def test_edit_tools_of_each_harness_name_their_paths() -> None:
                                                           ("file.modified", "inferred")]
 
 
+def test_a_failed_call_claude_code_reports_with_only_its_error_implies_no_file_or_command_record() -> None:
+    # PostToolUseFailure: an Edit that did not apply changed nothing, so it is no overlap; the
+    # command's exit code is unknown, so a failed `git commit` is no commit.
+    failed_edit = claude("s", "/r", "PostToolUseFailure", tool_name="Edit", tool_use_id="toolu_02",
+                         tool_input={"file_path": "/r/a.py", "old_string": "a", "new_string": "b"},
+                         error="String to replace not found in file.")
+    failed_commit = claude("s", "/r", "PostToolUseFailure", tool_name="Bash", tool_use_id="toolu_03",
+                           tool_input={"command": "git commit -m x"}, error="Exit code 1\nnothing to commit")
+    for payload in (failed_edit, failed_commit):
+        recorded = normalize("claude-code", "tool.after", payload, "s", "/r")
+        assert [e.action for e in recorded] == ["tool.completed"]
+
+
 def test_head_is_read_from_the_repository_files_as_git_would_answer(tmp_path: Path) -> None:
     cwd, head = git_repo(tmp_path / "api")
     assert read_head(cwd) == head
