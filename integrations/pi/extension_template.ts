@@ -7,9 +7,13 @@
 //     agent works, a new turn when it is idle;
 //   - at tool_result and before_agent_start, whatever still waits (a push that failed, or mail
 //     that arrived while the connection was down).
-// Pushed mail is confirmed to the sidecar when pi puts it into the conversation (message_end),
-// so mail that never got there stays unread. Event handlers swallow every failure: hive must
-// never break pi. The tools report failures the way pi expects, by throwing.
+// Mail in pi is not yet read: the model gets it with the session's next request. So the
+// extension tells the sidecar pi holds it ("hold"; this process, the other end of the connection,
+// is the holder) as soon as pi has it (a push pi accepted, a tool result or message it added), and
+// confirms it ("seen") when pi sends the next model request after the mail entered the
+// conversation (before_provider_request); if pi dies first, the mail is shown again. A push that
+// never enters the conversation is released for the next chance. Event handlers swallow every
+// failure: hive must never break pi. The tools report failures the way pi expects, by throwing.
 
 import type { AgentToolResult, ExtensionAPI, ExtensionContext } from "@mariozechner/pi-coding-agent";
 import { execFile } from "node:child_process";
@@ -369,8 +373,13 @@ function plural(count: number, word: string): string {
 export default function (pi: ExtensionAPI) {
   let key: string | null = null;
   let lastCtx: ExtensionContext | null = null;
-  // Pushed message id -> when it counts as lost; confirmed once pi puts it into the conversation.
+  // Pushed message id -> when it counts as lost, until pi puts it into the conversation.
   const pushed = new Map<string, number>();
+  // Per session, the "hold" and "seen" calls in order: the sidecar handles requests concurrently,
+  // and "seen" must not overtake the hold of mail it confirms, nor a later hold overtake "seen".
+  const chains = new Map<string, Promise<unknown>>();
+  // Sessions with held mail in the conversation: their next model request carries it.
+  const carried = new Set<string>();
 
   function idle(): boolean {
     try {
@@ -413,9 +422,11 @@ export default function (pi: ExtensionAPI) {
       }
       // pi only looks at deliverAs while the agent is streaming: then "steer" puts the text
       // into this run right after the running tool calls; when idle the message starts a turn.
-      // Recorded first: message_end may come before sendUserMessage returns.
+      // Recorded and held first: message_end may come before sendUserMessage returns. Held, it
+      // is this process's: if pi dies before a model request carried it, it comes back.
       const lostAt = Date.now() + (idle() ? PUSH_IDLE_MS : PUSH_BUSY_MS);
       for (const id of deliver.ids) pushed.set(id, lostAt);
+      hold(deliver.session, deliver.ids, false);
       pi.sendUserMessage(deliver.text, { deliverAs: "steer" });
     } catch {
       for (const id of deliver.ids) pushed.delete(id);
@@ -453,8 +464,9 @@ export default function (pi: ExtensionAPI) {
     if (!reply.ok) return null;
     const mail = readMail(reply.result);
     if (mail.ids.length === 0 || !mail.text) return null;
-    // A pushed message can reappear here when its in-flight time ran out before pi took the
-    // steer in (a long tool call); it is still coming, so it is neither shown nor released.
+    // A pushed message can reappear here when its hold did not reach the sidecar and its
+    // in-flight time ran out before pi took the steer in (a long tool call); it is still coming,
+    // so it is neither shown nor released.
     const coming = mail.ids.filter((id) => pushed.has(id));
     if (coming.length === 0) return mail;
     const ids = mail.ids.filter((id) => !pushed.has(id));
@@ -467,8 +479,24 @@ export default function (pi: ExtensionAPI) {
     if (ids.length > 0) link.notify("undelivered", { ids });
   }
 
-  function confirm(session: string, ids: string[]): void {
-    if (ids.length > 0) link.notify("delivered", { session, ids });
+  function chain(session: string, call: () => Promise<unknown>): Promise<unknown> {
+    const next = (chains.get(session) ?? Promise.resolve()).then(call, call);
+    chains.set(session, next);
+    void next.then(() => {
+      if (chains.get(session) === next) chains.delete(session);
+    });
+    return next;
+  }
+
+  /** pi has these: held for this process until a model request carries them (`inConversation`: now in it). */
+  function hold(session: string, ids: string[], inConversation: boolean): void {
+    if (ids.length > 0) void chain(session, () => link.call("hold", { session, ids }));
+    if (inConversation) carried.add(session);
+  }
+
+  /** pi is sending the session's next model request: what it holds in the conversation reached the model. */
+  function seen(session: string): void {
+    if (carried.delete(session)) void chain(session, () => link.call("seen", { session }));
   }
 
   // ---- tools ---------------------------------------------------------------------------
@@ -614,7 +642,7 @@ export default function (pi: ExtensionAPI) {
           const deliver = first.deliver;
           link.notify("stop_waiting", { session });
           polled.then(({ result }) => release(readMail(result).ids)).catch(() => undefined);
-          confirm(session, deliver.ids);
+          hold(session, deliver.ids, true);
           return answer(deliver.text, { ids: deliver.ids, pushed: true });
         }
         if (!first.reply) throw new Error("hive: check_inbox got no answer");
@@ -626,7 +654,7 @@ export default function (pi: ExtensionAPI) {
           throw new Error("hive: check_inbox was cancelled; the messages stay unread");
         }
         for (const id of mail.ids) pushed.delete(id);
-        confirm(session, mail.ids);
+        hold(session, mail.ids, true);
         return answer(mail.text, result);
       } finally {
         if (claim !== null && waiting === claim) waiting = null;
@@ -712,6 +740,9 @@ export default function (pi: ExtensionAPI) {
 
   pi.on("session_shutdown", async (event) => {
     try {
+      // What the last model request carried is confirmed before the session ends, if it can be.
+      const pending = key ? chains.get(key) : undefined;
+      if (pending) await withTimeout(pending, CALL_TIMEOUT_MS, undefined);
       // On reload the same session comes straight back in a new extension instance.
       if (key && event.reason !== "reload") await link.call("end", { session: key });
     } catch {
@@ -732,7 +763,7 @@ export default function (pi: ExtensionAPI) {
           : content.map((part) => (part.type === "text" ? part.text : "")).join("\n");
       const arrived = [...pushed.keys()].filter((id) => body.includes(`id="${id}"`));
       for (const id of arrived) pushed.delete(id);
-      confirm(key, arrived);
+      if (arrived.length > 0) carried.add(key);
       prunePushed();
     } catch {
       // fail open
@@ -751,7 +782,7 @@ export default function (pi: ExtensionAPI) {
       }
       const cut = framesOf(mail, mail.wake);
       const shown = cut === null ? mail.ids : mail.wake;
-      confirm(session, shown);
+      hold(session, shown, true);
       release(mail.ids.filter((id) => !shown.includes(id)));
       return { content: [...event.content, { type: "text", text: cut ?? mail.text }] };
     } catch {
@@ -764,10 +795,20 @@ export default function (pi: ExtensionAPI) {
       const session = sessionOf(ctx);
       const mail = await takeMail(session);
       if (!mail) return;
-      confirm(session, mail.ids);
+      hold(session, mail.ids, true);
       return { message: { customType: "hive", content: mail.text, display: true } };
     } catch {
       return;
     }
+  });
+
+  pi.on("before_provider_request", () => {
+    try {
+      // pi built this request from the conversation, with every message and tool result in it.
+      if (key) seen(key);
+    } catch {
+      // fail open
+    }
+    return undefined; // the payload stays as pi built it
   });
 }

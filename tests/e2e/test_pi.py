@@ -58,4 +58,9 @@ def test_pi_calls_hive_tools_and_gets_a_teammates_message_steered_in_after_the_t
 
 def test_pi_mail_pushed_to_a_harness_killed_before_its_next_model_call_comes_back(
         model: ModelServer, team: Team) -> None:
-    killed_before_next_call(runner(), team, model)
+    # The extension steered it in while the slow command ran: pi holds it until a model request
+    # carries it, which the kill prevents, so it is visible again at once and read only after the
+    # next turn's model call had it.
+    receipt = killed_before_next_call(runner(), team, model)
+    assert receipt != "read", f"{contract(HARNESS)}: bob's receipt said {receipt!r} " \
+        "right after the kill, before any model call had the message"

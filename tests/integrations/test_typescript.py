@@ -560,8 +560,8 @@ def test_pi_extension_tools_push_and_injection(compiled: Callable[[str], Path], 
     listing = driver.call(do="tools")
     assert sorted(t["name"] for t in listing["tools"]) == [
         "check_inbox", "list_team", "rename", "send_message", "whoami"]
-    assert {"session_start", "session_shutdown", "message_end", "tool_result", "before_agent_start"} <= set(
-        listing["events"])
+    assert {"session_start", "session_shutdown", "message_end", "tool_result", "before_agent_start",
+            "before_provider_request"} <= set(listing["events"])
 
     driver.call(do="emit", event="session_start", payload={"reason": "startup"})
     entry = eventually(lambda: sidecar.session("pi"), what="the pi session to register")
@@ -587,22 +587,30 @@ def test_pi_extension_tools_push_and_injection(compiled: Callable[[str], Path], 
     inbox = sidecar.json("inbox", "--as", "alice/api-codex", "--peek")["messages"]
     assert [(m["from"], m["body"]) for m in inbox] == [("alice/engine-pi", "which port?")]
 
-    # Push: steered in; read only once pi puts it into the conversation.
+    # Push: steered in and held by pi; read only once a model request carries it, which is the
+    # first one after pi put it into the conversation.
+    def request() -> None:
+        assert driver.call(do="emit", event="before_provider_request", payload={"payload": {}})["results"] == [None]
+
     pushed = sidecar.send(address, "the port is 8443")
     assert pushed["state"] == "pushed"
     message = driver.wait_for("user_message")
     assert message["options"] == {"deliverAs": "steer"}
     assert message["content"].startswith("<hive-message ") and "the port is 8443" in message["content"]
-    time.sleep(0.3)
-    assert sidecar.state(pushed["id"]) == "queued"
+    request()  # a request built while the steer still waits in pi's queue does not carry it
     driver.call(do="emit", event="message_end", payload={
         "message": {"role": "user", "content": [{"type": "text", "text": message["content"]}], "timestamp": 1}})
+    time.sleep(0.3)
+    assert sidecar.state(pushed["id"]) == "queued"
+    assert pushed["id"] not in sidecar.peek(address), "pi holds the steered message: no other reader may take it"
+    request()
     eventually(lambda: sidecar.state(pushed["id"]) == "read", what="the steered message to be read")
 
     # check_inbox shows what waits and confirms it; an empty inbox says so.
     fyi = sidecar.send(address, "fyi: deploy at 5", "--fyi")
     checked = driver.call(do="tool", name="check_inbox", params={})
     assert "fyi: deploy at 5" in checked["result"]["content"][0]["text"]
+    request()
     eventually(lambda: sidecar.state(fyi["id"]) == "read", what="check_inbox to confirm")
     empty = driver.call(do="tool", name="check_inbox", params={"wait_secs": 0})
     assert empty["result"]["content"][0]["text"] == "No unread hive messages."
@@ -627,6 +635,7 @@ def test_pi_extension_tools_push_and_injection(compiled: Callable[[str], Path], 
         "isError": False, "details": None})["results"][0]
     assert result["content"][0] == {"type": "text", "text": "ok"}
     assert "while sending fails" in result["content"][1]["text"]
+    request()
     eventually(lambda: sidecar.state(refused["id"]) == "read", what="the tool_result injection to be read")
 
     quiet = sidecar.send(address, "fyi: no rush", "--fyi")
@@ -637,6 +646,7 @@ def test_pi_extension_tools_push_and_injection(compiled: Callable[[str], Path], 
     started = driver.call(do="emit", event="before_agent_start", payload={"prompt": "go", "systemPrompt": ""})
     injected = started["results"][0]["message"]
     assert injected["customType"] == "hive" and "fyi: no rush" in injected["content"]
+    request()
     eventually(lambda: sidecar.state(quiet["id"]) == "read", what="the prompt injection to be read")
 
     renamed = driver.call(do="tool", name="rename", params={"name": "engine-perf"})
