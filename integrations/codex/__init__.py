@@ -5,6 +5,10 @@ mcp-session-identity.md (Codex). The hooks file has Claude Code's shape; Session
 UserPromptSubmit and PostToolUse inject through ``hookSpecificOutput.additionalContext`` (each
 arrives as a developer message) and Stop blocks with ``{"decision": "block", "reason"}``, which
 Codex hands back as a user message and answers in a new model call. Codex has no SessionEnd.
+PermissionRequest runs just before Codex asks its person to approve a call (measured with 0.171.0
+on ``codex app-server``: the hook ran, then ``item/commandExecution/requestApproval``; the rollout
+records nothing of the request): hive answers nothing there, so the person is still asked, and the
+session shows as waiting for approval until its next hook (the call ran, or the turn ended).
 
 Two switches Codex needs, both the user's own decision and neither a bypass of Codex's prompts:
 the MCP table carries ``default_tools_approval_mode = "approve"`` (the per-server setting; without
@@ -45,6 +49,8 @@ POINTS = [
     HookPoint("UserPromptSubmit", "prompt.submitted", inject="additional_context"),
     HookPoint("PostToolUse", "tool.after", inject="additional_context", wakes_only=True),
     HookPoint("Stop", "turn.stop", inject="stop_block"),
+    # Codex installs no PreToolUse here, so "tool.before" means only this: a call awaits approval.
+    HookPoint("PermissionRequest", "tool.before"),
 ]
 
 
@@ -62,7 +68,8 @@ def hive_hook_points(harness: str) -> list[HookPoint] | None:
 def hive_presence(harness: str) -> Presence | None:
     if harness != NAME:
         return None
-    return Presence(transcripts=(".codex/sessions/*/*/*/rollout-*.jsonl",), titles=(".codex/session_index.jsonl",))
+    return Presence(busy=("prompt.submitted", "tool.after"), waiting_approval=("tool.before",),
+                    transcripts=(".codex/sessions/*/*/*/rollout-*.jsonl",), titles=(".codex/session_index.jsonl",))
 
 
 @hookimpl

@@ -48,7 +48,7 @@ def test_setup_wires_every_harness_found_and_keeps_the_persons_entries(machine: 
     assert codex["mcp_servers"]["notes"]["args"][0].endswith("notes_server.py")
     codex_hooks = json.loads(machine.read(".codex/hooks.json"))["hooks"]
     assert codex_hooks["Stop"][0]["hooks"][0]["command"] == "notify-send 'Codex is done'"
-    assert set(codex_hooks) == {"SessionStart", "UserPromptSubmit", "PostToolUse", "Stop"}
+    assert set(codex_hooks) == {"SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "PermissionRequest"}
 
     gemini = json.loads(machine.read(".gemini/settings.json"))
     assert list(gemini["mcpServers"]) == ["notes", "hive"]

@@ -293,6 +293,25 @@ def test_two_sessions_on_two_machines_editing_one_file_each_get_exactly_one_noti
 # ---- doing -----------------------------------------------------------------------------------------
 
 
+def test_a_codex_approval_asked_shows_as_waiting_approval_until_the_call_runs(hive: Hive, tmp_path: Path) -> None:
+    cwd, _ = git_repo(tmp_path / "api")
+    env = HARNESSES["codex"]["env"]
+    step(hive, "codex", "start", "cx-1", cwd)
+    step(hive, "codex", "prompt", "cx-1", cwd)
+    # Codex 0.171.0's PermissionRequest stdin, as it ran just before asking its person.
+    asked = codex("cx-1", cwd, "PermissionRequest", permission_mode="default", tool_name="Bash",
+                  tool_input={"command": "touch made", "description": "need it"})
+    reply = hook(hive, "codex", "PermissionRequest", asked, env)
+    assert reply["stdout"] == "", "hive must not answer the approval: the person is asked"
+    [me] = ok(hive, "who")["sessions"]
+    assert me["state"] == "waiting_approval"
+    assert "approval.requested" in [e["action"] for e in events(hive, "cx-1")]
+    hook(hive, "codex", "PostToolUse", codex("cx-1", cwd, "PostToolUse", tool_name="Bash", tool_use_id="call_1",
+                                             tool_input={"command": "touch made"}, tool_response=""), env)
+    [me] = ok(hive, "who")["sessions"]
+    assert me["state"] == "busy"
+
+
 def test_doing_comes_from_the_transcript_title_and_todo_calls_and_follows_appends(hive: Hive, tmp_path: Path) -> None:
     cwd, _ = git_repo(tmp_path / "api")
     transcript = tmp_path / "t.jsonl"
