@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import re
+import sqlite3
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -114,7 +115,10 @@ def _same_file(a: str, b: str) -> bool:
 
 
 def overlap(lesson_files: tuple[str, ...], session_files: tuple[str, ...]) -> tuple[str, ...]:
-    mine = [normal_path(f) for f in session_files if f]
+    return _overlap(lesson_files, [normal_path(f) for f in session_files if f])
+
+
+def _overlap(lesson_files: tuple[str, ...], mine: list[str]) -> tuple[str, ...]:
     return tuple(f for f in lesson_files if f and any(_same_file(normal_path(f), s) for s in mine))
 
 
@@ -129,10 +133,11 @@ def rank(candidates: list[Candidate], *, project: str = "", files: tuple[str, ..
     """The candidates in recall order, best first, at most ``limit``."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     best = min((c.bm25 for c in candidates if c.bm25 is not None), default=None)
+    mine = [normal_path(f) for f in files if f]  # once, not once per candidate
     ranked = []
     for c in candidates:
         relevance = (c.bm25 / best) if (c.bm25 is not None and best is not None and best < 0) else 0.0
-        hit = overlap(c.files, files)
+        hit = _overlap(c.files, mine)
         share = len(hit) / len(c.files) if c.files else 0.0
         outcome = (c.successes + 1) / (c.citations + 2)
         where = scope_key(c, project)
@@ -232,34 +237,66 @@ async def _total(store: Store) -> int:
     return seen[1]
 
 
-async def match_for(store: Store, text: str) -> str:
+# Whether a word is common needs its count only up to the threshold: a MATCH with a LIMIT stops there,
+# whereas lesson_vocab walks the word's whole doclist, which costs most for exactly the words dropped.
+_HELD_UPTO = "(SELECT count(*) FROM (SELECT 1 FROM lesson_fts WHERE lesson_fts MATCH ? LIMIT ?))"
+
+
+def _match_sync(conn: sqlite3.Connection, text: str, total: int) -> str:
     """The FTS5 query for ``text`` without its common words, when it has rarer ones.
 
     bm25 gives a word held by a large share of lessons almost no weight, yet FTS5 scores every lesson
     it matches: dropping it keeps the order and saves most of the time. A query of common words only
     keeps its two rarest.
     """
-    words = [w.strip('"') for w in fts_query(text).split(" OR ") if w]
+    query = fts_query(text)
+    words = [w.strip('"') for w in query.split(" OR ") if w]
     if len(words) < 2:
-        return fts_query(text)
-    common = max(COMMON_FLOOR, COMMON_SHARE * await _total(store))
-    rows = await store.fetchall(f"SELECT term, doc FROM lesson_vocab WHERE term IN ({','.join('?' * len(words))})",
-                                words)
-    held = {str(r[0]): int(r[1]) for r in rows}
-    kept = [w for w in words if held.get(w, 0) <= common] or sorted(words, key=lambda w: held.get(w, 0))[:2]
+        return query
+    common = max(COMMON_FLOOR, COMMON_SHARE * total)
+    upto = int(common) + 1
+    counts = conn.execute("SELECT " + ", ".join([_HELD_UPTO] * len(words)),
+                          [p for w in words for p in (f'"{w}"', upto)]).fetchone()
+    kept = [w for w, n in zip(words, counts, strict=True) if n <= common]
+    if not kept:  # all common: only now are whole counts worth their cost, to keep the two rarest
+        rows = conn.execute(f"SELECT term, doc FROM lesson_vocab WHERE term IN ({','.join('?' * len(words))})",
+                            words).fetchall()
+        held = {str(r[0]): int(r[1]) for r in rows}
+        kept = sorted(words, key=lambda w: held.get(w, 0))[:2]
     return " OR ".join(f'"{w}"' for w in kept)
 
 
+_BY_TEXT = (f"SELECT {_COLUMNS}, top.rank AS rank FROM (SELECT id, rank FROM lesson_fts WHERE lesson_fts MATCH ? "
+            f"ORDER BY rank LIMIT ?) AS top CROSS JOIN lessons l ON l.id = top.id {_BLOBS} "
+            "WHERE l.state = 'verified' ORDER BY top.rank LIMIT ?")
+
+
+def _by_text_sync(conn: sqlite3.Connection, text: str, total: int, limit: int) -> list[Any]:
+    match = _match_sync(conn, text, total)
+    return conn.execute(_BY_TEXT, (match, limit * OVERFETCH, limit)).fetchall() if match else []
+
+
 async def by_text(store: Store, text: str, origins: Mapping[str, str], limit: int = 50) -> list[Candidate]:
-    """Verified lessons matching free text, best bm25 first."""
-    match = await match_for(store, text)
-    if not match:
-        return []
-    rows = await store.fetchall(
-        f"SELECT {_COLUMNS}, top.rank AS rank FROM (SELECT id, rank FROM lesson_fts WHERE lesson_fts MATCH ? "
-        f"ORDER BY rank LIMIT ?) AS top CROSS JOIN lessons l ON l.id = top.id {_BLOBS} "
-        "WHERE l.state = 'verified' ORDER BY top.rank LIMIT ?", (match, limit * OVERFETCH, limit))
+    """Verified lessons matching free text, best bm25 first (the words' counts and the search in one hop)."""
+    total = await _total(store)
+    rows = await store.run(lambda conn: _by_text_sync(conn, text, total, limit))
     return [_candidate(r, float(r["rank"]), origins) for r in rows]
+
+
+def _wanted(files: Iterable[str]) -> list[str]:
+    return sorted({normal_path(f) for f in files if f and normal_path(f)})[:64]
+
+
+def _by_files_sync(conn: sqlite3.Connection, wanted: list[str], limit: int) -> list[Any]:
+    if not wanted:
+        return []
+    paths = wanted + [f"./{p}" for p in wanted]  # an evidence ref may be written either way
+    # The newest ``limit`` first, by the lessons table alone; only their blobs are read.
+    return conn.execute(
+        f"SELECT {_COLUMNS} FROM (SELECT l.id AS id, l.created_at AS at FROM lesson_files x CROSS JOIN lessons l "
+        f"ON l.id = x.lesson WHERE x.path IN ({','.join('?' * len(paths))}) AND l.state = 'verified' "
+        f"GROUP BY l.id ORDER BY l.created_at DESC LIMIT ?) AS top CROSS JOIN lessons l ON l.id = top.id {_BLOBS} "
+        "ORDER BY top.at DESC", (*paths, limit)).fetchall()
 
 
 async def by_files(store: Store, files: Iterable[str], origins: Mapping[str, str], limit: int = 50) -> list[Candidate]:
@@ -267,27 +304,35 @@ async def by_files(store: Store, files: Iterable[str], origins: Mapping[str, str
 
     ``CROSS JOIN`` keeps SQLite starting from the few file rows rather than from every verified lesson.
     """
-    wanted = sorted({normal_path(f) for f in files if f and normal_path(f)})[:64]
+    wanted = _wanted(files)
     if not wanted:
         return []
-    paths = wanted + [f"./{p}" for p in wanted]  # an evidence ref may be written either way
-    # The newest ``limit`` first, by the lessons table alone; only their blobs are read.
-    rows = await store.fetchall(
-        f"SELECT {_COLUMNS} FROM (SELECT l.id AS id, l.created_at AS at FROM lesson_files x CROSS JOIN lessons l "
-        f"ON l.id = x.lesson WHERE x.path IN ({','.join('?' * len(paths))}) AND l.state = 'verified' "
-        f"GROUP BY l.id ORDER BY l.created_at DESC LIMIT ?) AS top CROSS JOIN lessons l ON l.id = top.id {_BLOBS} "
-        "ORDER BY top.at DESC", (*paths, limit))
+    rows = await store.run(lambda conn: _by_files_sync(conn, wanted, limit))
     return [_candidate(r, None, origins) for r in rows]
 
 
 async def search(store: Store, *, text: str = "", files: Iterable[str] = (), project: str = "",
                  origins: Mapping[str, str] | None = None, limit: int = 20, now_ms: int | None = None,
                  pool: int | None = None) -> list[Ranked]:
-    """Ranked verified lessons for a query and the session's files (``pool`` text and file candidates each)."""
+    """Ranked verified lessons for a query and the session's files (``pool`` text and file candidates each).
+
+    Both reads share one hop to the database thread: on a loaded machine each hop waits for the event
+    loop to turn.
+    """
     origins = origins or {}
     pool = pool or max(limit, 10)
     files = tuple(files)
-    merged: dict[str, Candidate] = {c.id: c for c in await by_text(store, text, origins, pool)}
-    for c in await by_files(store, files, origins, pool):
-        merged.setdefault(c.id, c)
+    wanted = _wanted(files)
+    total = await _total(store)
+
+    def work(conn: sqlite3.Connection) -> tuple[list[Any], list[Any]]:
+        return _by_text_sync(conn, text, total, pool), _by_files_sync(conn, wanted, pool)
+
+    by_text_rows, by_file_rows = await store.run(work)
+    merged: dict[str, Candidate] = {}
+    for r in by_text_rows:
+        merged[r["id"]] = _candidate(r, float(r["rank"]), origins)
+    for r in by_file_rows:
+        if r["id"] not in merged:  # a text match keeps its bm25
+            merged[r["id"]] = _candidate(r, None, origins)
     return rank(list(merged.values()), project=project, files=files, now_ms=now_ms, limit=limit)
