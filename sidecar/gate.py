@@ -44,6 +44,12 @@ say has been idle for ``idle_after`` seconds (60) is at a breakpoint already: an
 wait for one is delivered to it at once (``breakpoint.idle``). Report only real ones: a false
 breakpoint costs more than a missed one, because the bound below delivers a waiting item anyway.
 
+Sources that go through it: overlap notices (:mod:`hive.sidecar.observe`, ``offer``), notify
+pop-ups (:mod:`hive.sidecar.ask`), review pop-ups for lesson proposals and turn-tier lesson lines
+(:mod:`hive.sidecar.lesson_ops`, :mod:`hive.sidecar.lesson_turn`), the last three with
+:meth:`Gate.offer_now`: shown now or not at all. A proposal nobody answered for a day is offered
+again (``review``, through ``offer``) when its reviewer's digest is read (:data:`BEFORE_DIGEST`).
+
 Across machines: an item for a person whose machines are elsewhere in the team (or for a session
 on another machine) is relayed there (rule ``relay``, then ``relay.taken`` with what that gate
 did), with the records its evidence points at, and decided by that machine's gate with that
@@ -621,21 +627,27 @@ class Gate:
         self._remember(fingerprint, Seen(entry.id, now, level, "new"))
         return entry, self._route(entry, prefs, now, because, fresh=True)
 
-    async def offer_now(self, item: Item, deliver: Deliverer) -> Decision:
+    async def offer_now(self, item: Item, deliver: Deliverer, *, channel: str = "popup",
+                        budget: bool = False) -> Decision:
         """Decide an item that is worth showing now or not at all, and show it with ``deliver``.
 
-        For a pop-up about a message that is already in its mailbox (``notify``): floors, the
-        person's mutes, dedupe, the digest-only channel, shadow and quiet hours apply, and the
-        ledger records it; urgency, budget and breakpoints do not, because holding a pop-up for
-        later is pointless (the message itself waits) and the sender's request is rate-limited
-        where it is made. A pop-up that is not shown is in the digest, never lost.
+        For a pop-up about a message that is already in its mailbox (``notify``), a review request
+        (``review``) or a lesson line in a hook's reply (``lesson``, ``channel="session"``): floors,
+        the person's mutes, dedupe, the digest-only channel, shadow and quiet hours apply, and the
+        ledger records it; urgency and breakpoints do not, because holding it for later is
+        pointless (what it is about waits where it is: the message in its mailbox, the proposal in
+        ``hive lessons pending``, the lesson for a later search). ``budget``: it also spends a unit
+        of its source's share of the daily budget (and its proposer's part), as an interruption of
+        the person does; without it the source is rate-limited where the item is made. An item that
+        is not shown is in the digest, never lost.
         """
         now = self.clock()
-        entry, decision = self._offer_now(item, now)
+        entry, decision = self._offer_now(item, now, channel, budget)
         await self._commit()
         return (await self._dispatch([(entry, decision)], deliver=deliver))[0]
 
-    def _offer_now(self, item: Item, now: float) -> tuple[Entry, Decision]:
+    def _offer_now(self, item: Item, now: float, channel: str = "popup",
+                   budget: bool = False) -> tuple[Entry, Decision]:
         prefs = self.prefs(item.person)
         level = self._urgency(item, now)[0]
         entry = Entry(id=self._ids.new(now), item=item, fingerprint=item.fingerprint, urgency=level,
@@ -643,7 +655,7 @@ class Gate:
         if floor := self._floor(item):
             return entry, self._decide(entry, "deliver", "floor.security",
                                        f"a security finding always reaches its owner: {floor}", now,
-                                       channel="popup", session=item.session)
+                                       channel=channel, session=item.session)
         if item.source in prefs.mute:
             return entry, self._decide(entry, "silence", "pref.mute", f"{item.person} muted {item.source}", now)
         prior = self._prior(entry.fingerprint, now)
@@ -653,14 +665,21 @@ class Gate:
         if prefs.channel == "digest":
             return entry, self._decide(entry, "digest", "pref.digest",
                                        f"{item.person} takes everything but floors as a digest", now)
+        shown = "a pop-up" if channel == "popup" else "a line in the session"
         if prefs.quiet_until(now) is not None:
             return entry, self._decide(entry, "digest", "quiet",
-                                       f"quiet hours ({_quiet_text(prefs)}): a pop-up is shown now or not at all; "
+                                       f"quiet hours ({_quiet_text(prefs)}): {shown} is shown now or not at all; "
                                        "what it is about waits where it is", now)
+        spent = ""
+        if budget:
+            taken, rule, why = self._take(entry, prefs, now)
+            if not taken:
+                return entry, self._decide(entry, "digest", rule, why, now)
+            spent = f"; {why}"
         return entry, self._decide(entry, "deliver", "now.requested",
                                    f"{item.proposer or 'its sender'} asked for it to be shown now; {item.person} "
-                                   f"takes {item.source} pop-ups and is outside quiet hours", now,
-                                   channel="popup", session=item.session)
+                                   f"takes {item.source} items as {shown} and is outside quiet hours{spent}", now,
+                                   channel=channel, session=item.session)
 
     def _silence_duplicate(self, entry: Entry, prior: Seen, now: float) -> Decision:
         prefs = self.prefs(entry.item.person)
@@ -1882,9 +1901,19 @@ async def op_shadow(sidecar: Sidecar, conn: Connection, request: dict[str, Any])
     return await gate_of(sidecar).shadow(_person(sidecar, request))
 
 
+# Sources whose items fall due with no event to offer them at (a lesson proposal that nobody
+# answered for a day reads as held: :mod:`hive.sidecar.lesson_ops`) offer them when a digest is read.
+BEFORE_DIGEST: list[Callable[[Sidecar, str], Awaitable[None]]] = []
+
+
 async def op_digest(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
-    return await gate_of(sidecar).digest(_person(sidecar, request), _since(request.get("since")),
-                                         mark=not request.get("peek"))
+    person = _person(sidecar, request)
+    for offer_due in BEFORE_DIGEST:
+        try:
+            await offer_due(sidecar, person)
+        except Exception:  # one source's trouble must not cost the person the rest of their digest
+            log.exception("offering due items before %s's digest failed", person)
+    return await gate_of(sidecar).digest(person, _since(request.get("since")), mark=not request.get("peek"))
 
 
 async def op_measures(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:

@@ -56,8 +56,11 @@ from .errors import BadRequest
 CHANNELS = ("session", "popup", "digest")
 ALARM_CHANNELS = ("session", "popup")
 # Overlap notices may start live, and so may notify pop-ups, which a sender asks for explicitly (at
-# most one a minute per sending person); every other source starts in shadow.
-DEFAULT_LIVE = frozenset({"overlap", "notify"})
+# most one a minute per sending person). So may hive's own lesson sources, whose items hive checked
+# before proposing them: a recalled lesson is a verified one (a person approved it) about files the
+# session touched, and a review request goes to the reviewer hive chose (CODEOWNERS, then touches);
+# in shadow, no proposal would ever be put to its reviewer. Every other source starts in shadow.
+DEFAULT_LIVE = frozenset({"overlap", "notify", "lesson", "review"})
 # Fractions of the daily budget; a source not listed gets DEFAULT_SHARE. They may sum past 1:
 # the daily budget caps the total, the shares only stop one source from spending all of it.
 DEFAULT_SHARES: Mapping[str, float] = {"overlap": 0.25, "lesson": 0.25, "review": 0.4, "notify": 0.25,

@@ -6,9 +6,14 @@ own terminal; ``lesson`` is a lesson id or its first 6+ characters (``id`` is th
 
 ``lesson_propose``  {kind, text, applicability?, scope?, evidence, tags?, quote?, supersedes?, desktop?}
                     files a proposal, chooses its reviewer (:mod:`hive.sidecar.review`) and, when that is
-                    this machine's person, puts the review pop-up up (it never waits for it). A proposal
-                    that arrives from a teammate is weighed the same way on the receiving machine, whose
-                    person is asked when they are its reviewer there (a clone's CODEOWNERS, their touches).
+                    this machine's person, offers the review pop-up to their gate (source ``review``,
+                    ``Gate.offer_now``: now or not at all, spending the review share of their budget);
+                    the pop-up goes up when the gate delivers it (it never waits for the answer), and
+                    one the gate holds back waits in their digest. A proposal that arrives from a
+                    teammate is weighed the same way on the receiving machine, whose person is asked
+                    when they are its reviewer there (a clone's CODEOWNERS, their touches). A proposal
+                    nobody answered for a day reads as held: it is not asked again, and is offered to
+                    its reviewer's gate once more when their digest is read, which lists it there.
 ``lesson_list``     {state?, limit?}     ``lesson_show`` {lesson}     ``lesson_pending`` {}
 ``lesson_search``   {q, files?, limit?}  ranked verified lessons, framed and defanged (:mod:`recall`)
 ``lesson_context``  {task, files?}       the same for a task, at most 5, with the session's own files
@@ -42,7 +47,8 @@ import anyio
 from . import lesson_import, lesson_store, promote, recall, review
 from .defang import defang, one_line
 from .dialog import Answer
-from .errors import BadRequest, LessonBadScope, LessonState, NotFound, Refused
+from .errors import BadRequest, HiveError, LessonBadScope, LessonState, NotFound, Refused
+from .gate import BEFORE_DIGEST, MAX_EVIDENCE, MAX_REF, MAX_TITLE, Evidence, Item, gate_of
 from .hooks import git_facts
 from .lesson_store import LessonView
 from .lessons import EVIDENCE_KINDS
@@ -57,6 +63,7 @@ SEARCH_LIMIT = 20
 CONTEXT_LIMIT = 5
 SKILL_KEY = "lesson.skill."
 REVIEWER_KEY = "lesson.reviewer."
+HELD_KEY = "lesson.held."  # asked_at of the held time a proposal was last put in its reviewer's digest for
 IMPORT_KEY = "lesson.beacon."  # a Beacon record imported once stays one lesson
 
 
@@ -159,14 +166,7 @@ async def op_lesson_propose(sidecar: Sidecar, conn: Connection, request: dict[st
         note = "already verified."
     elif choice.person == sidecar.settings.person:
         desktop = request.get("desktop") if isinstance(request.get("desktop"), dict) else None
-        if view.id in desk(sidecar).asking:
-            note += " Its pop-up is already up."
-        elif await review.desktop_available(desktop):
-            desk(sidecar).asking.add(view.id)
-            sidecar.tasks.start_soon(_ask_here, sidecar, view, desktop)
-            note += " A pop-up asks them now; unanswered, it waits in `hive lessons pending`."
-        else:
-            note += " There is no desktop to ask on: it waits in `hive lessons pending`."
+        note += " " + await _offer_review(sidecar, view, desktop)
     else:
         note += (" It waits in their `hive lessons pending` once it reaches their machine. Until then no agent "
                  "sees it.")
@@ -190,11 +190,74 @@ def _why(why: str) -> str:
             "proposer": "no owner of its evidence files is known"}.get(why, why)
 
 
-async def _ask_here(sidecar: Sidecar, view: LessonView, desktop: dict[str, Any] | None) -> None:
+def review_item(sidecar: Sidecar, view: LessonView, *, held: bool = False) -> Item:
+    """The gate item (source ``review``) that asks this machine's person to review ``view``; ``held``:
+    nobody answered it for a day, and it is listed in their digest instead of asked again."""
+    author = one_line(view.author_session or view.author_person, 80)
+    text = one_line(view.text, 4000)
+    what = "held for your review: nobody answered it for a day" if held else "asks for your review"
+    files = [Evidence("file", (f"{view.project}:{f}" if view.project else f)[:MAX_REF])
+             for f in review.file_refs(view.evidence)[:MAX_EVIDENCE - 1]]
+    # A held proposal is named apart from its pop-up, and by when it was last asked for, so it is
+    # listed once per time it was held; the pop-up's own fingerprint keeps a proposal asked once a day.
+    key = f"review:{view.id}" + (f":held:{int(view.asked_at)}" if held else "")
+    return Item(source="review", person=sidecar.settings.person,
+                title=f"Lesson {view.id[:12]} by {author} {what}: {text}"[:MAX_TITLE], body=text,
+                evidence=(Evidence("lesson", view.id), *files), key=key, proposer=author,
+                data={"lesson": view.id})
+
+
+async def _offer_review(sidecar: Sidecar, view: LessonView, desktop: dict[str, Any] | None) -> str:
+    """Offer the review pop-up for this machine's person to their gate; what became of it, for the note."""
+    if view.id in desk(sidecar).asking:
+        return "Its pop-up is already up."
+    pending = "unanswered, it waits in `hive lessons pending`."
+    # A machine with no desktop spends none of the person's budget on a pop-up that cannot go up.
+    can_show = await review.desktop_available(desktop)
+
+    async def show(_item: Item | None, _decision: Any) -> None:
+        await _pop_up(sidecar, view, desktop)
+
+    try:
+        gate = gate_of(sidecar)
+    except HiveError:  # no gate in this sidecar: the pop-up as it was before the gate
+        gate = None
+    if gate is None:
+        try:
+            await show(None, None)
+        except HiveError:
+            return "There is no desktop to ask on: it waits in `hive lessons pending`."
+        return f"A pop-up asks them now; {pending}"
+    decision = await gate.offer_now(review_item(sidecar, view), show, budget=can_show)
+    if decision.outcome == "deliver":
+        return f"A pop-up asks them now; {pending}"
+    if decision.rule == "deliver.failed":
+        return "There is no desktop to ask on: it waits in `hive lessons pending` and their `hive digest`."
+    return (f"Their gate did not put the pop-up up ({decision.rule}: {decision.reason}); it waits in "
+            "`hive lessons pending`" + (" and their `hive digest`." if decision.outcome == "digest" else "."))
+
+
+async def _pop_up(sidecar: Sidecar, view: LessonView, desktop: dict[str, Any] | None) -> None:
+    """The review pop-up as the gate's deliverer: returns once it is on screen, while the answer is
+    awaited in the background; raises when it cannot be shown (the gate then keeps it in the digest)."""
+    on_screen = anyio.Event()
+    failed: list[HiveError] = []
+    desk(sidecar).asking.add(view.id)
+    sidecar.tasks.start_soon(_ask_here, sidecar, view, desktop, on_screen, failed)
+    with anyio.move_on_after(review.SETTLE_TIME):
+        await on_screen.wait()
+    if failed:
+        raise failed[0]
+    if not on_screen.is_set():
+        raise HiveError("the review pop-up was not on screen in time")
+
+
+async def _ask_here(sidecar: Sidecar, view: LessonView, desktop: dict[str, Any] | None, on_screen: anyio.Event,
+                    failed: list[HiveError]) -> None:
     """The review pop-up for this machine's person; a click is their verdict, silence changes nothing."""
     try:
         origin = origins(sidecar)
-        answer = await review.ask_reviewer(sidecar, _view_dict(view, origin), desktop)
+        answer = await review.ask_reviewer(sidecar, _view_dict(view, origin), desktop, on_screen)
         if answer in (Answer.APPROVED, Answer.DENIED):
             verdict = "approve" if answer is Answer.APPROVED else "reject"
             after = await lesson_store.of(sidecar).review(view.id, verdict, note="answered in a desktop pop-up")
@@ -202,10 +265,32 @@ async def _ask_here(sidecar: Sidecar, view: LessonView, desktop: dict[str, Any] 
             log.info("lesson %s %s in a pop-up: %s", view.id[:12], verdict, after.state)
     except LessonState:
         pass  # decided meanwhile (at a terminal, or by a teammate)
+    except HiveError as exc:
+        failed.append(exc)  # no desktop after all: the gate's deliverer says so
     except Exception:
         log.exception("the review pop-up for lesson %s failed", view.id[:12])
+        failed.append(HiveError("the review pop-up failed; see sidecar.log"))
     finally:
+        on_screen.set()
         desk(sidecar).asking.discard(view.id)
+
+
+async def offer_held_reviews(sidecar: Sidecar, person: str) -> None:
+    """Before ``person``'s digest: each proposal they review that nobody answered for a day (it reads as
+    held) is offered to their gate once, which lists it in the digest; no pop-up asks again."""
+    if person != sidecar.settings.person:
+        return
+    gate = gate_of(sidecar)
+    for view in await lesson_store.of(sidecar).pending():
+        if view.state != "held" or await _suggested(sidecar, view.id) != person:
+            continue
+        if view.scope == "personal" and view.author_person != person:
+            continue
+        marker = HELD_KEY + view.id
+        if await sidecar.store.get_kv(marker) == repr(view.asked_at):
+            continue  # offered for this time it was held
+        await gate.offer(review_item(sidecar, view, held=True))
+        await sidecar.store.set_kv(marker, repr(view.asked_at))
 
 
 # ---- reading ----------------------------------------------------------------------------------
@@ -544,14 +629,20 @@ async def _arrived(sidecar: Sidecar, store: lesson_store.LessonStore, lesson_id:
     choice = await review.choose_reviewer(sidecar, scope=view.scope, author_person=view.author_person,
                                           files=review.file_refs(view.evidence), repo_root=root)
     await sidecar.store.set_kv(REVIEWER_KEY + view.id, json.dumps({"person": choice.person, "why": choice.why}))
-    if choice.person != sidecar.settings.person or view.id in desk(sidecar).asking:
-        return
-    if await review.desktop_available(None):
-        desk(sidecar).asking.add(view.id)
-        sidecar.tasks.start_soon(_ask_here, sidecar, view, None)
+    if choice.person == sidecar.settings.person:
+        # Not awaited here: the gate's decision and the pop-up going up must not hold up replication.
+        sidecar.tasks.start_soon(_offer_arrived, sidecar, view)
+
+
+async def _offer_arrived(sidecar: Sidecar, view: LessonView) -> None:
+    try:
+        await _offer_review(sidecar, view, None)
+    except Exception:
+        log.exception("offering the review of lesson %s failed", view.id[:12])
 
 
 lesson_store.ON_OPEN.append(_follow_changes)
+BEFORE_DIGEST.append(offer_held_reviews)
 
 
 OPS = {

@@ -10,7 +10,16 @@ or tool point, never a stop point, whose only way to carry text is to keep the a
 Limits, so recall informs rather than interrupts: each lesson at most once per session, at most
 :data:`HOURLY_CAP` lessons per session per hour, and only lessons of the session's own project
 (another project's lesson is a hypothesis: the agent finds it with ``search_memory`` if it looks).
-Memory only: a restarted sidecar may tell a session a lesson once more.
+
+Each lesson that passes them is then offered to the person's gate (:mod:`hive.sidecar.gate`, source
+``lesson``, :meth:`~hive.sidecar.gate.Gate.offer_now` on the session channel: now or not at all),
+and its line goes out only when the gate delivers it; a lesson the gate holds back (a mute, the
+digest-only channel, quiet hours, shadow, a duplicate) is not put in front of the session this
+time, and the ledger and the digest say why. It does not spend the person's daily budget: the line
+rides on a reply the agent gets anyway and interrupts nobody, and the cap above limits it where it is
+made. Only a lesson that matched reaches the gate, so a hook with nothing to recall costs no more.
+The told sets are memory only, but the gate's dedupe is not: after a restart, a lesson told to a
+session in the last day is a duplicate (the gate's window) and not told again.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from . import recall
+from .defang import one_line
 
 if TYPE_CHECKING:
     from hive.integrations.descriptor import HookPoint
@@ -33,6 +43,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("hive.sidecar.lesson_turn")
 
 HOURLY_CAP = 3
+PROPOSER = "hive/recall"  # who offers recalled lessons to the gate (the ledger's proposer)
 ERROR_TEXT = 2000  # characters of a failure's output matched against lessons
 _ERROR_KEYS = ("stderr", "error", "output", "stdout", "message")
 
@@ -42,6 +53,7 @@ class Told:
     """What one session was told: lesson ids, and when (for the hourly cap)."""
 
     ids: set[str] = field(default_factory=set)
+    held: set[str] = field(default_factory=set)  # lesson ids the gate held back here: not offered twice
     times: deque[float] = field(default_factory=deque)
     waiting: dict[str, str] = field(default_factory=dict)  # lesson id -> its line, for the next point that can carry it
     # The recent files a look found nothing new for, and the lesson state changes seen then: the
@@ -162,9 +174,10 @@ async def _look(sidecar: Sidecar, session: Session, point: HookPoint, payload: d
     if files:
         for c in await recall.by_files(sidecar.store, files, names, limit=20):
             found.setdefault(c.id, (c, "files"))
-    fresh = [c for c, _ in found.values() if c.id not in told.ids and c.id not in told.waiting]
+    fresh = [c for c, _ in found.values() if c.id not in told.ids and c.id not in told.waiting
+             and c.id not in told.held]
     if not fresh:
-        told.quiet = quiet  # every lesson of these files is told or waiting already
+        told.quiet = quiet  # every lesson of these files is told, waiting or held back already
         return
     project = project_of_session(session.repo, session.cwd) or ""  # reads the repository when there is no remote
     now_ms = int(now * 1000)
@@ -174,7 +187,37 @@ async def _look(sidecar: Sidecar, session: Session, point: HookPoint, payload: d
         why = found[ranked.lesson.id][1]
         if why == "files" and ranked.overlap:
             why = f"files:{ranked.overlap[0]}"
-        told.waiting[ranked.lesson.id] = recall.turn_line(ranked, why, now_ms)
+        await _offer(sidecar, session, told, ranked, why, recall.turn_line(ranked, why, now_ms), project)
+
+
+async def _offer(sidecar: Sidecar, session: Session, told: Told, ranked: recall.Ranked, why: str, line: str,
+                 project: str) -> None:
+    """Through the gate: the line waits for the hook's reply only when the gate delivers it now."""
+    from .errors import HiveError
+    from .gate import MAX_BODY, MAX_EVIDENCE, MAX_REF, MAX_TITLE, Evidence, Item, gate_of
+
+    lesson = ranked.lesson
+    try:
+        gate = gate_of(sidecar)
+    except HiveError:  # no gate in this sidecar: the limits above are all there is
+        told.waiting[lesson.id] = line
+        return
+
+    async def deliver(_item: Item, _decision: Any) -> None:
+        told.waiting[lesson.id] = line  # the reply of this hook (or the next that can carry text) takes it
+
+    address = sidecar.sessions.address(session)
+    where = lesson.project or project
+    files = [Evidence("file", (f"{where}:{f}" if where else f)[:MAX_REF]) for f in lesson.files[:MAX_EVIDENCE - 1]]
+    text = one_line(lesson.text, MAX_BODY)
+    decision = await gate.offer_now(Item(
+        source="lesson", person=sidecar.settings.person, session=address,
+        title=f"Lesson {lesson.id[:12]} for {address}: {text}"[:MAX_TITLE], body=text,
+        evidence=(Evidence("lesson", lesson.id), *files), key=f"lesson:{lesson.id}:{address}",
+        proposer=PROPOSER, data={"lesson": lesson.id, "session": session.key, "why": why}), deliver,
+        channel="session")
+    if decision.outcome != "deliver":
+        told.held.add(lesson.id)  # asked once per session, as a told one; the gate's ledger says why not
 
 
 async def shown(sidecar: Sidecar, session: Session, lessons: Due) -> None:

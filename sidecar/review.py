@@ -16,6 +16,9 @@ word: in a desktop pop-up (the ``ask_user`` machinery of :mod:`hive.sidecar.dial
 text, an evidence summary and the scope), or, with no desktop, by typing the verdict at the
 terminal of the ``hive lessons`` command itself (``confirm_on_terminal``). A client with neither,
 which is what an agent's tool call is, is refused (``refused``). No MCP tool asks for a verdict.
+
+The pop-up that asks a reviewer about a fresh proposal (:func:`ask_reviewer`) is a proactive item:
+:mod:`hive.sidecar.lesson_ops` offers it to the reviewer's gate first, which may hold it back.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
 from . import codeowners
 from .dialog import Answer, Prompt, backend_for, clean, clip, find_desktop
 from .errors import BadRequest, ConfirmOnTerminal, NoDesktop, Refused
@@ -37,6 +42,7 @@ if TYPE_CHECKING:
 WINDOW_DAYS = 30
 TOUCH_WEIGHTS = {"file.modified": 2, "file.read": 1}
 POPUP_TIME = 3600.0  # a review pop-up stays up an hour; unanswered, the proposal waits in `hive lessons pending`
+SETTLE_TIME = 5.0  # the preflight (2 s) plus putting the pop-up up; past this, its delivery failed
 CONFIRM_TIME = 300.0  # a `hive lessons approve` confirmation
 TEXT_LIMIT = 600
 EVIDENCE_LIMIT = 5
@@ -188,14 +194,20 @@ async def desktop_available(desktop: Mapping[str, Any] | None) -> bool:
     return True
 
 
-async def ask_reviewer(sidecar: Sidecar, view: Mapping[str, Any], desktop: Mapping[str, Any] | None) -> Answer | None:
-    """Show a fresh proposal to this machine's person, who is its reviewer: Approve or Deny. None: no desktop."""
+async def ask_reviewer(sidecar: Sidecar, view: Mapping[str, Any], desktop: Mapping[str, Any] | None,
+                       on_screen: anyio.Event | None = None) -> Answer:
+    """Show a fresh proposal to this machine's person, who is its reviewer: Approve or Deny.
+
+    ``on_screen`` is set once the pop-up is up (the gate's deliverer returns then, not at the answer).
+
+    Raises:
+        NoDesktop: there is no desktop to ask on.
+    """
     shown = prompt(view, "approve", timeout=POPUP_TIME)
     body = shown.body.replace("Shared with:", "Deny rejects it; closing it leaves it pending.\nShared with:", 1)
     shown = Prompt(title=f"hive · {clean(str(view.get('author', 'an agent')))} proposes a lesson", body=body,
                    timeout=POPUP_TIME)
-    try:
-        async with backend_for(find_desktop(dict(desktop or {}))).show(shown) as popup:
-            return await popup.answer()
-    except NoDesktop:
-        return None
+    async with backend_for(find_desktop(dict(desktop or {}))).show(shown) as popup:
+        if on_screen is not None:
+            on_screen.set()
+        return await popup.answer()

@@ -148,7 +148,7 @@ def test_hive_gate_ledger_and_why_say_why_you_were_told_and_why_not(make_hive: A
     told = ok(hive, "gate_offer", item={"source": "overlap", "session": "s1", "title": "bob edits auth.py",
                                         "evidence": evidence})
     ok(hive, "gate_breakpoint", session="s1", kind="commit")
-    muted = ok(hive, "gate_offer", item={"source": "lesson", "title": "a lesson about kid"})
+    muted = ok(hive, "gate_offer", item={"source": "deps", "title": "a dependency update about kid"})
 
     ledger = hive.cli("gate", "ledger", "--since", "1h", check=True).stdout.splitlines()
     why_told = hive.cli("gate", "why", told["item"], check=True).stdout
@@ -160,7 +160,7 @@ def test_hive_gate_ledger_and_why_say_why_you_were_told_and_why_not(make_hive: A
            in ledger[1]
     assert "You were told because: attention: delivered at a breakpoint: a commit" in why_told
     assert "wait     wait" in why_told and "deliver  breakpoint.commit" in why_told
-    assert "You were not told because: shadow (lesson is not live for alice): would digest: info:" in why_not
+    assert "You were not told because: shadow (deps is not live for alice): would digest: info:" in why_not
 
 
 def test_an_agent_can_read_preferences_but_cannot_change_them_without_its_person(
@@ -240,22 +240,22 @@ def test_a_source_in_shadow_records_what_it_would_do_until_the_person_promotes_i
     start_sidecar(hive, env)
     register(hive, "s1")
     evidence = failing_ci(hive)
-    shadowed = ok(hive, "gate_offer", item={"source": "lesson", "session": "s1", "title": "run auth with --kid",
-                                            "key": "lesson-1", "evidence": evidence})
+    shadowed = ok(hive, "gate_offer", item={"source": "deps", "session": "s1", "title": "bump auth to fix --kid",
+                                            "key": "deps-1", "evidence": evidence})
     ok(hive, "gate_acted", item=shadowed["item"], how="wanted")
     record = hive.cli("gate", "shadow", check=True).stdout
-    promoted, said = run_in_terminal_answering(env, "y", "gate", "promote", "lesson")
-    live = ok(hive, "gate_offer", item={"source": "lesson", "session": "s1", "title": "run auth with --kid, now live",
-                                        "key": "lesson-2", "evidence": evidence})
-    lessons = next(s for s in ok(hive, "gate_shadow")["sources"] if s["source"] == "lesson")
+    promoted, said = run_in_terminal_answering(env, "y", "gate", "promote", "deps")
+    live = ok(hive, "gate_offer", item={"source": "deps", "session": "s1", "title": "bump auth to fix --kid, now live",
+                                        "key": "deps-2", "evidence": evidence})
+    deps = next(s for s in ok(hive, "gate_shadow")["sources"] if s["source"] == "deps")
 
     assert (shadowed["outcome"], shadowed["would"]) == ("shadow", "wait")
     assert ok(hive, "gate_breakpoint", session="s1", kind="turn")["delivered"][0]["item"] == live["item"]
-    assert "lesson: 1 offered; would have: 1 wait; silenced 0; you wanted 1 of those it would deliver" in record
+    assert "deps: 1 offered; would have: 1 wait; silenced 0; you wanted 1 of those it would deliver" in record
     assert promoted == 0, said
-    assert "Change your hive gate preferences: live.lesson on? [y/N]" in said
+    assert "Change your hive gate preferences: live.deps on? [y/N]" in said
     assert live["outcome"] == "wait"
-    assert lessons["live"] is True and lessons["would"] == {"wait": 1}
+    assert deps["live"] is True and deps["would"] == {"wait": 1}
 
 
 def test_hive_digest_and_the_mcp_digest_tool_show_what_was_held_and_what_was_checked(make_hive: Any) -> None:

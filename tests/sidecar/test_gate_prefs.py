@@ -47,14 +47,15 @@ def test_a_change_is_written_into_the_persons_table_and_every_comment_stays(tmp_
     path.write_text(HAND_WRITTEN, encoding="utf-8")
     prefs = PrefsFile(path)
     changes = [parse_change("budget", "6"), parse_change("mute.lesson", "off"), parse_change("mute.review", True),
-               parse_change("share.notify", 0.1), parse_change("live.lesson", "on"), parse_change("quiet", "default")]
+               parse_change("share.notify", 0.1), parse_change("live.deps", "on"), parse_change("quiet", "default")]
     write_changes(path, "alice", changes, prefs.prefs("alice"))
     prefs.reload()
     alice = prefs.prefs("alice")
     written = path.read_text(encoding="utf-8")
 
     assert (alice.budget, alice.quiet, alice.mute, alice.shares["notify"]) == (6, None, frozenset({"review"}), 0.1)
-    assert alice.live == frozenset({"overlap", "notify", "lesson"})  # notify pop-ups start live
+    # overlap, notify, lesson and review start live; deps was promoted
+    assert alice.live == frozenset({"overlap", "notify", "lesson", "review", "deps"})
     assert prefs.prefs("bob").budget == 2 and prefs.prefs("carol").budget == 10
     for line in ("# my hive", 'person = "alice"   # that\'s me', "budget = 10        # the team's default",
                  "# I start late", "[gate.people.bob]\nbudget = 2"):

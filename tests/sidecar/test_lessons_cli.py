@@ -145,6 +145,30 @@ def test_a_proposal_nobody_answered_for_a_day_is_held_and_listed_as_pending(hive
     assert state(hive, lesson) == "verified"
 
 
+def test_a_held_proposal_is_put_in_its_reviewers_digest_once_and_stays_pending(hive: Hive) -> None:
+    lesson = propose(hive, "Ask in #infra before touching DNS.", kind="routing")["id"]
+    hive.cli_json("digest")  # read: the next digest starts after the proposal's own (no desktop to ask on)
+    db = sqlite3.connect(hive.paths.database, timeout=30)
+    with db:  # a day and a minute ago, as if the sidecar had run that long
+        db.execute("UPDATE lessons SET asked_at = asked_at - 86460 WHERE id = ?", (lesson,))
+    db.close()
+    by_tool = ok(hive, "digest", peek=True)  # what the digest MCP tool reads
+    digest = hive.cli_json("digest")
+    later = hive.cli_json("digest")
+    pending = run_json(hive, "lessons", "pending")["lessons"]
+
+    for seen in (by_tool, digest):
+        [group] = seen["groups"]
+        assert group["source"] == "review" and [i["state"] for i in group["items"]] == ["digest"]
+        assert lesson[:12] in group["items"][0]["title"] and {"kind": "lesson", "ref": lesson} in \
+            group["items"][0]["evidence"]
+    assert later["held"] == 0  # listed once, not asked again
+    assert [(p["id"], p["state"]) for p in pending] == [(lesson, "held")]
+    rows = [r for r in ok(hive, "gate_ledger")["rows"] if r["source"] == "review"]
+    assert [(r["outcome"], r["rule"]) for r in rows] == [("deliver", "now.requested"), ("digest", "deliver.failed"),
+                                                         ("digest", "urgency.info")]
+
+
 def beacon_db(path: Path) -> Path:
     """A Beacon-style memory.db: tables with a few columns and the full beacon.learning.v1 record as JSON."""
     db = sqlite3.connect(path)

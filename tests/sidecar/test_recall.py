@@ -160,6 +160,62 @@ def test_a_session_editing_a_lessons_file_is_told_once_at_its_next_tool_call_and
     assert [e["session"] for e in events] == ["s1", "s2"]
 
 
+def edit_hook(cwd: str, session: str, n: int, path: str = "payments/client.py") -> dict[str, Any]:
+    return claude(session, cwd, "PostToolUse", tool_name="Edit", tool_use_id=f"toolu_{n}",
+                  tool_input={"file_path": f"{cwd}/{path}", "old_string": "a", "new_string": "b"},
+                  tool_response={"success": True})
+
+
+def lesson_rows(hive: Hive) -> list[dict[str, Any]]:
+    return [r for r in ok(hive, "gate_ledger")["rows"] if r["source"] == "lesson"]
+
+
+def test_a_recalled_lesson_passes_the_gate_whose_ledger_records_it_and_a_restart_does_not_tell_it_again(
+        hive: Hive, tmp_path: Path) -> None:
+    repo = git_repo(tmp_path / "api")
+    lesson_id = propose(hive, "payments/client.py retries are not idempotent: pass an idempotency key.",
+                        scope="project", evidence=("file:payments/client.py",), cwd=repo)["id"]
+    approve(hive, lesson_id, cwd=repo)
+    cwd = str(repo)
+    hook(hive, "SessionStart", claude("s1", cwd, "SessionStart", source="startup"))
+    told = lesson_lines(hook(hive, "PostToolUse", edit_hook(cwd, "s1", 1)))
+    delivered = lesson_rows(hive)
+    hive.stop()  # what the session was told is memory only; the gate's ledger is not
+    hive.start()
+    again = lesson_lines(hook(hive, "PostToolUse", edit_hook(cwd, "s1", 2)))
+    rows = lesson_rows(hive)
+
+    assert len(told) == 1 and f'id="{lesson_id[:12]}"' in told[0]
+    assert [(r["outcome"], r["rule"], r["channel"]) for r in delivered] == [("deliver", "now.requested", "session")]
+    why = ok(hive, "gate_why", item=delivered[0]["item"])["items"][0]["item"]
+    assert why["session"].startswith("alice/") and {"kind": "lesson", "ref": lesson_id} in why["evidence"]
+    assert any(e["kind"] == "file" and e["ref"].endswith(":payments/client.py") for e in why["evidence"])
+    assert again == []
+    assert [(r["outcome"], r["rule"]) for r in rows[1:]] == [("silence", "duplicate")]
+    assert [e["session"] for e in ok(hive, "events", action="lesson.injected")["events"]] == ["s1"]
+
+
+def test_a_person_who_muted_lessons_gets_no_lesson_line_and_the_gate_says_which_rule_held_it_back(
+        make_hive: Any, tmp_path: Path) -> None:
+    hive = make_hive('[gate.people.alice]\nmute = ["lesson"]\n')
+    hive.start()
+    repo = git_repo(tmp_path / "api")
+    lesson_id = propose(hive, "payments/client.py retries are not idempotent: pass an idempotency key.",
+                        scope="project", evidence=("file:payments/client.py",), cwd=repo)["id"]
+    approve(hive, lesson_id, cwd=repo)
+    cwd = str(repo)
+    hook(hive, "SessionStart", claude("s1", cwd, "SessionStart", source="startup"))
+    first = lesson_lines(hook(hive, "PostToolUse", edit_hook(cwd, "s1", 1)))
+    second = lesson_lines(hook(hive, "PostToolUse", edit_hook(cwd, "s1", 2)))
+    rows = lesson_rows(hive)
+    why = hive.cli_json("gate", "why", rows[0]["item"])["items"][0]
+
+    assert first == [] and second == []
+    assert [(r["outcome"], r["rule"]) for r in rows] == [("silence", "pref.mute")]  # asked once per session
+    assert why["decisions"][-1]["rule"] == "pref.mute" and why["item"]["state"] == "silenced"
+    assert ok(hive, "events", action="lesson.injected")["events"] == []
+
+
 def test_a_failing_commands_error_text_brings_the_lesson_that_matches_it_within_an_hourly_cap(
         hive: Hive, tmp_path: Path) -> None:
     repo = git_repo(tmp_path / "api")

@@ -60,6 +60,33 @@ def test_a_pop_up_closed_without_a_choice_leaves_the_lesson_pending(
     assert [p["id"] for p in run_json(hive, "lessons", "pending")["lessons"]] == [proposed["id"]]
 
 
+def test_a_reviewer_who_takes_everything_as_a_digest_gets_no_pop_up_and_the_proposal_waits_in_digest_and_pending(
+        make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
+    hive = make_hive('[gate.people.alice]\nchannel = "digest"\n')
+    start_sidecar(hive, no_desktop_env(empty_runtime))
+    proposed = propose_with_desktop(hive, desktop, "The queue worker must be restarted after a schema change.")
+    shown = desktop.displayed()  # the op returns after the gate decided and any pop-up went up
+    digest = ok(hive, "digest", peek=True)
+    rows = [r for r in ok(hive, "gate_ledger")["rows"] if r["source"] == "review"]
+
+    assert proposed["reviewer"] == "alice" and shown == 0
+    assert [(r["outcome"], r["rule"], r["channel"]) for r in rows] == [("digest", "pref.digest", "")]
+    assert [i["id"] for g in digest["groups"] for i in g["items"]] == [rows[0]["item"]]
+    assert proposed["id"][:12] in digest["groups"][0]["items"][0]["title"]
+    assert [p["id"] for p in run_json(hive, "lessons", "pending")["lessons"]] == [proposed["id"]]
+
+
+def test_the_review_pop_up_that_went_up_is_in_the_gate_ledger(
+        make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
+    hive = make_hive()
+    start_sidecar(hive, no_desktop_env(empty_runtime))
+    proposed = propose_with_desktop(hive, desktop, "Logs rotate at 100 MB.")
+    desktop.wait_displayed()
+    rows = [r for r in ok(hive, "gate_ledger")["rows"] if r["source"] == "review"]
+    assert [(r["outcome"], r["rule"], r["channel"]) for r in rows] == [("deliver", "now.requested", "popup")]
+    assert proposed["id"][:12] in rows[0]["title"]
+
+
 def test_hive_lessons_approve_on_a_desktop_is_confirmed_in_a_pop_up(
         make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
     hive = make_hive()
