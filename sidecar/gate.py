@@ -136,8 +136,8 @@ from anyio.abc import TaskStatus
 from . import codeowners
 from .config import DAY, HOUR, slug
 from .defang import one_line
-from .dialog import Answer, Prompt, backend_for, clean, clip, find_desktop
-from .errors import BadRequest, ConfirmOnTerminal, HiveError, NoDesktop, NotFound, Refused
+from .dialog import Prompt, backend_for, clean, clip, find_desktop
+from .errors import BadRequest, HiveError, NeedsPerson, NoDesktop, NotFound, Refused
 from .gate_prefs import Prefs, PrefsFile, format_quiet, parse_change, valid_source, write_changes
 from .render import Message
 from .store import Store
@@ -1743,42 +1743,6 @@ def _delivery_text(item: Item, decision: Decision) -> str:
     return "\n".join(lines)
 
 
-# ---- confirming a change of preferences ----------------------------------------------------
-
-class NeedsPerson(Refused):
-    """A preference change no person confirmed: only the person changes their own preferences."""
-
-    code = "needs_person"
-
-
-CONFIRM_TIME = 120.0
-
-
-async def confirm_person(conn: Connection, request: Mapping[str, Any], question: str) -> str:
-    """The group-send rule (``ask.confirm_group``) for preferences: the person confirms in a desktop
-    pop-up; with no desktop, at the client's own terminal (``confirm_on_terminal``, repeated with
-    ``confirmed_on_terminal``); with neither, refused. Returns "desktop" or "terminal"."""
-    desktop = request.get("desktop")  # the client's desktop variables, as for ask_user and group sends
-    if desktop is not None and not isinstance(desktop, dict):
-        raise BadRequest("desktop must be an object of the client's desktop variables")
-    prompt = Prompt(title="hive · confirm a change", body=question, timeout=CONFIRM_TIME)
-    try:
-        async with backend_for(find_desktop(desktop)).show(prompt) as popup:
-            answer = await popup.answer()
-    except NoDesktop as exc:
-        if not conn.at_terminal:
-            raise NeedsPerson(f"not changed: “{question}” needs your person's confirmation, and there is neither a "
-                              f"desktop to ask on ({exc.message}) nor a terminal. An agent can read the gate's "
-                              "preferences; only its person changes them, with `hive gate prefs` in a "
-                              "terminal.") from exc
-        if request.get("confirmed_on_terminal") == question:
-            return "terminal"
-        raise ConfirmOnTerminal(question) from exc
-    if answer is Answer.APPROVED:
-        return "desktop"
-    raise NeedsPerson(f"not changed: the person did not confirm “{question}” ({answer.value})")
-
-
 # ---- ops -----------------------------------------------------------------------------------
 
 def _person(sidecar: Sidecar, request: Mapping[str, Any]) -> str:
@@ -1882,7 +1846,12 @@ async def _change_prefs(sidecar: Sidecar, conn: Connection, request: Mapping[str
     if person != sidecar.settings.person:
         raise NeedsPerson(f"{person}'s preferences are theirs to change, on their own machine")
     described = "; ".join(c.describe() for c in changes)
-    how = await confirm_person(conn, request, f"Change your hive gate preferences: {described}?")
+    from .ask import confirm_by_person  # ask imports the gate's neighbours; import late
+
+    how = await confirm_by_person(conn, request, f"Change your hive gate preferences: {described}?",
+                                  title="hive · confirm a change", outcome="not changed",
+                                  hint="An agent can read the gate's preferences; only its person changes them, "
+                                       "with `hive gate prefs` in a terminal.")
     gate = gate_of(sidecar)
     write_changes(sidecar.paths.config, person, changes, gate.prefs(person))
     gate.prefs_file.reload()
