@@ -134,6 +134,12 @@ def lesson_lines(reply: dict[str, Any]) -> list[str]:
     return [line for line in context.splitlines() if "<hive-lesson " in line]
 
 
+def edit_hook(cwd: str, session: str, n: int, path: str = "payments/client.py") -> dict[str, Any]:
+    return claude(session, cwd, "PostToolUse", tool_name="Edit", tool_use_id=f"toolu_{n}",
+                  tool_input={"file_path": f"{cwd}/{path}", "old_string": "a", "new_string": "b"},
+                  tool_response={"success": True})
+
+
 def test_a_session_editing_a_lessons_file_is_told_once_at_its_next_tool_call_and_never_at_a_stop(
         hive: Hive, tmp_path: Path) -> None:
     repo = git_repo(tmp_path / "api")
@@ -142,9 +148,7 @@ def test_a_session_editing_a_lessons_file_is_told_once_at_its_next_tool_call_and
     approve(hive, lesson_id, cwd=repo)
     cwd = str(repo)
     assert lesson_lines(hook(hive, "SessionStart", claude("s1", cwd, "SessionStart", source="startup"))) == []
-    edit = claude("s1", cwd, "PostToolUse", tool_name="Edit", tool_use_id="toolu_1",
-                  tool_input={"file_path": f"{cwd}/payments/client.py", "old_string": "a", "new_string": "b"},
-                  tool_response={"success": True})
+    edit = edit_hook(cwd, "s1", 1)
     told = lesson_lines(hook(hive, "PostToolUse", edit))
     assert len(told) == 1
     assert f'id="{lesson_id[:12]}"' in told[0] and 'reviewed-by="alice"' in told[0]
@@ -152,18 +156,10 @@ def test_a_session_editing_a_lessons_file_is_told_once_at_its_next_tool_call_and
     again = {**edit, "tool_use_id": "toolu_2"}
     assert lesson_lines(hook(hive, "PostToolUse", again)) == []  # once per lesson per session
     assert lesson_lines(hook(hive, "Stop", claude("s1", cwd, "Stop", stop_hook_active=False))) == []
-    other = claude("s2", cwd, "PostToolUse", tool_name="Edit", tool_use_id="toolu_3",
-                   tool_input={"file_path": f"{cwd}/payments/client.py", "old_string": "a", "new_string": "b"},
-                   tool_response={"success": True})
+    other = edit_hook(cwd, "s2", 3)
     assert len(lesson_lines(hook(hive, "PostToolUse", other))) == 1  # another session is told too
     events = ok(hive, "events", action="lesson.injected")["events"]
     assert [e["session"] for e in events] == ["s1", "s2"]
-
-
-def edit_hook(cwd: str, session: str, n: int, path: str = "payments/client.py") -> dict[str, Any]:
-    return claude(session, cwd, "PostToolUse", tool_name="Edit", tool_use_id=f"toolu_{n}",
-                  tool_input={"file_path": f"{cwd}/{path}", "old_string": "a", "new_string": "b"},
-                  tool_response={"success": True})
 
 
 def lesson_rows(hive: Hive) -> list[dict[str, Any]]:
