@@ -108,7 +108,7 @@ def test_codex_hooks_are_reported_untrusted_until_the_person_trusts_them_in_code
     machine.setup("--only", "codex")
     checks = doctor(machine, expect=1)
     trust = checks["codex", "hooks trusted"]
-    assert trust["status"] == "fail" and trust["detail"].startswith("4 of hive's 4 hooks are not trusted yet")
+    assert trust["status"] == "fail" and trust["detail"].startswith("5 of hive's 5 hooks are not trusted yet")
     assert trust["fix"] == "start `codex`, type `/hooks` and trust hive's entries"
 
     # What Codex's /hooks writes when the person trusts each entry: the hash of what they reviewed.
@@ -117,7 +117,7 @@ def test_codex_hooks_are_reported_untrusted_until_the_person_trusts_them_in_code
     machine.write(".codex/config.toml", machine.read(".codex/config.toml") + approvals)
     checks = doctor(machine, expect=0)
     assert checks["codex", "hooks trusted"] == {**checks["codex", "hooks trusted"], "status": "ok",
-                                                "detail": "all 4 of hive's hooks"}
+                                                "detail": "all 5 of hive's hooks"}
     # A later setup keeps the person's approvals.
     assert "nothing to change" in machine.setup("--only", "codex")
-    assert len(tomllib.loads(machine.read(".codex/config.toml"))["hooks"]["state"]) == 4
+    assert len(tomllib.loads(machine.read(".codex/config.toml"))["hooks"]["state"]) == 5

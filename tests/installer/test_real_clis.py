@@ -237,7 +237,8 @@ def test_codex_lists_hive_with_the_persons_server(real: RealRun) -> None:
 
 def test_codex_sees_hives_hooks_untrusted_until_the_person_trusts_them(real: RealRun) -> None:
     ours = [h for h in real.codex_hooks if "hive_hook.py" in h["command"]]
-    assert {h["eventName"] for h in ours} == {"sessionStart", "userPromptSubmit", "postToolUse", "stop"}
+    assert {h["eventName"] for h in ours} == {"sessionStart", "userPromptSubmit", "postToolUse", "stop",
+                                               "permissionRequest"}
     assert {h["trustStatus"] for h in ours} == {"untrusted"}
     persons = [h for h in real.codex_hooks if h["command"] == "notify-send 'Codex is done'"]
     assert len(persons) == 1 and persons[0]["eventName"] == "stop"
