@@ -504,7 +504,9 @@ class Sidecar:
             raise BadRequest("wait is a number of seconds, at most 600") from exc
         if session is not None:
             self.sessions.seen(session)
-            if not request.get("peek"):  # the agent checking its inbox saw what its hooks showed it
+            # The agent checking its inbox saw what its hooks showed it; a plugin taking mail for the
+            # session (keep_held) proves nothing: what it holds is confirmed by its next model request.
+            if not request.get("peek") and not request.get("keep_held"):
                 await self.mailbox.confirm_held(session.key)
         deadline = time.monotonic() + wait
         messages: list[Message] = []

@@ -420,7 +420,8 @@ export const HivePlugin: Plugin = async ({ client, directory, worktree }) => {
   /** Unread mail for a session, marked shown (in flight) by the sidecar; null when none or on failure. */
   async function takeMail(session: string): Promise<Mail | null> {
     if (!(await link.register(session))) return null;
-    const reply = await link.call("inbox", { session });
+    // keep_held: taking more mail proves nothing about what opencode holds (only a model request does).
+    const reply = await link.call("inbox", { session, keep_held: true });
     if (!reply.ok) return null;
     const mail = readMail(reply.result);
     return mail.ids.length > 0 && mail.text ? mail : null;

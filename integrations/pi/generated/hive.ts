@@ -460,7 +460,8 @@ export default function (pi: ExtensionAPI) {
   async function takeMail(session: string): Promise<Mail | null> {
     prunePushed();
     if (!(await link.register(session))) return null;
-    const reply = await link.call("inbox", { session });
+    // keep_held: taking more mail proves nothing about what pi holds (only a model request does).
+    const reply = await link.call("inbox", { session, keep_held: true });
     if (!reply.ok) return null;
     const mail = readMail(reply.result);
     if (mail.ids.length === 0 || !mail.text) return null;
