@@ -140,13 +140,18 @@ def edit_hook(cwd: str, session: str, n: int, path: str = "payments/client.py") 
                   tool_response={"success": True})
 
 
-def test_a_session_editing_a_lessons_file_is_told_once_at_its_next_tool_call_and_never_at_a_stop(
-        hive: Hive, tmp_path: Path) -> None:
+def verified_payments_lesson(hive: Hive, tmp_path: Path) -> tuple[str, str]:
+    """A verified project lesson about payments/client.py in a new repository: (its id, the repo folder)."""
     repo = git_repo(tmp_path / "api")
     lesson_id = propose(hive, "payments/client.py retries are not idempotent: pass an idempotency key.",
                         scope="project", evidence=("file:payments/client.py",), cwd=repo)["id"]
     approve(hive, lesson_id, cwd=repo)
-    cwd = str(repo)
+    return lesson_id, str(repo)
+
+
+def test_a_session_editing_a_lessons_file_is_told_once_at_its_next_tool_call_and_never_at_a_stop(
+        hive: Hive, tmp_path: Path) -> None:
+    lesson_id, cwd = verified_payments_lesson(hive, tmp_path)
     assert lesson_lines(hook(hive, "SessionStart", claude("s1", cwd, "SessionStart", source="startup"))) == []
     edit = edit_hook(cwd, "s1", 1)
     told = lesson_lines(hook(hive, "PostToolUse", edit))
@@ -168,11 +173,7 @@ def lesson_rows(hive: Hive) -> list[dict[str, Any]]:
 
 def test_a_recalled_lesson_passes_the_gate_whose_ledger_records_it_and_a_restart_does_not_tell_it_again(
         hive: Hive, tmp_path: Path) -> None:
-    repo = git_repo(tmp_path / "api")
-    lesson_id = propose(hive, "payments/client.py retries are not idempotent: pass an idempotency key.",
-                        scope="project", evidence=("file:payments/client.py",), cwd=repo)["id"]
-    approve(hive, lesson_id, cwd=repo)
-    cwd = str(repo)
+    lesson_id, cwd = verified_payments_lesson(hive, tmp_path)
     hook(hive, "SessionStart", claude("s1", cwd, "SessionStart", source="startup"))
     told = lesson_lines(hook(hive, "PostToolUse", edit_hook(cwd, "s1", 1)))
     delivered = lesson_rows(hive)
@@ -195,11 +196,7 @@ def test_a_person_who_muted_lessons_gets_no_lesson_line_and_the_gate_says_which_
         make_hive: Any, tmp_path: Path) -> None:
     hive = make_hive('[gate.people.alice]\nmute = ["lesson"]\n')
     hive.start()
-    repo = git_repo(tmp_path / "api")
-    lesson_id = propose(hive, "payments/client.py retries are not idempotent: pass an idempotency key.",
-                        scope="project", evidence=("file:payments/client.py",), cwd=repo)["id"]
-    approve(hive, lesson_id, cwd=repo)
-    cwd = str(repo)
+    _, cwd = verified_payments_lesson(hive, tmp_path)
     hook(hive, "SessionStart", claude("s1", cwd, "SessionStart", source="startup"))
     first = lesson_lines(hook(hive, "PostToolUse", edit_hook(cwd, "s1", 1)))
     second = lesson_lines(hook(hive, "PostToolUse", edit_hook(cwd, "s1", 2)))
