@@ -10,7 +10,8 @@ from setuptools import find_namespace_packages, setup
 FOLDERS = {"hive.sidecar": "sidecar", "hive.integrations": "integrations", "hive.installer": "installer",
            "hive.skills": "skills"}
 # What a working tree may hold beside the tracked files; never part of the package.
-NOT_PACKAGES = ["__pycache__", "*.__pycache__", "node_modules", "*.node_modules"]
+NOT_PACKAGES = [f"{prefix}{junk}{suffix}" for junk in ("__pycache__", "node_modules") for prefix in ("", "*.")
+                for suffix in ("", ".*")]
 NOT_DATA = ["*.pyc", "*.pyo", ".*", "*~"]
 
 packages = []
@@ -22,5 +23,6 @@ setup(
     packages=packages,
     package_dir=FOLDERS,
     package_data={"": ["*"]},
+    include_package_data=False,  # only the folders' own files, never a stale egg-info's list
     exclude_package_data={"": NOT_DATA},
 )
