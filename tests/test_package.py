@@ -140,9 +140,10 @@ def installed(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Iterato
                                            '[mesh]\nlisten = "127.0.0.1:0"\nmdns = false\n')
     machine = Installed(venv, home, hive_home)
     yield machine
-    lock = hive_home / "sidecar.lock"
-    with contextlib.suppress(ValueError, OSError):
-        os.kill(int(lock.read_text().strip()), signal.SIGTERM)
+    with contextlib.suppress(ValueError, OSError):  # a sidecar `hive mcp` started; not a pid reused since
+        pid = int((hive_home / "sidecar.lock").read_text().strip())
+        if str(venv).encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
+            os.kill(pid, signal.SIGTERM)
     shutil.rmtree(hive_home, ignore_errors=True)
 
 
