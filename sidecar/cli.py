@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import json
 import os
 import sys
@@ -18,7 +17,7 @@ from typing import Any
 
 import anyio
 
-from .client import Client
+from .client import Client, lock_held
 from .dialog import desktop_env
 from .errors import ConfirmOnTerminal, HiveError, UnknownOp, Unreachable
 from .paths import state_paths
@@ -54,22 +53,12 @@ def cmd_stop(args: argparse.Namespace) -> int:
     pid = int(result.get("pid") or 0)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        if _process_gone(pid) and not _lock_held(paths.lock):
+        if _process_gone(pid) and not lock_held(paths.lock):
             print(f"stopped the sidecar (pid {pid})")
             return 0
         time.sleep(0.02)
     print(f"asked the sidecar (pid {pid}) to stop, but it is still running", file=sys.stderr)
     return 2
-
-
-def _lock_held(path: os.PathLike[str]) -> bool:
-    with open(path, "a+b") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            return True
-        fcntl.flock(lock, fcntl.LOCK_UN)
-        return False
 
 
 def _process_gone(pid: int) -> bool:
