@@ -515,7 +515,7 @@ class Parser(argparse.ArgumentParser):
 
     def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
         action = super().add_argument(*args, **kwargs)
-        if action.option_strings and action.metavar is None and action.nargs != 0:
+        if action.option_strings and action.metavar is None and action.nargs != 0 and action.choices is None:
             named = next((METAVARS[o] for o in action.option_strings if o in METAVARS), None)
             action.metavar = named or action.dest.strip("_").replace("_", "-").upper()
         return action
