@@ -39,7 +39,7 @@ WIDTH = 100  # what a table may take, whatever the terminal: 100 columns read we
 # MCP tool names the sidecar's messages give agents, and the command a person types instead.
 TOOL_COMMANDS = {"list_team": "`hive who`", "check_inbox": "`hive inbox`", "send_message": "`hive send`",
                  "whoami": "`hive status`", "ask_user": "`hive ask`", "search_memory": "`hive lessons search`",
-                 "propose_lesson": "`hive lessons propose`", "digest": "`hive digest`"}
+                 "propose_lesson": "`hive lessons propose`"}  # only names no sentence uses as a word
 _TOOL_NAME = re.compile(r"`?\b(" + "|".join(TOOL_COMMANDS) + r")\b(?:\(\))?`?")
 
 
