@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 
 from .errors import HiveError
 from .paths import state_paths
-from .server import run_sidecar
+from .server import AlreadyRunning, run_sidecar
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,6 +21,12 @@ def main(argv: list[str] | None = None) -> int:
         os._exit(0)  # the launcher exits; the sidecar goes on as a child of init
     try:
         run_sidecar(state_paths(), ready_fd=args.ready_fd)
+    except AlreadyRunning as exc:
+        if args.ready_fd is not None:  # tells the starting client to connect to that one instead
+            with contextlib.suppress(OSError):
+                os.write(args.ready_fd, b"busy\n")
+        print(f"hive: {exc.message}", file=sys.stderr)
+        return 1
     except HiveError as exc:
         print(f"hive: {exc.message}", file=sys.stderr)
         return 1

@@ -1,33 +1,67 @@
 """The ``hive`` command line.
 
-Exit codes: 0 success, 1 a user error (the one-line reason is printed), 2 the sidecar cannot be
-reached or started, 3 ``hive ask`` got no approval (denied, closed, expired or no answer yet).
+Exit codes: 0 success (bare ``hive`` prints the help on stdout and exits 0), 1 a user error
+(the one-line reason is printed; a usage error too), 2 the sidecar cannot be reached or started,
+3 ``hive ask`` got no approval (denied, closed, expired or no answer yet).
+
+What is printed for a person fits 100 columns: long cells are clipped with an ellipsis, never ids.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import anyio
 
-from .client import Client
+from . import __version__
+from .client import Client, lock_held
 from .dialog import desktop_env
 from .errors import ConfirmOnTerminal, HiveError, UnknownOp, Unreachable
 from .paths import state_paths
+from .render import for_person
 
 Command = Callable[[argparse.Namespace], int]
 
 
 def _print_json(data: Any) -> None:
     print(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+WIDTH = 100  # what a table may take, whatever the terminal: 100 columns read well everywhere
+# MCP tool names the sidecar's messages give agents, and the command a person types instead.
+TOOL_COMMANDS = {"list_team": "`hive who`", "check_inbox": "`hive inbox`", "send_message": "`hive send`",
+                 "whoami": "`hive status`", "ask_user": "`hive ask`", "search_memory": "`hive lessons search`",
+                 "propose_lesson": "`hive lessons propose`"}  # only names no sentence uses as a word
+_TOOL_NAME = re.compile(r"`?\b(" + "|".join(TOOL_COMMANDS) + r")\b(?:\(\))?`?")
+
+
+def for_people(message: str) -> str:
+    """A sidecar message with the MCP tools it names replaced by the commands a person types."""
+    named = _TOOL_NAME.sub(lambda m: TOOL_COMMANDS[m.group(1)], message)
+    return re.sub(r"(`hive [a-z ]+`) or \1", r"\1", named)  # "list_team or `hive who`" said it twice
+
+
+def clip(text: str, width: int) -> str:
+    """One line of at most ``width`` columns; what is cut is marked with an ellipsis."""
+    line = re.sub(r"\s*[\r\n\t]+\s*", " ", text)  # one line; spaces that align columns stay
+    return line if len(line) <= width else line[:max(width - 1, 0)] + "…"
+
+
+def table(rows: list[tuple[str, ...]], limits: tuple[int, ...]) -> list[str]:
+    """Aligned columns, each at most its limit wide; the last takes what is left of WIDTH."""
+    cells = [[clip(cell, limit) for cell, limit in zip(row, limits, strict=False)] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(limits))]
+    rest = WIDTH - sum(widths) - 2 * len(widths)
+    return [("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + "  " + clip(row[-1], rest)).rstrip()
+            for r, row in zip(cells, rows, strict=True)]
 
 
 def _call(op: str, autostart: bool = True, **args: Any) -> dict[str, Any]:
@@ -54,22 +88,12 @@ def cmd_stop(args: argparse.Namespace) -> int:
     pid = int(result.get("pid") or 0)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        if _process_gone(pid) and not _lock_held(paths.lock):
+        if _process_gone(pid) and not lock_held(paths.lock):
             print(f"stopped the sidecar (pid {pid})")
             return 0
         time.sleep(0.02)
     print(f"asked the sidecar (pid {pid}) to stop, but it is still running", file=sys.stderr)
     return 2
-
-
-def _lock_held(path: os.PathLike[str]) -> bool:
-    with open(path, "a+b") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            return True
-        fcntl.flock(lock, fcntl.LOCK_UN)
-        return False
 
 
 def _process_gone(pid: int) -> bool:
@@ -122,9 +146,8 @@ def cmd_who(args: argparse.Namespace) -> int:
         state = (s.get("state") or "live").replace("waiting_approval", "waiting") if s["live"] else "gone"
         state += ", unmanaged" if s.get("unmanaged") else ""
         rows.append((s["address"], s["machine"], s["agent"], where, s["tier"], state, s["doing"]))
-    widths = [max(len(r[i]) for r in rows) for i in range(6)]
-    for row in rows:
-        print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:6])) + "  " + row[6])
+    # ADDRESS, MACHINE, AGENT, REPO@BRANCH, TIER, STATE; DOING takes the rest of the line.
+    print("\n".join(table(rows, (28, 10, 11, 17, 4, 15))))
     return 0
 
 
@@ -136,7 +159,7 @@ def cmd_events(args: argparse.Namespace) -> int:
     for e in result["events"]:
         when = time.strftime("%H:%M:%S", time.localtime(e["at"]))
         what = e["path"] or e["command"] or e["tool"]
-        print(f"{when}  {e['session'][:12]:12}  {e['harness']:11}  {e['action']:20}  {what}".rstrip())
+        print(clip(f"{when}  {e['session'][:12]:12}  {e['harness']:11}  {e['action']:20}  {what}", WIDTH))
     return 0
 
 
@@ -210,10 +233,18 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 
 def cmd_inbox(args: argparse.Namespace) -> int:
+    # At a terminal a person reads the mail; piped (an agent's shell, a script) it stays in frames.
+    human = not args.json and not args.raw and sys.stdout.isatty()
+
     async def go() -> int:
         async with Client.open(state_paths()) as client:
             mailbox = {"as": args.as_} if args.as_ else {}
-            result = await client.call("inbox", wait=args.wait, peek=args.peek, **mailbox)
+            result = await client.call("inbox", wait=0, peek=args.peek, **mailbox)
+            if not result["messages"] and args.wait > 0:
+                if sys.stderr.isatty() and not args.json:
+                    print(f"waiting up to {args.wait:g} s for mail to {result['to']} (Ctrl-C stops)…",
+                          file=sys.stderr, flush=True)
+                result = await client.call("inbox", wait=args.wait, peek=args.peek, **mailbox)
             if not result["messages"]:
                 if not args.json:
                     print(f"no unread messages for {result['to']}")
@@ -223,6 +254,8 @@ def cmd_inbox(args: argparse.Namespace) -> int:
             try:
                 if args.json:
                     _print_json(result)
+                elif human:
+                    print(for_person(result["messages"]))
                 else:
                     print(result["text"])
                 sys.stdout.flush()
@@ -244,9 +277,14 @@ def cmd_sent(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(result)
         return 0
+    if not result["messages"]:
+        print(f"no messages sent {'by ' + args.sender if args.sender else 'from this terminal'} yet"
+              if not args.ids else "no message with those ids was sent by you")
+        return 0
     for m in result["messages"]:
         when = time.strftime("%H:%M:%S", time.localtime(m["read_at"])) if m["read_at"] else ""
-        print(f"{m['id']}  {m['to']}  {m['state']} {when}".rstrip())
+        # The id is never clipped: it is what `hive sent ID` and `--reply-to` take.
+        print(f"{m['id']}  {clip(m['to'], WIDTH - len(m['id']) - 18)}  {m['state']} {when}".rstrip())
     return 0
 
 
@@ -344,7 +382,7 @@ def cmd_team(args: argparse.Namespace) -> int:
             else:
                 state = "offline" if m["online"] is False else ""
             role = "" if m["role"] == "member" else m["role"]
-            print(f"  {person['person'] if i == 0 else '':<16} {m['machine']:<20} {role:<7} {state}".rstrip())
+            print(clip(f"  {person['person'] if i == 0 else '':<16} {m['machine']:<20} {role:<7} {state}", WIDTH))
     if result["departed"]:
         print("departed: " + ", ".join(f"{d['person']}@{d['machine']}" for d in result["departed"]))
     return 0
@@ -413,7 +451,7 @@ def cmd_held(args: argparse.Namespace) -> int:
     for m in result["held"]:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(m["received_at"]))
         first = (m["body"].splitlines() or [""])[0][:100]
-        print(f"{m['id']}  {when}  {m['from']} -> {m['to']}: {first}")
+        print(m["id"] + "  " + clip(f"{when}  {m['from']} -> {m['to']}: {first}", WIDTH - len(m["id"]) - 2))
         if m.get("files"):
             print(f"    with files: {', '.join(m['files'])}")
     print("approve with `hive approve <id>...`, or drop with `hive drop <id>...`")
@@ -462,13 +500,46 @@ def cmd_project(args: argparse.Namespace) -> int:
     return run(args)
 
 
+# Metavars that read as words where the option's own name would not (``--as NAME``, not ``AS_``).
+METAVARS = {"--as": "NAME", "--from": "NAME", "--reply-to": "ID", "--about": "ID", "--wait": "SECONDS",
+            "--limit": "N", "--since": "WHEN", "--session": "SESSION"}
+PLUMBING = ("sidecar", "mcp", "hook", "integrations")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with hive's conventions: a usage error exits 1 (2 means the sidecar), word metavars."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(1, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        action = super().add_argument(*args, **kwargs)
+        if action.option_strings and action.metavar is None and action.nargs != 0 and action.choices is None:
+            named = next((METAVARS[o] for o in action.option_strings if o in METAVARS), None)
+            action.metavar = named or action.dest.strip("_").replace("_", "-").upper()
+        return action
+
+
+def _command_list(commands: list[tuple[str, str]]) -> str:
+    width = max(len(name) for name, _ in commands) + 2
+    return "\n".join(clip(f"  {name:<{width}}{what}", WIDTH) for name, what in commands)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hive", description="Your team's coding agents, as one network.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser = Parser(prog="hive", usage="hive [-h] [-V] COMMAND ...",
+                    description="Your team's coding agents, as one network.",
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-V", "--version", action="version", version=f"hive {__version__}")
+    # The list of commands is written into the help below, in two groups: the automatic one is hidden.
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", help=argparse.SUPPRESS, prog="hive")
+    everyday: list[tuple[str, str]] = []
+    plumbing: list[tuple[str, str]] = []
 
     def add(name: str, func: Command, help_text: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        p = sub.add_parser(name, description=help_text)
         p.set_defaults(func=func)
+        (plumbing if name in PLUMBING else everyday).append((name, help_text))
         return p
 
     add("sidecar", cmd_sidecar, "run the sidecar in the foreground")
@@ -502,10 +573,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--about", help="the id of the teammate's message this is about; they get the answer, signed")
     p.add_argument("--as", dest="as_", help="ask as this session of yours (name or key)")
     p.add_argument("--json", action="store_true")
-    p = add("inbox", cmd_inbox, "show and confirm unread messages (yours, or a session's with --as)")
+    p = add("inbox", cmd_inbox, "show unread messages (yours, or a session's with --as) and mark them read")
     p.add_argument("--wait", type=float, default=0, help="wait up to N seconds (at most 600) for mail")
     p.add_argument("--as", dest="as_", help="read a session's mailbox instead of your own")
     p.add_argument("--peek", action="store_true", help="show without marking anything read")
+    p.add_argument("--raw", action="store_true", help="print the framed messages an agent sees, even at a terminal")
     p.add_argument("--json", action="store_true")
     p = add("sent", cmd_sent, "what you (or a session, with --from) sent, and whether it was read")
     p.add_argument("ids", nargs="*", help="message ids (default: the last 50)")
@@ -564,7 +636,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .gate_cli import add_gate_arguments
 
     add_gate_arguments(add("gate", cmd_gate, "the gate: its ledger, why it told you (or not), your preferences, "
-                                             "sources in shadow, measures"))
+                                             "shadow sources"))
     from .lessons_cli import add_lessons_arguments
 
     add_lessons_arguments(add("lessons", cmd_lessons, "the team's reviewed lessons: propose, search, review, "
@@ -578,19 +650,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--peek", action="store_true", help="do not count this as your last digest")
     p.add_argument("--person", help="another person's digest")
     p.add_argument("--json", action="store_true")
+    parser.epilog = (f"commands:\n{_command_list(everyday)}\n\n"
+                     f"plumbing (what harnesses and `hive setup` run; rarely typed):\n{_command_list(plumbing)}\n\n"
+                     "`hive COMMAND --help` tells more. Exit codes: 0 done, 1 a user error,\n"
+                     "2 the sidecar cannot be reached or started, 3 `hive ask` not approved.")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()  # bare `hive`: what it can do, on stdout like any asked-for help
+        return 0
     try:
         return int(args.func(args))
     except Unreachable as exc:
         print(f"hive: {exc.message}", file=sys.stderr)
         return 2
     except HiveError as exc:
-        print(f"hive: {exc.message} [{exc.code}]", file=sys.stderr)
+        print(f"hive: {for_people(exc.message)} [{exc.code}]", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

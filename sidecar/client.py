@@ -10,6 +10,7 @@ flight together. Pushed ``deliver`` events arrive on :attr:`Client.events`.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import itertools
 import json
 import os
@@ -35,14 +36,17 @@ MAX_LINE = 1 << 22
 def start_detached(paths: StatePaths, timeout: float = START_TIMEOUT) -> bool:
     """Start a sidecar for ``paths`` in its own session and wait until it listens.
 
-    Returns False if it exited first, which is what a sidecar does when another one won the
-    race to the lock; the caller then simply connects to that one.
+    Returns False if it exited while another sidecar holds the state folder's lock (it lost the
+    race to start); the caller then simply connects to that one. Raises :class:`Unreachable`
+    with the sidecar's own last error line when it exited for any other reason, so that a
+    sidecar that cannot start is reported at once rather than waited for.
     """
     ensure_home(paths.home)
     read_fd, write_fd = os.pipe()
     env = dict(os.environ, HIVE_HOME=str(paths.home))
     stderr_path = paths.home / "sidecar.stderr"
     with open(os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "ab") as stderr:
+        said_before = os.fstat(stderr.fileno()).st_size  # what this start writes comes after it
         # --detach forks once more and the first child exits at once, so the sidecar is
         # reparented to init and never lingers as this process's child or zombie.
         launcher = subprocess.Popen(
@@ -53,14 +57,53 @@ def start_detached(paths: StatePaths, timeout: float = START_TIMEOUT) -> bool:
     os.close(write_fd)
     try:
         launcher.wait(timeout=timeout)
+        # The pipe ends when the sidecar says "ready" or "busy", or at once when it exits.
         ready, _, _ = select.select([read_fd], [], [], timeout)
-        return bool(ready) and os.read(read_fd, 16).startswith(b"ready")
+        if not ready:
+            return False  # still starting after the timeout: the caller's connect says the rest
+        said = os.read(read_fd, 16)
     except subprocess.TimeoutExpired:
         launcher.kill()
         launcher.wait()
         return False
     finally:
         os.close(read_fd)
+    if said.startswith(b"ready"):
+        return True
+    if said.startswith(b"busy"):
+        return False  # another sidecar has the folder's lock: it is running or about to listen
+    raise Unreachable(_why_it_exited(paths, stderr_path, said_before))
+
+
+def _why_it_exited(paths: StatePaths, stderr_path: Path, offset: int) -> str:
+    """The sidecar's last error line (a traceback's last line, or its own ``hive: ...``)."""
+    try:
+        with open(stderr_path, "rb") as said:
+            said.seek(offset)
+            lines = said.read(MAX_LINE).decode(errors="replace").splitlines()
+    except OSError:
+        lines = []
+    cause = next((line.strip() for line in reversed(lines) if line.strip()), "")
+    cause = cause.removeprefix("hive: ")
+    if not cause:
+        return (f"the sidecar for {paths.home} exited at once without saying why; "
+                f"see {stderr_path} and {paths.log}")
+    return f"the sidecar for {paths.home} could not start: {cause} (its output: {stderr_path})"
+
+
+def lock_held(path: os.PathLike[str]) -> bool:
+    """Whether a live process holds the state folder's lock (a sidecar running or starting)."""
+    try:
+        lock = open(path, "rb")  # closed below; a missing lock has no holder
+    except FileNotFoundError:
+        return False
+    with lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        return False
 
 
 async def _connect(socket_path: Path) -> SocketStream:

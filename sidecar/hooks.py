@@ -17,7 +17,8 @@ session at that address; a session that ends without the proof leaves it unread.
 - Mid-turn points (``wakes_only``) inject waking mail only; stop, prompt and start points inject
   everything. A stop point injects nothing when the harness says this stop already follows a
   block (``stop_hook_active``; Cursor's ``loop_count``), so hive never keeps an agent running.
-- ``session.end`` ends the session. Busy and idle are kept in memory (:func:`activity`).
+- ``session.end`` ends the session; one for a session never seen registers nothing. Busy and
+  idle are kept in memory (:func:`activity`).
 - The session's pid is the harness process (the hook's parent, or the process above the shell
   it ran the hook through), so the MCP ``attach`` op can find the session by ancestry.
 
@@ -310,6 +311,10 @@ async def hook(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> d
     if point is None or caller.key is None:
         return {"stdout": point.no_opinion if point else "", "ids": [], "session": caller.key}
     if await folders.is_off(sidecar, _cwd(caller, request)):  # the person turned hive off here
+        return {"stdout": point.no_opinion, "ids": [], "session": None}
+    if point.event == "session.end" and caller.key not in sidecar.sessions.by_key:
+        # An end with no start: a health check (`claude mcp list` runs SessionEnd alone). Registering
+        # it would leave a gone session that mail could be queued to and nobody would ever read.
         return {"stdout": point.no_opinion, "ids": [], "session": None}
     session = await refresh(sidecar, caller, request, force=point.event == "session.start")
     nothing = {"stdout": point.no_opinion, "ids": [], "session": session.key}

@@ -2,11 +2,15 @@
 
 A message may carry an approval its sidecar verified (see ``approvals.py``): it follows the
 message as a ``<hive-approval … verified>`` frame, which no message body can produce.
+
+:func:`for_person` is how the same mail looks to a person reading ``hive inbox`` at a terminal:
+sender, time, text and files, without the frames and the instructions meant for an agent.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 
 from .attachments import File, listing, saved_paths
@@ -97,3 +101,38 @@ def approval_frame(record: dict[str, object]) -> str:
 
 def frames(messages: list[Message]) -> str:
     return "\n\n".join(frame(m) for m in messages)
+
+
+def _when(at: float, now: float) -> str:
+    same_day = time.localtime(at)[:3] == time.localtime(now)[:3]
+    return time.strftime("%H:%M" if same_day else "%Y-%m-%d %H:%M", time.localtime(at))
+
+
+def for_person(messages: list[dict[str, object]], now: float | None = None) -> str:
+    """Messages as :meth:`Message.public` gives them (already defanged), laid out for reading."""
+    now = time.time() if now is None else now
+    blocks = []
+    for m in messages:
+        sender = str(m.get("from") or "")
+        if m.get("kind") == "person":
+            by = "typed at a terminal"
+        else:
+            by = ", ".join(str(part) for part in (m.get("agent"), m.get("repo")) if part) or "an agent"
+        head = f"from {sender} ({by}), {_when(float(m.get('sent_at') or now), now)}"
+        if m.get("fyi"):
+            head += ", fyi"
+        if m.get("reply_to"):
+            head += f", answering {m['reply_to']}"
+        lines = [head + f"  [id {m.get('id')}]"]
+        lines += ["    " + line for line in str(m.get("body") or "").splitlines() or [""]]
+        approval = m.get("approval")
+        if isinstance(approval, dict):
+            lines.append(f"  approval: {defang(str(approval.get('decision') or ''))} by "
+                         f"{defang(str(approval.get('approver') or ''))} (verified)")
+        files = m.get("files")
+        if isinstance(files, list) and files:
+            lines.append("  files: " + "\n         ".join(str(f) for f in files))
+        blocks.append("\n".join(lines))
+    last = messages[-1]
+    hint = f"reply with: hive send {last.get('from')} --reply-to {last.get('id')} \"...\""
+    return "\n\n".join(blocks) + "\n\n" + hint

@@ -267,11 +267,16 @@ def test_the_interpreter_stays_inside_a_virtual_environment() -> None:
 def test_without_mail_every_hook_answers_the_exact_no_opinion(peer_hive: Hive, workdir: Path, harness: str,
                                                              event: str, shape: str | None) -> None:
     sid = f"{harness}-{event}-quiet"
+    ending = event.lower() == "sessionend"
+    if ending:  # an end alone (a health check's) registers nothing: the session must have been seen
+        assert fire(peer_hive, harness, event, sid, str(workdir)) == NO_OPINION.get((harness, event), "")
+        assert [s["address"] for s in ok(peer_hive, {"op": "who", "all": True})["sessions"]] == ["alice/peer"]
+        fire(peer_hive, harness, START[harness], sid, str(workdir))
     assert fire(peer_hive, harness, event, sid, str(workdir)) == NO_OPINION.get((harness, event), "")
     entry = session_entry(peer_hive, sid)
     assert entry["agent"] == harness
     assert entry["folder"] == workdir.name
-    assert entry["live"] is (event.lower() != "sessionend")
+    assert entry["live"] is not ending
 
 
 @pytest.mark.parametrize(("harness", "event", "shape"), CASES, ids=[f"{h}-{e}" for h, e, _ in CASES])

@@ -80,3 +80,33 @@ def test_a_client_that_cannot_start_a_sidecar_exits_2_with_the_reason(tmp_path: 
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert result.stderr.startswith("hive: ") and len(result.stderr.strip().splitlines()) == 1
+
+
+def _gone(pid: int) -> bool:
+    stat_file = Path(f"/proc/{pid}/stat")
+    try:
+        return stat_file.read_text().rsplit(")", 1)[1].split()[0] == "Z"  # finished, not yet reaped
+    except FileNotFoundError:
+        return True
+
+
+def test_a_sidecar_that_cannot_read_its_config_is_reported_at_once_with_the_cause(make_hive: Any) -> None:
+    hive: Hive = make_hive()
+    hive.paths.config.write_text('person = "alice"\n[mesh\nlisten = "127.0.0.1:0"\n')
+    result = hive.cli("status")
+    assert result.returncode == 2
+    assert "config.toml is not valid TOML" in result.stderr and "sidecar.stderr" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert _gone(hive.pid())  # the sidecar that took the lock and failed has exited
+    # One start, not a retry loop: the sidecar said its error once.
+    assert (hive.home / "sidecar.stderr").read_text().count("not valid TOML") == 1
+
+
+def test_a_sidecar_that_cannot_open_its_database_is_reported_with_the_database_error(make_hive: Any) -> None:
+    hive: Hive = make_hive('[mesh]\nlisten = "127.0.0.1:0"\nmdns = false\n')
+    hive.paths.database.mkdir()  # a folder where the database file should be
+    result = hive.cli("who")
+    assert result.returncode == 2
+    assert "unable to open database file" in result.stderr and "could not start" in result.stderr
+    assert _gone(hive.pid())
+    assert not hive.paths.socket.exists()

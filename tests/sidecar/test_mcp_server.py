@@ -305,6 +305,25 @@ async def test_the_sessions_a_server_held_end_when_it_exits(make_hive: Any) -> N
             pass
 
 
+async def test_a_health_check_that_only_lists_tools_leaves_no_session_and_a_tool_call_does(
+        make_hive: Any) -> None:
+    hive = make_hive('[mesh]\nlisten = "127.0.0.1:0"\nmdns = false\n')
+    hive.start()
+    spawned_by_claude = {"CLAUDECODE": "1", "CLAUDE_CODE_SESSION_ID": "health-check-session"}
+    async with hive_mcp(hive, client="claude-code", env=spawned_by_claude) as session:
+        assert {tool.name for tool in (await session.list_tools()).tools} == TOOLS
+
+    assert (await who_from_cli(hive))["sessions"] == []
+    sent = await anyio.run_process([sys.executable, "-m", "hive.sidecar.cli", "send", "alice/api-claude-code", "hi"],
+                                   env=hive.env, check=False)
+    assert sent.returncode == 1 and b"[not_found]" in sent.stderr
+
+    async with hive_mcp(hive, client="claude-code", env=spawned_by_claude) as session:
+        me = data(await call(session, "whoami"))
+        assert [s["address"] for s in (await who_from_cli(hive))["sessions"]] == [me["address"]]
+    assert me["address"] == "alice/api-claude-code"
+
+
 async def test_list_team_shows_live_sessions_marks_you_and_filters(make_hive: Any) -> None:
     hive = make_hive()
     async with hive_mcp(hive) as session:
