@@ -113,9 +113,25 @@ def test_every_edit_is_backed_up_first_beside_a_record_of_what_changed(machine: 
                                                                                        "opencode", "pi"]
 
 
-def test_dry_run_prints_unified_diffs_and_writes_nothing(machine: Machine) -> None:
+def test_dry_run_says_per_harness_what_it_would_change_and_writes_nothing(machine: Machine) -> None:
     original = machine.snapshot()
     out = machine.setup("--dry-run")
+
+    assert machine.snapshot() == original
+    assert not (machine.state / "setup").exists()
+    summary = out.split("would change (nothing is written; `--dry-run --diff` shows every line):\n", 1)[1]
+    assert "claude-code:\n  edit ~/.claude.json: add mcpServers.hive\n" in summary
+    assert "  create ~/.claude/skills/hive/SKILL.md (skill)\n" in summary
+    assert "codex:\n  edit ~/.codex/config.toml: add mcp_servers.hive\n" in summary
+    assert "add hive's entries to hooks.Stop" in summary  # the person's own Stop hook stays, hive's joins it
+    assert "pi:\n  create ~/.pi/agent/extensions/hive.ts (plugin)\n" in summary
+    assert "---" not in out and "+++" not in out  # no diffs unless asked
+    assert max(len(line) for line in summary.splitlines()) <= 100
+
+
+def test_dry_run_with_diff_prints_unified_diffs_and_writes_nothing(machine: Machine) -> None:
+    original = machine.snapshot()
+    out = machine.setup("--dry-run", "--diff")
 
     assert machine.snapshot() == original
     assert not (machine.state / "setup").exists()
