@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -183,3 +184,33 @@ def test_a_new_toml_table_in_the_middle_keeps_a_blank_line_before_the_next_one()
                           {("mcp_servers", "hive"): {"command": "hive", "args": ["mcp"]}})
     assert wired == ('[mcp_servers.notes]\ncommand = "n"\n\n[mcp_servers.hive]\ncommand = "hive"\nargs = ["mcp"]\n\n'
                      '[projects."/src"]\ntrust_level = "trusted"\n')
+
+
+def test_json_keeps_compact_arrays_and_the_persons_spacing_where_hive_did_not_touch() -> None:
+    original = ('{\n   "permissions": {"allow": ["Bash(git status)", "Read"], "deny": []},\n'
+                '   "env":   { "A": "1" },\n'
+                '   "hooks": {\n      "Stop": [{"hooks": [{"type": "command", "command": "notify-send done"}]}]\n'
+                '   }\n}\n')
+    wired, removed = round_trip("json", original, {**MCP, **HOOKS})
+
+    assert wired.startswith('{\n   "permissions": {"allow": ["Bash(git status)", "Read"], "deny": []},\n'
+                            '   "env":   { "A": "1" },\n')
+    # The person's compact hook array stays on its line; hive's entry joins it there, compact too.
+    stop = wired.split('"Stop": ', 1)[1].split("\n", 1)[0]
+    assert stop.startswith('[{"hooks": [{"type": "command", "command": "notify-send done"}]}, {"hooks": [')
+    # New content takes the file's three-space indentation.
+    assert '\n   "mcpServers": {\n      "hive": {\n         "type": "stdio",\n' in wired
+    assert json.loads(wired)["hooks"]["Stop"][1] == HOOKS["hooks", "Stop"][0]
+    assert removed == original
+
+
+def test_json_on_one_line_stays_on_one_line() -> None:
+    wired, removed = round_trip("json", '{"theme": "dark", "mcpServers": {}}', MCP)
+    assert "\n" not in wired and json.loads(wired)["mcpServers"]["hive"] == MCP["mcpServers", "hive"]
+    assert removed == '{"theme": "dark", "mcpServers": {}}'
+
+
+def test_a_new_json_file_is_written_with_two_space_indentation() -> None:
+    wired, removed = round_trip("json", "", MCP)
+    assert wired == json.dumps({"mcpServers": {"hive": MCP["mcpServers", "hive"]}}, indent=2) + "\n"
+    assert removed.strip() == "{}"
