@@ -552,7 +552,7 @@ def _run_remove(options: Options, folder: Path, out: TextIO) -> int:
             manifest = Manifest.load(folder)
             removals = plan_remove(options, manifest)
             service_removal = options.service or (options.only is None and options.scope == "user")
-            if options.dry_run:
+            if options.dry_run and options.diff:
                 for removal in removals:
                     if removal.problem is None and removal.after != removal.before:
                         print(_diff(removal.entry.path, removal.before, removal.after), end="", file=out)

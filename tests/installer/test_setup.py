@@ -145,10 +145,12 @@ def test_dry_run_with_diff_prints_unified_diffs_and_writes_nothing(machine: Mach
 
     machine.setup()
     wired = machine.snapshot()
-    out = machine.setup("--remove", "--dry-run")
+    out = machine.setup("--remove", "--dry-run", "--diff")
     assert machine.snapshot() == wired
     assert "--- a/~/.claude.json\n+++ b/~/.claude.json\n" in out and '-    "hive": {\n' in out
     assert "hive setup --remove --dry-run: nothing was changed; this would happen:" in out
+    short = machine.setup("--remove", "--dry-run")
+    assert "+++" not in short and "  ~/.claude.json: restored to its content before setup\n" in short
 
 
 def test_broken_json_is_refused_with_file_and_line_and_the_other_harnesses_are_wired(machine: Machine) -> None:
