@@ -75,10 +75,11 @@ def check(harness_modules: tuple[str, ...]) -> list[Broken]:
 
 def reinstall_hint() -> str:
     """The command that puts a whole copy of hive back, for the way this one was installed."""
-    source = "<where you installed hive from>"
+    source, installer = DISTRIBUTION, "pip"  # from an index, unless it came from a folder or a wheel
     try:
         dist = metadata.distribution(DISTRIBUTION)
         url = json.loads(dist.read_text("direct_url.json") or "{}").get("url", "")
+        installer = (dist.read_text("INSTALLER") or "pip").strip()
     except (metadata.PackageNotFoundError, ValueError):
         url = ""
     if url.startswith("file://"):
@@ -88,4 +89,6 @@ def reinstall_hint() -> str:
         return f"reinstall hive: `pipx install --force {source}`"
     if "/uv/tools/" in prefix:
         return f"reinstall hive: `uv tool install --reinstall {source}`"
+    if installer == "uv":
+        return f"reinstall hive: `uv pip install --python {sys.executable} --reinstall {source}`"
     return f"reinstall hive: `{sys.executable} -m pip install --force-reinstall {source}`"
