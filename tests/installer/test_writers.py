@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hive.installer import documents, ownership
 from hive.installer.errors import ConfigParseError, ConfigShapeError
@@ -214,3 +216,28 @@ def test_a_new_json_file_is_written_with_two_space_indentation() -> None:
     wired, removed = round_trip("json", "", MCP)
     assert wired == json.dumps({"mcpServers": {"hive": MCP["mcpServers", "hive"]}}, indent=2) + "\n"
     assert removed.strip() == "{}"
+
+
+_scalars = st.none() | st.booleans() | st.integers(-5, 5) | st.text("aé\"\\ \n", max_size=4)
+_values = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=3)
+                       | st.dictionaries(st.text("abc", max_size=3), inner, max_size=3), max_leaves=8)
+_handlers = st.lists(st.fixed_dictionaries({"hooks": st.lists(st.fixed_dictionaries(
+    {"type": st.just("command"), "command": st.sampled_from(["notify-send done", "guard.sh", HOOK])}),
+    min_size=1, max_size=2)}), max_size=3)
+
+
+@settings(max_examples=150, deadline=None)
+@given(base=st.dictionaries(st.text("xyz", max_size=3), _values, max_size=4),
+       servers=st.dictionaries(st.sampled_from(["notes", "hive"]), _values, max_size=2),
+       stop=_handlers, indent=st.sampled_from([None, 1, 2, 3, "\t"]))
+def test_json_edits_give_the_merged_content_and_come_back_byte_for_byte(
+        base: dict[str, Any], servers: dict[str, Any], stop: list[Any], indent: int | str | None) -> None:
+    original = json.dumps({**base, "mcpServers": servers, "hooks": {"Stop": stop}}, indent=indent)
+    wired, removed = round_trip("json", original, {**MCP, **HOOKS})
+    expected = json.loads(original)
+    expected["mcpServers"]["hive"] = MCP["mcpServers", "hive"]
+    expected["hooks"]["Stop"] = ownership.merge_list(stop, HOOKS["hooks", "Stop"])
+    assert json.loads(wired) == expected
+    assert ("\n" in wired) is (indent is not None)  # a one-line file stays on one line
+    if HOOK not in original and "hive" not in servers:
+        assert removed == original  # nothing of hive's was there before: removal gives back every byte
