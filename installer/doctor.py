@@ -1,11 +1,17 @@
-"""``hive doctor``: check the sidecar, the team and every harness, and print the fix for each problem.
+"""``hive doctor``: check the install, the sidecar, the team and every harness, and print the fix for each problem.
 
-Each check is one :class:`Check` with a status (``ok``, ``info``, ``warn``, ``fail``) and, for
-anything not ok, the exact command or step that fixes it. The harness checks read the same
-descriptors ``hive setup`` writes from, so "wired" means "what setup would write is there". The
-MCP check starts ``hive mcp`` as harnesses do and speaks MCP to it with the official client;
-Codex's hook trust is asked of Codex itself (its app-server's ``hooks/list``), because only
-Codex knows which hook hashes the person approved. Exit code 1 when any check failed.
+Each check is one :class:`Check` with a status (``ok``, ``info``, ``todo``, ``warn``, ``fail``)
+and, for anything not ok, the exact command or step that fixes it. A ``todo`` is a step only the
+person can take in a harness (trust hive's hooks in Codex, trust a folder in Gemini CLI, approve a
+project's .mcp.json in Claude Code): listed, but a setup that only waits for those is correct and
+exits 0. Exit code 1 when any check failed. The install is checked first (every module in
+place), since a broken one fails everything else for that one reason.
+
+The harness checks read the same descriptors ``hive setup`` writes from, so "wired" means "what
+setup would write is there". The MCP check starts ``hive mcp`` as harnesses do and speaks MCP to
+it with the official client; Codex's hook trust is asked of Codex itself (its app-server's
+``hooks/list``, run on a scratch copy of its home), because only Codex knows which hook hashes
+the person approved. Doctor writes nothing in the person's folders.
 """
 
 from __future__ import annotations
