@@ -1,11 +1,17 @@
-"""``hive doctor``: check the sidecar, the team and every harness, and print the fix for each problem.
+"""``hive doctor``: check the install, the sidecar, the team and every harness, and print the fix for each problem.
 
-Each check is one :class:`Check` with a status (``ok``, ``info``, ``warn``, ``fail``) and, for
-anything not ok, the exact command or step that fixes it. The harness checks read the same
-descriptors ``hive setup`` writes from, so "wired" means "what setup would write is there". The
-MCP check starts ``hive mcp`` as harnesses do and speaks MCP to it with the official client;
-Codex's hook trust is asked of Codex itself (its app-server's ``hooks/list``), because only
-Codex knows which hook hashes the person approved. Exit code 1 when any check failed.
+Each check is one :class:`Check` with a status (``ok``, ``info``, ``todo``, ``warn``, ``fail``)
+and, for anything not ok, the exact command or step that fixes it. A ``todo`` is a step only the
+person can take in a harness (trust hive's hooks in Codex, trust a folder in Gemini CLI, approve a
+project's .mcp.json in Claude Code): listed, but a setup that only waits for those is correct and
+exits 0. Exit code 1 when any check failed. The install is checked first (every module in
+place), since a broken one fails everything else for that one reason.
+
+The harness checks read the same descriptors ``hive setup`` writes from, so "wired" means "what
+setup would write is there". The MCP check starts ``hive mcp`` as harnesses do and speaks MCP to
+it with the official client; Codex's hook trust is asked of Codex itself (its app-server's
+``hooks/list``, run on a scratch copy of its home), because only Codex knows which hook hashes
+the person approved. Doctor writes nothing in the person's folders.
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from pathlib import Path
 from typing import Any, Literal, TextIO
 
 import anyio
+import tomlkit
+import tomlkit.exceptions
 
 from hive.integrations import registry
 from hive.integrations.descriptor import HOOK_MARKERS
@@ -32,14 +40,16 @@ from hive.sidecar.client import Client as SidecarClient
 from hive.sidecar.errors import HiveError
 from hive.sidecar.paths import state_paths
 
-from . import documents, fileops, ownership, service
+from . import documents, fileops, integrity, ownership, service
 from .commands import install_context
 from .detect import Detection, detect
 from .errors import InstallError, display
 from .manifest import Manifest
 from .setup import resolve_path, setup_folder, skill_source
 
-Status = Literal["ok", "info", "warn", "fail"]
+# "todo": hive is set up right, and a step only the person can take remains (trusting hooks or a
+# folder in a harness). Listed, never a failure: a fresh, correct setup exits 0.
+Status = Literal["ok", "info", "todo", "warn", "fail"]
 MCP_TIMEOUT = 30.0
 CODEX_TIMEOUT = 20.0
 EXPECTED_TOOLS = {"list_team", "send_message", "check_inbox", "whoami"}
@@ -150,37 +160,71 @@ def check_mcp(argv: tuple[str, ...]) -> Check:
 # ---- harnesses ------------------------------------------------------------------------------------------
 
 
-def _codex_hooks(binary: Path, home: Path) -> list[dict[str, Any]]:
-    """Codex's own view of its hooks, from ``codex app-server``'s ``hooks/list``."""
+def _scratch_codex_home(hooks_file: Path, scratch: Path) -> Path:
+    """A copy of the person's Codex home holding only what ``hooks/list`` reads: the hooks file and the
+    config with its trust records, their keys moved to the copy's path (a key names its hooks file).
+
+    Codex's app-server creates databases, logs and system skills in its home on start; run in the
+    real ``~/.codex`` that would be doctor writing into the person's folder."""
+    home = scratch / "codex-home"
+    home.mkdir()
+    copy = home / hooks_file.name
+    copy.write_bytes(hooks_file.read_bytes())
+    config = hooks_file.parent / "config.toml"
+    try:
+        doc = tomlkit.parse(config.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return home
+    state = (doc.get("hooks") or {}).get("state")
+    if state is not None:
+        prefix = f"{hooks_file}:"
+        for key in [k for k in state if k.startswith(prefix)]:
+            state[f"{copy}:{key[len(prefix):]}"] = state.pop(key)
+    (home / "config.toml").write_text(tomlkit.dumps(doc), encoding="utf-8")
+    return home
+
+
+def _codex_hooks(binary: Path, hooks_file: Path) -> list[dict[str, Any]]:
+    """Codex's own view of hive's user hooks, from ``codex app-server``'s ``hooks/list``, with each
+    hook's ``sourcePath`` and ``key`` given as in the person's own Codex home."""
     requests = [
         {"jsonrpc": "2.0", "id": 1, "method": "initialize",
          "params": {"clientInfo": {"name": "hive-doctor", "version": __version__}}},
         {"jsonrpc": "2.0", "method": "initialized"},
         {"jsonrpc": "2.0", "id": 2, "method": "hooks/list", "params": {}},
     ]
-    process = subprocess.Popen([str(binary), "app-server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, cwd=home, text=True)
-    assert process.stdin is not None and process.stdout is not None
-    try:
-        process.stdin.write("".join(json.dumps(r) + "\n" for r in requests))
-        process.stdin.flush()
-        with _deadline(process, CODEX_TIMEOUT):
-            for line in process.stdout:
-                try:
-                    message = json.loads(line)
-                except json.JSONDecodeError:
-                    continue
-                if message.get("id") == 2:
-                    if "error" in message:
-                        raise RuntimeError(message["error"].get("message", "hooks/list failed"))
-                    return [hook for entry in message["result"]["data"] for hook in entry.get("hooks", [])]
-        raise RuntimeError(f"codex app-server gave no hooks/list answer within {CODEX_TIMEOUT:.0f}s")
-    finally:
-        process.kill()
-        process.wait()
-        with contextlib.suppress(OSError):  # a pipe to a killed process may refuse the final flush
-            process.stdin.close()
-        process.stdout.close()
+    with tempfile.TemporaryDirectory(prefix="hive-doctor-") as folder:
+        scratch = Path(folder)
+        home = _scratch_codex_home(hooks_file, scratch)
+        copy = str(home / hooks_file.name)
+        env = {**os.environ, "CODEX_HOME": str(home)}
+        process = subprocess.Popen([str(binary), "app-server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=subprocess.DEVNULL, cwd=scratch, env=env, text=True)
+        assert process.stdin is not None and process.stdout is not None
+        try:
+            process.stdin.write("".join(json.dumps(r) + "\n" for r in requests))
+            process.stdin.flush()
+            with _deadline(process, CODEX_TIMEOUT):
+                for line in process.stdout:
+                    try:
+                        message = json.loads(line)
+                    except json.JSONDecodeError:
+                        continue
+                    if message.get("id") == 2:
+                        if "error" in message:
+                            raise RuntimeError(message["error"].get("message", "hooks/list failed"))
+                        hooks = [hook for entry in message["result"]["data"] for hook in entry.get("hooks", [])]
+                        for hook in hooks:
+                            if hook.get("sourcePath") == copy:
+                                hook["sourcePath"] = str(hooks_file)
+                        return hooks
+            raise RuntimeError(f"codex app-server gave no hooks/list answer within {CODEX_TIMEOUT:.0f}s")
+        finally:
+            process.kill()
+            process.wait()
+            with contextlib.suppress(OSError):  # a pipe to a killed process may refuse the final flush
+                process.stdin.close()
+            process.stdout.close()
 
 
 class _deadline:
@@ -200,8 +244,8 @@ def check_codex_trust(detection: Detection, hooks_file: Path) -> Check:
     if detection.binary is None:
         return Check("codex", "hooks trusted", "info", "cannot tell without the codex binary")
     try:
-        hooks = _codex_hooks(detection.binary, hooks_file.parent.parent)
-    except (OSError, RuntimeError, KeyError, TypeError) as exc:
+        hooks = _codex_hooks(detection.binary, hooks_file)
+    except (OSError, RuntimeError, KeyError, TypeError, tomlkit.exceptions.ParseError) as exc:
         return Check("codex", "hooks trusted", "warn", f"could not ask Codex: {exc}")
     ours = [h for h in hooks if any(m in str(h.get("command", "")) for m in HOOK_MARKERS)
             and Path(str(h.get("sourcePath", ""))) == hooks_file]
@@ -211,7 +255,7 @@ def check_codex_trust(detection: Detection, hooks_file: Path) -> Check:
     untrusted = [h for h in ours if h.get("trustStatus") not in ("trusted", "managed")]
     if untrusted:
         events = ", ".join(sorted({str(h.get("eventName")) for h in untrusted}))
-        return Check("codex", "hooks trusted", "fail",
+        return Check("codex", "hooks trusted", "todo",
                      f"{len(untrusted)} of hive's {len(ours)} hooks are not trusted yet ({events}): Codex skips them",
                      "start `codex`, type `/hooks` and trust hive's entries")
     return Check("codex", "hooks trusted", "ok", f"all {len(ours)} of hive's hooks")
@@ -230,9 +274,86 @@ def _gemini_trust(settings: Path, home: Path) -> Check | None:
     except (OSError, ValueError):
         folders = {}
     trusted = [path for path, level in folders.items() if level in ("TRUST_FOLDER", "TRUST_PARENT")]
+    if not trusted:
+        return Check("gemini", "folder trust", "todo",
+                     "Gemini CLI uses hive only in folders you trust, and none is trusted yet",
+                     "trust a project folder when `gemini` asks there (or with `/permissions`)")
     return Check("gemini", "folder trust", "info",
                  f"Gemini CLI uses hive only in folders you trust ({len(trusted)} trusted so far)",
-                 "trust a project folder when `gemini` asks there (or with `/permissions`)")
+                 "trust more folders when `gemini` asks there (or with `/permissions`)")
+
+
+def _gemini_trusts(folder: Path, home: Path) -> bool:
+    try:
+        folders = json.loads((home / ".gemini" / "trustedFolders.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    for path, level in folders.items() if isinstance(folders, dict) else ():
+        if level == "TRUST_FOLDER" and Path(path) == folder:
+            return True
+        if level == "TRUST_PARENT" and folder.is_relative_to(Path(path).parent):
+            return True
+    return False
+
+
+def _claude_approved(project: Path, home: Path) -> bool | None:
+    """Whether Claude Code runs the ``hive`` server of ``project``'s .mcp.json: True, False (declined),
+    None (not asked yet). Claude keeps the answer per project in ~/.claude.json, or a settings file."""
+    sources: list[dict[str, Any]] = []
+    try:
+        projects = json.loads((home / ".claude.json").read_text(encoding="utf-8")).get("projects") or {}
+        sources.append(projects.get(str(project)) or {})
+    except (OSError, ValueError, AttributeError):
+        pass
+    for settings in (project / ".claude" / "settings.local.json", project / ".claude" / "settings.json",
+                     home / ".claude" / "settings.json"):
+        try:
+            sources.append(json.loads(settings.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            continue
+    for source in sources:
+        if not isinstance(source, dict):
+            continue
+        if "hive" in (source.get("disabledMcpjsonServers") or []):
+            return False
+        if source.get("enableAllProjectMcpServers") is True or "hive" in (source.get("enabledMcpjsonServers") or []):
+            return True
+    return None
+
+
+def check_projects(manifest: Manifest, home: Path) -> list[Check]:
+    """The approvals hive's committed project files wait for, per project ``hive setup --project`` wired."""
+    projects: dict[Path, set[str]] = {}
+    context = install_context("project")
+    table = registry.harnesses()
+    for path, entry in manifest.files.items():
+        if entry.scope != "project":
+            continue
+        for name in entry.harnesses:
+            harness = table.get(name)
+            for native in harness.native_files(context) if harness else ():
+                if str(path).endswith("/" + native.path):
+                    projects.setdefault(Path(str(path)[: -len(native.path) - 1]), set()).add(name)
+    checks: list[Check] = []
+    for project, names in sorted(projects.items()):
+        where = display(project)
+        if "claude-code" in names:
+            approved = _claude_approved(project, home)
+            if approved:
+                checks.append(Check("projects", f"{where}: claude-code", "ok", "hive in .mcp.json is approved"))
+            else:
+                checks.append(Check("projects", f"{where}: claude-code", "todo",
+                                    "Claude Code has not been allowed to start hive from .mcp.json"
+                                    + (" (it was declined)" if approved is False else ""),
+                                    f"start `claude` in {where} and approve 'hive' (or in `/mcp`)"))
+        if "gemini" in names:
+            if _gemini_trusts(project, home):
+                checks.append(Check("projects", f"{where}: gemini", "ok", "the folder is trusted"))
+            else:
+                checks.append(Check("projects", f"{where}: gemini", "todo",
+                                    "Gemini CLI reads the project's .gemini/settings.json only once you trust it",
+                                    f"start `gemini` in {where} and trust the folder (or with `/permissions`)"))
+    return checks
 
 
 def check_harness(harness: registry.Harness, detection: Detection, manifest: Manifest, home: Path) -> list[Check]:
@@ -326,10 +447,26 @@ def check_service(manifest: Manifest) -> list[Check]:
 # ---- the command ----------------------------------------------------------------------------------------
 
 
+def check_install() -> list[Check]:
+    broken = integrity.check(registry.BUILTIN)
+    if not broken:
+        return [Check("install", "complete", "ok", f"hive {__version__}: every module is in place")]
+    names = ", ".join(item.module for item in broken)
+    first = broken[0].detail
+    return [Check("install", "complete", "fail",
+                  f"this hive installation is broken: missing {names} ({first}{'; …' if len(broken) > 1 else ''}); "
+                  "the sidecar cannot start without it", integrity.reinstall_hint())]
+
+
 def run_checks() -> list[Check]:
     home = Path.home()
     manifest = Manifest.load(setup_folder())
-    checks, status = check_sidecar()
+    checks = check_install()
+    if checks[0].status == "fail":
+        # Every later check would fail for this one reason (no sidecar starts, no harness loads).
+        return [*checks, Check("sidecar", "running", "info", "not checked: reinstall hive first")]
+    more, status = check_sidecar()
+    checks += more
     checks += check_team(status)
     checks += check_service(manifest)
     context = install_context("user")
@@ -339,6 +476,7 @@ def run_checks() -> list[Check]:
     detections = detect(everyone, home)
     for harness in everyone:
         checks += check_harness(harness, detections[harness.name], manifest, home)
+    checks += check_projects(manifest, home)
     return checks
 
 
@@ -349,12 +487,21 @@ def render(checks: list[Check], out: TextIO) -> None:
         if check.area != area:
             area = check.area
             print(area, file=out)
-        mark = {"ok": "ok  ", "info": "--  ", "warn": "warn", "fail": "FAIL"}[check.status]
+        mark = {"ok": "ok  ", "info": "--  ", "todo": "TODO", "warn": "warn", "fail": "FAIL"}[check.status]
         print(f"  {mark}  {check.name.ljust(width)}  {check.detail}", file=out)
         if check.fix and check.status != "ok":
             print(f"        {' ' * width}  fix: {check.fix}", file=out)
+    todos = [c for c in checks if c.status == "todo"]
+    if todos:
+        print("\nneeds your action (hive never takes these steps for you):", file=out)
+        for check in todos:
+            print(f"  - {check.area} {check.name}: {check.fix}", file=out)
     failed = [c for c in checks if c.status == "fail"]
-    print(f"\n{len(failed)} problem{'s' if len(failed) != 1 else ''} found" if failed else "\nall good", file=out)
+    if failed:
+        print(f"\n{len(failed)} problem{'s' if len(failed) != 1 else ''} found", file=out)
+    else:
+        print("\nall good" + (f", {len(todos)} step{'s' if len(todos) != 1 else ''} left for you" if todos else ""),
+              file=out)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -362,7 +509,10 @@ def main(args: argparse.Namespace) -> int:
     checks = run_checks()
     failed = any(c.status == "fail" for c in checks)
     if args.json:
-        print(json.dumps({"ok": not failed, "checks": [asdict(c) for c in checks]}, indent=2, ensure_ascii=False))
+        print(json.dumps({"ok": not failed,
+                          "failures": [asdict(c) for c in checks if c.status == "fail"],
+                          "todo": [asdict(c) for c in checks if c.status == "todo"],
+                          "checks": [asdict(c) for c in checks]}, indent=2, ensure_ascii=False))
     else:
         render(checks, sys.stdout)
     return 1 if failed else 0

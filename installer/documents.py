@@ -1,14 +1,16 @@
 """Config documents hive edits in place: JSON and TOML, parsed so that the person's own content survives.
 
-A :class:`Document` is addressed by key paths (tuples of keys). JSON keeps key order (Python
-dicts do) and is written back in the file's own indentation; TOML goes through tomlkit, which
-keeps comments, ordering and formatting of everything hive does not touch. A file that does not
+A :class:`Document` is addressed by key paths (tuples of keys). A JSON file is edited as text,
+only where hive's values go, so the person's formatting of the rest survives byte for byte (a
+compact array stays compact); TOML goes through tomlkit, which keeps comments, ordering and
+formatting of everything hive does not touch. A file that does not
 parse raises :class:`ConfigParseError` naming the file, line and column: hive never rewrites what
 it cannot read.
 """
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from dataclasses import dataclass
@@ -75,17 +77,78 @@ def _indent_of(text: str) -> int | str:
     return 2
 
 
+_WS = " \t\n\r"
+_DECODER = json.JSONDecoder()
+Step = str | int  # a key of an object or an index into an array, on the way to a value
+
+
+def _skip(text: str, i: int) -> int:
+    while i < len(text) and text[i] in _WS:
+        i += 1
+    return i
+
+
+@dataclass
+class _Item:
+    """One member of an object (``key`` set) or element of an array, by where its text lies."""
+
+    key: str | None
+    start: int  # its first character: the key's quote, or the element itself
+    value_start: int
+    value_end: int
+
+
+@dataclass
+class _Container:
+    start: int  # the opening bracket
+    close: int  # the closing bracket
+    items: list[_Item]
+    multiline: bool  # whether new content goes on lines of its own, as the rest of it does
+
+
+def _container(text: str, start: int, parent_multiline: bool) -> _Container:
+    """The object or array whose opening bracket is at ``start``. The text is valid JSON (it parsed)."""
+    is_object = text[start] == "{"
+    closing = "}" if is_object else "]"
+    items: list[_Item] = []
+    i = _skip(text, start + 1)
+    while text[i] != closing:
+        first, key = i, None
+        if is_object:
+            key, i = _DECODER.raw_decode(text, i)
+            i = _skip(text, _skip(text, i) + 1)  # past the colon
+        end = _DECODER.raw_decode(text, i)[1]
+        items.append(_Item(key, first, i, end))
+        i = _skip(text, end)
+        if text[i] == ",":
+            i = _skip(text, i + 1)
+    multiline = "\n" in text[start:i] if items else parent_multiline
+    return _Container(start, i, items, multiline)
+
+
+def _line_indent(text: str, position: int) -> str:
+    line = text[text.rfind("\n", 0, position) + 1:]
+    return line[: len(line) - len(line.lstrip(" \t"))]
+
+
 @dataclass
 class JsonDocument:
+    """A JSON file edited as text: each change replaces only the characters of the values it changes.
+
+    Everything hive does not touch keeps its bytes (a compact array stays on its line, spacing
+    and key order stay the person's); new content takes the indentation of its neighbours, and
+    is compact where they are. ``data`` is the parsed form, kept in step after every edit.
+    """
+
     path: Path
+    text: str
     data: dict[str, Any]
     indent: int | str = 2
-    final_newline: bool = True
 
     @classmethod
     def parse(cls, path: Path, text: str) -> JsonDocument:
         if not text.strip():
-            return cls(path, {})
+            return cls(path, "{}\n", {})
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -101,8 +164,9 @@ class JsonDocument:
         if not isinstance(data, dict):
             raise ConfigParseError(path, 1, 1, f"the top level is a JSON {type(data).__name__}, not an object",
                                    "the file must hold one JSON object ({ ... })")
-        indent = _indent_of(text)
-        return cls(path, data, indent, text.endswith("\n"))
+        return cls(path, text, data, _indent_of(text))
+
+    # -- reading ------------------------------------------------------------------------------
 
     def _parent(self, path: Key) -> dict[str, Any] | None:
         node: Any = self.data
@@ -121,22 +185,136 @@ class JsonDocument:
     def is_table(self, path: Key) -> bool:
         return isinstance(self.get(path), dict) if path else True
 
+    # -- locating text --------------------------------------------------------------------------
+
+    def _locate(self, steps: tuple[Step, ...]) -> _Container:
+        """The container at ``steps`` (which must exist and be an object or array)."""
+        node = _container(self.text, _skip(self.text, 0), True)
+        for step in steps:
+            item = self._item(node, step)
+            assert item is not None, f"nothing at {steps}"
+            node = _container(self.text, item.value_start, node.multiline)
+        return node
+
+    @staticmethod
+    def _item(node: _Container, step: Step) -> _Item | None:
+        if isinstance(step, int):
+            return node.items[step] if step < len(node.items) else None
+        # The last of duplicate keys is the one json.loads keeps.
+        return next((item for item in reversed(node.items) if item.key == step), None)
+
+    def _render(self, value: Any, line_indent: str, multiline: bool) -> str:
+        if not multiline:
+            return json.dumps(value, ensure_ascii=False)
+        return json.dumps(value, indent=self.indent, ensure_ascii=False).replace("\n", "\n" + line_indent)
+
+    def _splice(self, start: int, end: int, text: str) -> None:
+        self.text = self.text[:start] + text + self.text[end:]
+        self.data = json.loads(self.text)
+
+    # -- editing --------------------------------------------------------------------------------
+
+    def _insert(self, steps: tuple[Step, ...], index: int, key: str | None, value: Any) -> None:
+        """Put a member (``key``) or element before item ``index`` of the container at ``steps``."""
+        node = self._locate(steps)
+        items, text = node.items, self.text
+        label = "" if key is None else json.dumps(key, ensure_ascii=False) + ": "
+        if not items:
+            if not node.multiline:
+                self._splice(node.start + 1, node.close, label + self._render(value, "", False))
+                return
+            base = _line_indent(text, node.start)
+            inner = base + (self.indent if isinstance(self.indent, str) else " " * self.indent)
+            self._splice(node.start + 1, node.close,
+                         "\n" + inner + label + self._render(value, inner, True) + "\n" + base)
+            return
+        # The whitespace that separates items here, so the new one lines up with its neighbours.
+        if len(items) > 1:
+            between = text[items[-2].value_end:items[-1].start]
+            sep = between[between.index(",") + 1:]
+        else:
+            sep = text[node.start + 1:items[0].start]
+        if "\n" not in sep:
+            sep = " "
+        indent = sep.rsplit("\n", 1)[-1]
+        rendered = label + self._render(value, indent, "\n" in sep)
+        if index >= len(items):
+            position = items[-1].value_end
+            self._splice(position, position, "," + sep + rendered)
+        else:
+            position = items[index].start
+            self._splice(position, position, rendered + "," + sep)
+
+    def _remove(self, steps: tuple[Step, ...], index: int) -> None:
+        node = self._locate(steps)
+        items = node.items
+        if index > 0:
+            self._splice(items[index - 1].value_end, items[index].value_end, "")
+        elif len(items) > 1:
+            self._splice(items[0].start, items[1].start, "")
+        else:
+            self._splice(node.start + 1, node.close, "")
+
+    def _morph(self, steps: tuple[Step, ...], new: Any) -> None:
+        """Turn the value at ``steps`` into ``new`` with the smallest edits: recursing into objects and
+        arrays, so the parts that stay the same keep their text."""
+        parent = self._locate(steps[:-1])
+        item = self._item(parent, steps[-1])
+        assert item is not None
+        old = json.loads(self.text[item.value_start:item.value_end])
+        if old == new:
+            return
+        if isinstance(old, dict) and isinstance(new, dict):
+            for key in [k for k in old if k not in new]:
+                self._remove(steps, self._index(steps, key))
+            for key, value in new.items():
+                if key in old:
+                    self._morph((*steps, key), value)
+                else:
+                    self._insert(steps, len(self._locate(steps).items), key, value)
+            return
+        if isinstance(old, list) and isinstance(new, list):
+            canon = [json.dumps(x, sort_keys=True) for x in old], [json.dumps(x, sort_keys=True) for x in new]
+            opcodes = difflib.SequenceMatcher(None, *canon, autojunk=False).get_opcodes()
+            for tag, i1, i2, j1, j2 in reversed(opcodes):  # from the end: earlier indices stay valid
+                if tag == "equal":
+                    continue
+                if tag == "replace" and i2 - i1 == j2 - j1:
+                    for offset in range(i2 - i1):
+                        self._morph((*steps, i1 + offset), new[j1 + offset])
+                    continue
+                for index in reversed(range(i1, i2)):
+                    self._remove(steps, index)
+                for offset, j in enumerate(range(j1, j2)):
+                    self._insert(steps, i1 + offset, None, new[j])
+            return
+        multiline = parent.multiline or "\n" in self.text[item.value_start:item.value_end]
+        self._splice(item.value_start, item.value_end,
+                     self._render(new, _line_indent(self.text, item.value_start), multiline))
+
+    def _index(self, steps: tuple[Step, ...], key: str) -> int:
+        items = self._locate(steps).items
+        return max(i for i, item in enumerate(items) if item.key == key)
+
     def add_table(self, path: Key) -> None:
         self.set(path, {})
 
     def set(self, path: Key, value: Any) -> None:
         parent = self._parent(path)
         assert parent is not None, f"no table at {path[:-1]}"
-        parent[path[-1]] = json.loads(json.dumps(value))  # a private copy: later edits never alias the owned value
+        value = json.loads(json.dumps(value))  # plain JSON values only, as they will read back
+        if path[-1] in parent:
+            self._morph(path, value)
+        else:
+            self._insert(path[:-1], len(self._locate(path[:-1]).items), path[-1], value)
 
     def delete(self, path: Key) -> None:
         parent = self._parent(path)
-        if parent is not None:
-            parent.pop(path[-1], None)
+        if parent is not None and path[-1] in parent:
+            self._remove(path[:-1], self._index(path[:-1], path[-1]))
 
     def render(self) -> str:
-        text = json.dumps(self.data, indent=self.indent, ensure_ascii=False)
-        return text + "\n" if self.final_newline else text
+        return self.text
 
 
 # ---- TOML ---------------------------------------------------------------------------------------

@@ -135,9 +135,9 @@ def apply(doc: Document, owned: dict[Key, Any], known: dict[Key, KeyRecord] | No
         if earlier is not None:
             record.had, record.previous = earlier.had, earlier.previous
         elif record.had and (current == value if isinstance(value, dict) else
-                             isinstance(value, list) and not strip_list(current, value)):
+                             isinstance(value, list) and bool(current) and not strip_list(current, value)):
             # Already exactly hive's (wired before this manifest existed): hive's to take out again.
-            # Scalars are exempt: a "version": 1 the person had is theirs.
+            # Scalars are exempt: a "version": 1 the person had is theirs; so is an empty list.
             record.had, record.previous = False, None
         result.records.append(record)
     return result

@@ -15,6 +15,7 @@ import argparse
 import difflib
 import os
 import sys
+import textwrap
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +41,7 @@ class Options:
     project: Path | None = None  # the project root, for scope "project"
     only: list[str] | None = None
     dry_run: bool = False
+    diff: bool = False  # with dry_run: full unified diffs instead of the summary
     remove: bool = False
     service: bool = False
 
@@ -408,6 +410,44 @@ def _diff(path: Path, before: bytes | None, after: bytes | None) -> str:
     return text
 
 
+def _what(plan: FilePlan, harness: str) -> str | None:
+    """What this run does to ``plan``'s file for ``harness``, in a few words (None: nothing of its own)."""
+    created = plan.before is None
+    if plan.format == "text":
+        return f"{'create' if created else 'replace'} {display(plan.path)} ({', '.join(sorted(set(plan.roles)))})"
+    assert plan.after is not None
+    before = _parse(plan.format, plan.path, plan.before)
+    after = _parse(plan.format, plan.path, plan.after)
+    kinds: dict[str, list[str]] = {"add": [], "add hive's entries to": [], "update": []}
+    for key, value in plan.owned.get(harness, {}).items():
+        old, new = before.get(key), after.get(key)
+        if old != new:
+            kind = ("add" if old is documents.MISSING else
+                    "add hive's entries to" if isinstance(value, list) else "update")
+            kinds[kind].append(".".join(key))
+    parts = [f"{kind} {', '.join(keys)}" for kind, keys in kinds.items() if keys]
+    if not parts:
+        return None
+    return f"{'create' if created else 'edit'} {display(plan.path)}: {'; '.join(parts)}"
+
+
+def _summary(harness_plans: list[HarnessPlan], files: dict[Path, FilePlan], out: TextIO) -> int:
+    """Per harness, each file the run would change and what in it; returns how many lines it printed."""
+    printed = 0
+    for hplan in harness_plans:
+        if not hplan.selected or hplan.failed:
+            continue
+        lines = [what for path in hplan.files if files[path].changed
+                 for what in [_what(files[path], hplan.name)] if what]
+        if not lines:
+            continue
+        print(f"{hplan.name}:", file=out)
+        for line in lines:
+            print(textwrap.fill(line, width=100, initial_indent="  ", subsequent_indent="      "), file=out)
+            printed += 1
+    return printed
+
+
 def _table(rows: Iterable[tuple[str, ...]], out: TextIO) -> None:
     rows = list(rows)
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
@@ -454,12 +494,22 @@ def run(options: Options, out: TextIO = sys.stdout) -> int:
 
     if options.dry_run:
         diffs = [_diff(plan.path, plan.before, plan.after) for plan in files.values() if plan.changed]
+        unit_change = ""
         if options.service:
             unit, text = service.unit_path(), service.unit_text().encode("utf-8")
             before = fileops.read_or_none(unit)
             if before != text:
                 diffs.append(_diff(unit, before, text))
-        print("\n" + ("".join(diffs) if diffs else "no changes\n"), end="", file=out)
+                unit_change = f"  {'create' if before is None else 'replace'} {display(unit)}"
+        if options.diff:
+            print("\n" + ("".join(diffs) if diffs else "no changes\n"), end="", file=out)
+        elif diffs:
+            print("\nwould change (nothing is written; `--dry-run --diff` shows every line):", file=out)
+            _summary(harness_plans, files, out)
+            if unit_change:
+                print(f"service:\n{unit_change}", file=out)
+        else:
+            print("\nno changes", file=out)
     else:
         with locked(folder):
             manifest = Manifest.load(folder)  # re-read under the lock
@@ -502,7 +552,7 @@ def _run_remove(options: Options, folder: Path, out: TextIO) -> int:
             manifest = Manifest.load(folder)
             removals = plan_remove(options, manifest)
             service_removal = options.service or (options.only is None and options.scope == "user")
-            if options.dry_run:
+            if options.dry_run and options.diff:
                 for removal in removals:
                     if removal.problem is None and removal.after != removal.before:
                         print(_diff(removal.entry.path, removal.before, removal.after), end="", file=out)
@@ -533,6 +583,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"hive setup: the project folder {project} does not exist", file=sys.stderr)
         return 1
     options = Options(scope="project" if project else "user", project=project,
-                      only=args.only.split(",") if args.only else None, dry_run=args.dry_run, remove=args.remove,
+                      only=args.only.split(",") if args.only else None, dry_run=args.dry_run,
+                      diff=getattr(args, "diff", False), remove=args.remove,
                       service=args.service)
     return run(options)

@@ -596,7 +596,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--only", metavar="NAMES", help="comma-separated harnesses (aliases allowed), e.g. codex,gemini")
     p.add_argument("--project", nargs="?", const=".", metavar="DIR",
                    help="write the project-scoped files of DIR (default: this folder) instead of your user files")
-    p.add_argument("--dry-run", action="store_true", help="print the changes as unified diffs; write nothing")
+    p.add_argument("--dry-run", action="store_true", help="say what would change, per harness; write nothing")
+    p.add_argument("--diff", action="store_true", help="with --dry-run: print the full unified diffs")
     p.add_argument("--remove", action="store_true", help="undo setup: restore or clean every file hive changed")
     p.add_argument("--service", action="store_true", help="also run the sidecar as a login service (systemd/launchd)")
     p = add("doctor", cmd_doctor, "check the sidecar, the team and every harness; print the fix for each problem")

@@ -3,27 +3,42 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import sysconfig
 import tomllib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.conftest import REPO
 from tests.installer.conftest import Machine, machine_context, require_cli
 from tests.installer.test_real_clis import codex_hooks
 
 
-def doctor(machine: Machine, expect: int) -> dict[tuple[str, str], dict[str, Any]]:
+def report(machine: Machine, expect: int) -> dict[str, Any]:
     done = machine.hive("doctor", "--json", timeout=120)
     assert done.returncode == expect, f"hive doctor exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
-    report = json.loads(done.stdout)
-    assert report["ok"] is (expect == 0)
-    return {(c["area"], c["name"]): c for c in report["checks"]}
+    result: dict[str, Any] = json.loads(done.stdout)
+    assert result["ok"] is (expect == 0)
+    return result
 
 
-def test_a_wired_machine_is_all_good(machine: Machine) -> None:
+def doctor(machine: Machine, expect: int) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(c["area"], c["name"]): c for c in report(machine, expect)["checks"]}
+
+
+def test_a_fresh_correct_setup_exits_0_and_lists_the_persons_own_steps_as_todos(machine: Machine) -> None:
     machine.setup()
-    checks = doctor(machine, expect=0)
+    result = report(machine, expect=0)
+    checks = {(c["area"], c["name"]): c for c in result["checks"]}
+    assert result["failures"] == []
+    assert [(c["area"], c["name"]) for c in result["todo"]] == [("gemini", "folder trust")]
+    assert checks["gemini", "folder trust"]["fix"] == "trust a project folder when `gemini` asks there (or with " \
+                                                     "`/permissions`)"
+    assert checks["install", "complete"]["status"] == "ok"
 
     running = checks["sidecar", "running"]
     assert running["status"] == "ok" and "it was not running; doctor started it" in running["detail"]
@@ -38,10 +53,16 @@ def test_a_wired_machine_is_all_good(machine: Machine) -> None:
         assert checks[harness, "wired"]["status"] == "ok", checks[harness, "wired"]
         assert checks[harness, "config parses"]["status"] == "ok"
     assert checks["codex", "hooks trusted"]["status"] == "info"  # no codex binary here to ask
-    assert checks["gemini", "folder trust"]["status"] == "info"
 
     text = machine.hive("doctor")
-    assert text.returncode == 0 and text.stdout.rstrip().endswith("all good")
+    assert text.returncode == 0 and text.stdout.rstrip().endswith("all good, 1 step left for you")
+    assert "  TODO  folder trust" in text.stdout
+    assert "needs your action (hive never takes these steps for you):\n  - gemini folder trust: trust a project" \
+           in text.stdout
+
+    # Once the person trusted a folder, Gemini's trust is information, not a step left.
+    machine.write(".gemini/trustedFolders.json", json.dumps({str(machine.project): "TRUST_FOLDER"}))
+    assert doctor(machine, expect=0)["gemini", "folder trust"]["status"] == "info"
     # The sidecar was already running this time.
     assert "doctor started it" not in doctor(machine, expect=0)["sidecar", "running"]["detail"]
 
@@ -103,13 +124,14 @@ def codex_machine() -> Iterator[Machine]:
         yield machine
 
 
-def test_codex_hooks_are_reported_untrusted_until_the_person_trusts_them_in_codex(codex_machine: Machine) -> None:
+def test_codex_hooks_are_a_todo_until_the_person_trusts_them_in_codex(codex_machine: Machine) -> None:
     machine = codex_machine
     machine.setup("--only", "codex")
-    checks = doctor(machine, expect=1)
-    trust = checks["codex", "hooks trusted"]
-    assert trust["status"] == "fail" and trust["detail"].startswith("5 of hive's 5 hooks are not trusted yet")
+    result = report(machine, expect=0)
+    trust = next(c for c in result["todo"] if (c["area"], c["name"]) == ("codex", "hooks trusted"))
+    assert trust["status"] == "todo" and trust["detail"].startswith("5 of hive's 5 hooks are not trusted yet")
     assert trust["fix"] == "start `codex`, type `/hooks` and trust hive's entries"
+    assert result["failures"] == []
 
     # What Codex's /hooks writes when the person trusts each entry: the hash of what they reviewed.
     approvals = "".join(f'\n[hooks.state."{h["key"]}"]\ntrusted_hash = "{h["currentHash"]}"\n'
@@ -121,3 +143,64 @@ def test_codex_hooks_are_reported_untrusted_until_the_person_trusts_them_in_code
     # A later setup keeps the person's approvals.
     assert "nothing to change" in machine.setup("--only", "codex")
     assert len(tomllib.loads(machine.read(".codex/config.toml"))["hooks"]["state"]) == 5
+
+
+def test_project_approvals_are_todos_until_claude_code_and_gemini_have_them(machine: Machine) -> None:
+    machine.setup("--project", str(machine.project), "--only", "claude,gemini")
+    where = "~/src/api"
+    result = report(machine, expect=0)
+    todos = {c["name"]: c for c in result["todo"] if c["area"] == "projects"}
+    assert set(todos) == {f"{where}: claude-code", f"{where}: gemini"}
+    assert todos[f"{where}: claude-code"]["fix"] == f"start `claude` in {where} and approve 'hive' (or in `/mcp`)"
+    assert result["failures"] == []
+
+    # What Claude Code and Gemini CLI record once the person said yes in them.
+    claude = json.loads(machine.read(".claude.json"))
+    claude["projects"] = {str(machine.project): {"enabledMcpjsonServers": ["hive"]}}
+    machine.write(".claude.json", json.dumps(claude, indent=2))
+    machine.write(".gemini/trustedFolders.json", json.dumps({str(machine.project): "TRUST_FOLDER"}))
+    checks = doctor(machine, expect=0)
+    assert checks["projects", f"{where}: claude-code"]["status"] == "ok"
+    assert checks["projects", f"{where}: gemini"]["status"] == "ok"
+
+
+@pytest.fixture(scope="module")
+def broken_hive(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """hive installed from its wheel (not editable) into a venv of its own, then a module deleted from it.
+
+    The dependencies come from this test environment (a path line, not its .pth files, so the
+    editable hive there stays out of sight)."""
+    root = tmp_path_factory.mktemp("broken")
+    wheels = root / "wheels"
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                            "-w", str(wheels), str(REPO)], capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
+    wheel = next(wheels.glob("hive_agents-*.whl"))
+    purelib = Path(sysconfig.get_paths(vars={"base": str(venv), "platbase": str(venv)})["purelib"])
+    installed = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
+                                "-q", "--no-deps", str(wheel)], capture_output=True, text=True, timeout=600)
+    assert installed.returncode == 0, installed.stderr
+    (purelib / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    (purelib / "hive" / "sidecar" / "codex_push.py").unlink()  # a module the sidecar imports at start
+    return venv / "bin" / "hive"
+
+
+def test_a_broken_install_names_the_missing_module_and_the_reinstall_not_a_socket_error(
+        machine: Machine, broken_hive: Path) -> None:
+    done = subprocess.run([str(broken_hive), "doctor", "--json"], cwd=machine.home, env=machine.env(),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    result = json.loads(done.stdout)
+    [failure] = result["failures"]
+    assert (failure["area"], failure["name"]) == ("install", "complete")
+    assert "missing hive.sidecar.codex_push" in failure["detail"]
+    assert "hive/sidecar/codex_push.py is gone" in failure["detail"]
+    assert failure["fix"].startswith("reinstall hive: `") and "--force-reinstall" in failure["fix"]
+    assert "socket" not in done.stdout and "No such file" not in done.stdout
+    assert not (machine.state / "hive.sock").exists()  # it did not try to start a sidecar that cannot run
+
+    text = subprocess.run([str(broken_hive), "doctor"], cwd=machine.home, env=machine.env(),
+                          capture_output=True, text=True, timeout=120)
+    assert text.returncode == 1 and "FAIL  complete" in text.stdout and "fix: reinstall hive: `" in text.stdout

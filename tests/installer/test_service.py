@@ -49,7 +49,7 @@ def test_the_launchd_agent_runs_the_sidecar_at_login_and_again_if_it_fails() -> 
 def test_setup_service_writes_the_unit_and_remove_takes_it_away(machine: Machine, tmp_path: Path) -> None:
     env = machine.env(PATH=str(tmp_path))  # nothing on PATH: no systemctl, no harness CLI
     original = machine.snapshot()
-    dry = machine.hive("setup", "--service", "--dry-run", "--only", "claude", env=env)
+    dry = machine.hive("setup", "--service", "--dry-run", "--diff", "--only", "claude", env=env)
     assert "+++ b/~/.config/systemd/user/hive-sidecar.service\n" in dry.stdout and "+ExecStart=" in dry.stdout
     assert machine.snapshot() == original
     done = machine.hive("setup", "--service", "--only", "claude", env=env)

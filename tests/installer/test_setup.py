@@ -11,11 +11,14 @@ import json
 import os
 import stat
 import subprocess
+import sys
+import tempfile
 import tomllib
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import REPO
 from tests.installer.conftest import Machine
 
 HARNESSES = ("claude-code", "codex", "cursor", "gemini", "opencode", "pi")
@@ -113,9 +116,25 @@ def test_every_edit_is_backed_up_first_beside_a_record_of_what_changed(machine: 
                                                                                        "opencode", "pi"]
 
 
-def test_dry_run_prints_unified_diffs_and_writes_nothing(machine: Machine) -> None:
+def test_dry_run_says_per_harness_what_it_would_change_and_writes_nothing(machine: Machine) -> None:
     original = machine.snapshot()
     out = machine.setup("--dry-run")
+
+    assert machine.snapshot() == original
+    assert not (machine.state / "setup").exists()
+    summary = out.split("would change (nothing is written; `--dry-run --diff` shows every line):\n", 1)[1]
+    assert "claude-code:\n  edit ~/.claude.json: add mcpServers.hive\n" in summary
+    assert "  create ~/.claude/skills/hive/SKILL.md (skill)\n" in summary
+    assert "codex:\n  edit ~/.codex/config.toml: add mcp_servers.hive\n" in summary
+    assert "add hive's entries to hooks.Stop" in summary  # the person's own Stop hook stays, hive's joins it
+    assert "pi:\n  create ~/.pi/agent/extensions/hive.ts (plugin)\n" in summary
+    assert "---" not in out and "+++" not in out  # no diffs unless asked
+    assert max(len(line) for line in summary.splitlines()) <= 100
+
+
+def test_dry_run_with_diff_prints_unified_diffs_and_writes_nothing(machine: Machine) -> None:
+    original = machine.snapshot()
+    out = machine.setup("--dry-run", "--diff")
 
     assert machine.snapshot() == original
     assert not (machine.state / "setup").exists()
@@ -126,10 +145,12 @@ def test_dry_run_prints_unified_diffs_and_writes_nothing(machine: Machine) -> No
 
     machine.setup()
     wired = machine.snapshot()
-    out = machine.setup("--remove", "--dry-run")
+    out = machine.setup("--remove", "--dry-run", "--diff")
     assert machine.snapshot() == wired
     assert "--- a/~/.claude.json\n+++ b/~/.claude.json\n" in out and '-    "hive": {\n' in out
     assert "hive setup --remove --dry-run: nothing was changed; this would happen:" in out
+    short = machine.setup("--remove", "--dry-run")
+    assert "+++" not in short and "  ~/.claude.json: restored to its content before setup\n" in short
 
 
 def test_broken_json_is_refused_with_file_and_line_and_the_other_harnesses_are_wired(machine: Machine) -> None:
@@ -337,3 +358,46 @@ def test_setup_never_writes_a_setting_that_skips_an_approval(machine: Machine, s
         assert bypass not in text.replace('trust_level = "trusted"', ""), bypass
     assert not (machine.home / ".gemini" / "trustedFolders.json").exists()
     assert "hooks.state" not in machine.read(".codex/config.toml")
+
+
+def test_a_hand_formatted_settings_file_keeps_its_compact_arrays_and_indentation(machine: Machine) -> None:
+    mine = ('{\n'
+            '   "permissions": {"allow": ["Bash(git status)", "Bash(npm test)"], "deny": ["Read(.env)"]},\n'
+            '   "model":  "opus",\n'
+            '   "hooks": {\n'
+            '      "Stop": [{"hooks": [{"type": "command", "command": "notify-send done"}]}]\n'
+            '   }\n'
+            '}\n')
+    machine.write(".claude/settings.json", mine)
+    machine.setup("--only", "claude")
+
+    text = machine.read(".claude/settings.json")
+    assert text.startswith('{\n   "permissions": {"allow": ["Bash(git status)", "Bash(npm test)"], "deny": '
+                           '["Read(.env)"]},\n   "model":  "opus",\n   "hooks": {\n')
+    assert '\n      "SessionStart": [\n         {\n' in text  # hive's own entries in the file's 3 spaces
+    assert "hive_hook.py" in json.loads(text)["hooks"]["Stop"][1]["hooks"][0]["command"]
+    machine.setup("--remove")
+    assert machine.read(".claude/settings.json") == mine
+
+
+def test_project_files_hold_no_path_of_this_machine_so_the_team_can_commit_them(machine: Machine) -> None:
+    project = machine.project
+    machine.setup("--project", str(project), "--only", "claude,codex,gemini,opencode,pi,cursor")
+
+    here = {str(machine.root), str(machine.home), sys.prefix, sys.base_prefix, sys.executable,
+            os.path.realpath(sys.executable), str(REPO), str(Path(tempfile.gettempdir()))}
+    files = [p for p in project.rglob("*") if p.is_file()]
+    assert len(files) == 13
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        found = sorted(mark for mark in here if mark in text)
+        assert not found, f"{path.relative_to(project)} names {found}"
+    # The hive every teammate has on PATH: `hive mcp` and `hive hook <harness> <event>`.
+    assert json.loads((project / ".mcp.json").read_text())["mcpServers"]["hive"] == {
+        "type": "stdio", "command": "hive", "args": ["mcp"]}
+    assert tomllib.loads((project / ".codex/config.toml").read_text())["mcp_servers"]["hive"]["command"] == "hive"
+    commands = [handler["command"] for groups in json.loads((project / ".codex/hooks.json").read_text())[
+        "hooks"].values() for group in groups for handler in group["hooks"]]
+    assert commands and all(command.startswith("hive hook codex ") for command in commands)
+    gemini = json.loads((project / ".gemini/settings.json").read_text())
+    assert gemini["mcpServers"]["hive"]["command"] == "hive"

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hive.installer import documents, ownership
 from hive.installer.errors import ConfigParseError, ConfigShapeError
@@ -183,3 +186,58 @@ def test_a_new_toml_table_in_the_middle_keeps_a_blank_line_before_the_next_one()
                           {("mcp_servers", "hive"): {"command": "hive", "args": ["mcp"]}})
     assert wired == ('[mcp_servers.notes]\ncommand = "n"\n\n[mcp_servers.hive]\ncommand = "hive"\nargs = ["mcp"]\n\n'
                      '[projects."/src"]\ntrust_level = "trusted"\n')
+
+
+def test_json_keeps_compact_arrays_and_the_persons_spacing_where_hive_did_not_touch() -> None:
+    original = ('{\n   "permissions": {"allow": ["Bash(git status)", "Read"], "deny": []},\n'
+                '   "env":   { "A": "1" },\n'
+                '   "hooks": {\n      "Stop": [{"hooks": [{"type": "command", "command": "notify-send done"}]}]\n'
+                '   }\n}\n')
+    wired, removed = round_trip("json", original, {**MCP, **HOOKS})
+
+    assert wired.startswith('{\n   "permissions": {"allow": ["Bash(git status)", "Read"], "deny": []},\n'
+                            '   "env":   { "A": "1" },\n')
+    # The person's compact hook array stays on its line; hive's entry joins it there, compact too.
+    stop = wired.split('"Stop": ', 1)[1].split("\n", 1)[0]
+    assert stop.startswith('[{"hooks": [{"type": "command", "command": "notify-send done"}]}, {"hooks": [')
+    # New content takes the file's three-space indentation.
+    assert '\n   "mcpServers": {\n      "hive": {\n         "type": "stdio",\n' in wired
+    assert json.loads(wired)["hooks"]["Stop"][1] == HOOKS["hooks", "Stop"][0]
+    assert removed == original
+
+
+def test_json_on_one_line_stays_on_one_line() -> None:
+    wired, removed = round_trip("json", '{"theme": "dark", "mcpServers": {}}', MCP)
+    assert "\n" not in wired and json.loads(wired)["mcpServers"]["hive"] == MCP["mcpServers", "hive"]
+    assert removed == '{"theme": "dark", "mcpServers": {}}'
+
+
+def test_a_new_json_file_is_written_with_two_space_indentation() -> None:
+    wired, removed = round_trip("json", "", MCP)
+    assert wired == json.dumps({"mcpServers": {"hive": MCP["mcpServers", "hive"]}}, indent=2) + "\n"
+    assert removed.strip() == "{}"
+
+
+_scalars = st.none() | st.booleans() | st.integers(-5, 5) | st.text("aé\"\\ \n", max_size=4)
+_values = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=3)
+                       | st.dictionaries(st.text("abc", max_size=3), inner, max_size=3), max_leaves=8)
+_handlers = st.lists(st.fixed_dictionaries({"hooks": st.lists(st.fixed_dictionaries(
+    {"type": st.just("command"), "command": st.sampled_from(["notify-send done", "guard.sh", HOOK])}),
+    min_size=1, max_size=2)}), max_size=3)
+
+
+@settings(max_examples=150, deadline=None)
+@given(base=st.dictionaries(st.text("xyz", max_size=3), _values, max_size=4),
+       servers=st.dictionaries(st.sampled_from(["notes", "hive"]), _values, max_size=2),
+       stop=_handlers, indent=st.sampled_from([None, 1, 2, 3, "\t"]))
+def test_json_edits_give_the_merged_content_and_come_back_byte_for_byte(
+        base: dict[str, Any], servers: dict[str, Any], stop: list[Any], indent: int | str | None) -> None:
+    original = json.dumps({**base, "mcpServers": servers, "hooks": {"Stop": stop}}, indent=indent)
+    wired, removed = round_trip("json", original, {**MCP, **HOOKS})
+    expected = json.loads(original)
+    expected["mcpServers"]["hive"] = MCP["mcpServers", "hive"]
+    expected["hooks"]["Stop"] = ownership.merge_list(stop, HOOKS["hooks", "Stop"])
+    assert json.loads(wired) == expected
+    assert ("\n" in wired) is (indent is not None)  # a one-line file stays on one line
+    if HOOK not in original and "hive" not in servers:
+        assert removed == original  # nothing of hive's was there before: removal gives back every byte
