@@ -218,12 +218,18 @@ def valid_address(value: Any) -> bool:
     return 0 < port < 65536 and bool(host)
 
 
+def _listed(raw: dict[str, Any], key: str) -> list[Any]:
+    """A peer's list field, or an empty list when it sent something else there."""
+    value = raw.get(key)
+    return value if isinstance(value, list) else []
+
+
 def sanitise_presence(raw: Any) -> dict[str, Any]:
     """A peer's presence cut to the shape and sizes hive shows: counts, lengths, one line each."""
     raw = raw if isinstance(raw, dict) else {}
     sessions = []
     seen: set[str] = set()
-    for item in raw.get("sessions") or []:
+    for item in _listed(raw, "sessions"):
         if len(sessions) >= MAX_SESSIONS:
             break
         if not isinstance(item, dict):
@@ -245,15 +251,15 @@ def sanitise_presence(raw: Any) -> dict[str, Any]:
             **observe.sanitise_extra(item),
         })
     known = []
-    for item in raw.get("known") or []:
+    for item in _listed(raw, "known"):
         name = slug(str(item), 64)
         if name and name not in seen and name != "terminal":
             seen.add(name)
             known.append(name)
         if len(known) >= MAX_KNOWN:
             break
-    features = [one_line(f, 32) for f in (raw.get("features") or [])[:MAX_FEATURES] if isinstance(f, str)]
-    addresses = [a for a in (raw.get("addresses") or [])[:MAX_ADDRESSES] if valid_address(a)]
+    features = [one_line(f, 32) for f in _listed(raw, "features")[:MAX_FEATURES] if isinstance(f, str)]
+    addresses = [a for a in _listed(raw, "addresses")[:MAX_ADDRESSES] if valid_address(a)]
     peers: dict[str, list[str]] = {}
     raw_peers = raw.get("peers")
     if isinstance(raw_peers, dict):
