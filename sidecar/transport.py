@@ -21,7 +21,9 @@ in ``tests/sidecar/test_transport.py`` guard them):
 No session tickets, no resumption and no 0-RTT: a resumed handshake carries no certificate.
 
 A link is one bidirectional stream of frames: a 4-byte big-endian length, then one JSON
-object with a string ``t``. Frames over :data:`MAX_FRAME` are refused in both directions. One
+object with a string ``t``. Frames over :data:`MAX_FRAME` are refused in both directions; a
+body nested too deep or too large (``wire.decode``) closes the link, and one whose text is not
+proper Unicode reaches the owner as an ``invalid`` frame, so a message can still be answered. One
 reader task per link owns the stream (cancelling a read between the length and the body would
 desynchronise it) and hands decoded frames to a bounded memory stream. aioquic's ``drain()``
 never pushes back, so senders must bound what they put in flight (the mesh does, per link).

@@ -211,3 +211,27 @@ def test_after_a_log_rotation_the_log_and_its_rotated_copies_are_the_users_alone
     rotated = sorted(hive.home.glob("sidecar.log*"))
     assert hive.home / "sidecar.log.2" in rotated and "listening on" in log_file.read_text()
     assert {p.name: stat.S_IMODE(p.stat().st_mode) for p in rotated} == {p.name: 0o600 for p in rotated}
+
+
+def test_out_of_descriptors_the_sidecar_drops_idle_clients_and_keeps_accepting(make_hive: Any) -> None:
+    hive = make_hive(MESH)
+    pid = hive.start()
+    in_use = len(os.listdir(f"/proc/{pid}/fd"))
+    hard = resource.prlimit(pid, resource.RLIMIT_NOFILE)[1]
+    resource.prlimit(pid, resource.RLIMIT_NOFILE, (in_use + 8, hard))  # accept() meets EMFILE at the 9th client
+    idle: list[socket.socket] = []
+    try:
+        for _ in range(60):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(60)
+            sock.connect(str(hive.paths.socket))
+            idle.append(sock)
+        with hive.connect(timeout=60) as conn:
+            conn.send_line({"id": "through", "op": "ping"})
+            assert conn.read()["result"]["pid"] == pid
+    finally:
+        for sock in idle:
+            sock.close()
+        resource.prlimit(pid, resource.RLIMIT_NOFILE, (1024, hard))
+    _alive(hive, pid)
+    assert "accepting a client failed" in hive.paths.log.read_text()
