@@ -68,6 +68,7 @@ from .transport import (
     CLOSE_NORMAL,
     CLOSE_PROTOCOL,
     CLOSE_REFUSED,
+    INVALID,
     FrameError,
     Link,
     LinkClosed,
@@ -113,6 +114,24 @@ MAX_PEERS = 256
 MDNS_TYPE = "_hive._udp.local."
 
 ACK_STATES = ("delivered", "queued", "held", "refused", "retry")
+# The types of each frame kind's top-level fields (a missing field or null is allowed; the
+# handler decides). A frame that breaks this is reported for its peer and skipped, so no handler
+# meets a string where it iterates a list. Nested items are checked by the handlers.
+_NUMBER = (int, float)
+FRAME_FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "hello": {"team": str, "features": list, "roster": str},
+    "msg": {"msg": dict},
+    "ack": {"id": str, "state": str, "note": str, "receipts": list, "retry_after": _NUMBER},
+    "receipt": {"receipts": list},
+    "presence": {"presence": dict},
+    "state": {"state": dict},
+    "sync": {"heads": list, "want": list, "reply": bool},
+    "entry": {"entries": list},
+    "body": {"blobs": list},
+    "gate": {"id": str, "item": dict},
+    "gate_ack": {"id": str},
+    "notify": {"id": str, "from": str, "to": str, "body": str, "sent_at": _NUMBER},
+}
 _ADDRESS = re.compile(r"^[A-Za-z0-9._:\[\]-]{1,100}:[0-9]{1,5}$")
 _HEX_KEY = re.compile(r"^[0-9a-f]{64}$")
 
@@ -199,12 +218,18 @@ def valid_address(value: Any) -> bool:
     return 0 < port < 65536 and bool(host)
 
 
+def _listed(raw: dict[str, Any], key: str) -> list[Any]:
+    """A peer's list field, or an empty list when it sent something else there."""
+    value = raw.get(key)
+    return value if isinstance(value, list) else []
+
+
 def sanitise_presence(raw: Any) -> dict[str, Any]:
     """A peer's presence cut to the shape and sizes hive shows: counts, lengths, one line each."""
     raw = raw if isinstance(raw, dict) else {}
     sessions = []
     seen: set[str] = set()
-    for item in raw.get("sessions") or []:
+    for item in _listed(raw, "sessions"):
         if len(sessions) >= MAX_SESSIONS:
             break
         if not isinstance(item, dict):
@@ -226,15 +251,15 @@ def sanitise_presence(raw: Any) -> dict[str, Any]:
             **observe.sanitise_extra(item),
         })
     known = []
-    for item in raw.get("known") or []:
+    for item in _listed(raw, "known"):
         name = slug(str(item), 64)
         if name and name not in seen and name != "terminal":
             seen.add(name)
             known.append(name)
         if len(known) >= MAX_KNOWN:
             break
-    features = [one_line(f, 32) for f in (raw.get("features") or [])[:MAX_FEATURES] if isinstance(f, str)]
-    addresses = [a for a in (raw.get("addresses") or [])[:MAX_ADDRESSES] if valid_address(a)]
+    features = [one_line(f, 32) for f in _listed(raw, "features")[:MAX_FEATURES] if isinstance(f, str)]
+    addresses = [a for a in _listed(raw, "addresses")[:MAX_ADDRESSES] if valid_address(a)]
     peers: dict[str, list[str]] = {}
     raw_peers = raw.get("peers")
     if isinstance(raw_peers, dict):
@@ -395,6 +420,8 @@ class Mesh:
         self._team_tg: TaskGroup | None = None
         self._tg: TaskGroup | None = None
         self._cert: MachineCert | None = None
+        self._listen_scope: anyio.CancelScope | None = None
+        self._listen_lock = anyio.Lock()
         self._subscribed: Any = None
         self._state_dirty = False
         self._addresses_dirty = False
@@ -442,15 +469,25 @@ class Mesh:
         self._subscribe()
         async with anyio.create_task_group() as tg:
             self._tg = tg
-            # Listen from the start, in a team or not (the pin refuses everyone while in none), so
-            # the invite that `hive init` prints already carries this machine's address.
-            await self._listen(tg)
+            # Listen only while in a team: outside one, nobody may link, and a listener would show
+            # anyone on the network this machine's key (its certificate) and that it runs hive.
+            await self._listen()
             tg.start_soon(self._flusher)
             tg.start_soon(self._refresher)
             task_status.started()
             await self._follow_team()
 
-    async def _listen(self, tg: TaskGroup) -> None:
+    async def _listen(self) -> None:
+        """Start listening if this machine is in a team and is not listening yet.
+
+        Called at start and on every team change, before the change's request answers, so the
+        invite that `hive init` prints already carries this machine's address.
+        """
+        async with self._listen_lock:  # a team change and the team loop may both get here
+            if self.listener is None and self._tg is not None and self.team.team_id is not None:
+                await self._start_listening(self._tg)
+
+    async def _start_listening(self, tg: TaskGroup) -> None:
         try:
             seed = await self._seed()
         except Exception as exc:  # no key store answers: the machine cannot be a member anyway
@@ -463,12 +500,26 @@ class Mesh:
         cert = machine_cert(seed)
         self._cert = cert
         try:
-            self.listener = await tg.start(listen, host, port, cert, self._check, self._serve_link)
+            self.listener = await tg.start(self._listening, host, port, cert)
         except OSError:  # the last port is taken now: any port will do, peers learn the new one
-            self.listener = await tg.start(listen, host, 0, cert, self._check, self._serve_link)
+            self.listener = await tg.start(self._listening, host, 0, cert)
         assert self.listener is not None
         await self.sc.store.set_kv("mesh.port", str(self.listener.port))
         self.my_addresses = list(self.config.advertise) or local_addresses(host, self.listener.port)
+
+    async def _listening(self, host: str, port: int, cert: MachineCert, *,
+                         task_status: TaskStatus[Listener] = anyio.TASK_STATUS_IGNORED) -> None:
+        with anyio.CancelScope() as scope:
+            self._listen_scope = scope
+            await listen(host, port, cert, self._check, self._serve_link, task_status=task_status)
+
+    def _stop_listening(self) -> None:
+        """Out of every team: close the port (a later team listens again, on the same port if free)."""
+        if self._listen_scope is not None:
+            self._listen_scope.cancel()
+        self._listen_scope = None
+        self.listener = None
+        self.my_addresses = []
 
     async def _seed(self) -> bytes:
         team = getattr(self.sc, "team", None)
@@ -498,6 +549,8 @@ class Mesh:
         # (The reference rebroadcast every merge that changed anything: N² frames per change.)
         if getattr(change, "reason", "") != "merge":
             self._state_dirty = True
+        if getattr(change, "state", None) is not None:
+            await self._listen()
         if getattr(change, "reason", "") == "leave":
             await self._tell_leaving()
         self.roster_changed()
@@ -572,10 +625,12 @@ class Mesh:
         while True:
             team_id = self.team.team_id
             if team_id is None:
+                self._stop_listening()
                 self._fingerprint = self.team.fingerprint()
                 await self._roster_changed.wait()
                 self._roster_changed = anyio.Event()
                 continue
+            await self._listen()
             async with anyio.create_task_group() as tg:
                 self._team_tg = tg
                 tg.start_soon(self._serve_team, team_id)
@@ -590,8 +645,11 @@ class Mesh:
             self.links.clear()
 
     async def _serve_team(self, team_id: str) -> None:
-        assert self._team_tg is not None and self.listener is not None
+        assert self._team_tg is not None
         tg = self._team_tg
+        if self.listener is None:  # no machine key (logged in _listen): no links either way
+            self.started.set()
+            return
         log.info("mesh on port %d for team %s as %s", self.listener.port, team_id[:8], self.team.my_key()[:12])
         if self.config.mdns:
             tg.start_soon(self._guarded, self._mdns, self.listener.port)
@@ -757,6 +815,12 @@ class Mesh:
             if first.get("t") == "state" and link.outbound:
                 await self._merge_state(link, first)  # we were removed: the state says so
                 return False
+            try:
+                check_fields(first)
+            except BadFrame as exc:
+                log.warning("%r greeted with a malformed %.40r frame (%s); closing", link, first.get("t"), exc)
+                link.close(CLOSE_PROTOCOL, "bad hello")
+                return False
             if first.get("t") != "hello" or first.get("team") != self.team.team_id:
                 log.warning("%r greeted with %.80r; closing", link, first.get("t"))
                 link.close(CLOSE_PROTOCOL, "bad hello")
@@ -784,6 +848,10 @@ class Mesh:
                     await self._dispatch(link, member, frame)
                 except (LinkClosed, FrameError):
                     raise
+                except BadFrame as exc:  # the peer's mistake, not ours: say so and read on
+                    log.warning("a malformed %.40r frame from %s (%s): %s; ignored", frame.get("t"),
+                                member.machine, peer[:12], exc)
+                    continue
                 except Exception:  # a bug or a failing disk must not take the mesh down with it
                     log.exception("could not handle a %.40r frame from %s; closing the link", frame.get("t"),
                                   peer[:12])
@@ -854,7 +922,10 @@ class Mesh:
 
     async def _dispatch(self, link: Link, member: Member, frame: dict[str, Any]) -> None:
         kind = frame.get("t")
-        if kind == "msg":
+        check_fields(frame)
+        if kind == INVALID:
+            await self._receive_invalid(link, member, frame)
+        elif kind == "msg":
             await self._receive_msg(link, member, frame.get("msg"))
         elif kind == "ack":
             await self._receive_ack(link, frame)
@@ -870,6 +941,17 @@ class Mesh:
             await self.frame_handlers[kind](link, member, frame)
         else:
             log.info("ignored a %.40r frame from %s (a newer hive?)", kind, link.peer[:12])
+
+    async def _receive_invalid(self, link: Link, member: Member, frame: dict[str, Any]) -> None:
+        """A frame the transport refused for its text (see transport.Link._decode): a message
+        is answered as refused, so its sender stops replaying it and tells its author why."""
+        kind, message_id = frame.get("of"), frame.get("id")
+        log.warning("a %.40r frame from %s (%s) was refused: %s", kind, member.machine, link.peer[:12],
+                    frame.get("reason"))
+        if kind == "msg" and is_ulid(message_id):
+            await self._ack(link, message_id, "refused",
+                            "refused: the message holds text that is not proper Unicode (a lone UTF-16 "
+                            "surrogate), so it was not stored; send it again as proper UTF-8 text")
 
     async def _merge_state(self, link: Link, frame: dict[str, Any]) -> None:
         """Merge a peer's roster; a change reaches :meth:`_on_team_change`, which spreads it."""
@@ -1743,6 +1825,22 @@ class Mesh:
             "links": {peer: {"address": link.address, "dialed": link.outbound,
                              "age": round(time.monotonic() - link.opened_at, 1)} for peer, link in self.links.items()},
         }
+
+
+class BadFrame(Exception):
+    """A member's frame whose fields have the wrong types: logged for that peer and skipped."""
+
+
+def check_fields(frame: dict[str, Any]) -> None:
+    """Raise BadFrame when a field of a known frame kind has the wrong type."""
+    for name, kind in FRAME_FIELDS.get(frame.get("t", ""), {}).items():
+        value = frame.get(name)
+        if value is None:
+            continue
+        wrong = not isinstance(value, kind) or (isinstance(value, bool) and kind in (int, _NUMBER))
+        if wrong:
+            names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+            raise BadFrame(f"field {name!r} is a {type(value).__name__}, not a {names}")
 
 
 def _state_delta(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:

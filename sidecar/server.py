@@ -18,10 +18,10 @@ import fcntl
 import functools
 import importlib
 import itertools
-import json
 import logging
 import logging.handlers
 import os
+import resource
 import signal
 import time
 from collections import Counter
@@ -34,7 +34,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 
 from hive.integrations import registry
 
-from . import __version__, attachments, codex_push, discover, folders, observe, projects
+from . import __version__, attachments, codex_push, discover, folders, observe, projects, wire
 from .addresses import Entry, Target, is_group, resolve
 from .ask import confirm_group, confirm_override, group_question, notify_person
 from .config import HOUR, Settings, load_settings
@@ -48,11 +48,21 @@ from .peer import peer_pid, person_at_terminal, under_harness
 from .render import Message, frames
 from .sessions import Session, Sessions
 from .store import Store
+from .supervise import Supervised
 from .team import attach as attach_team
 from .ulid import new_ulid
+from .wire import encode_line
 
 MAX_LINE = 1 << 20
 MAX_WAIT = 600.0
+# A client that stops reading: this many replies (or bytes) waiting behind a full socket close
+# its connection. A client that reads never gets near this: the socket itself holds ~200 KB.
+MAX_PENDING_REPLIES = 64
+MAX_PENDING_BYTES = 8 << 20
+MAX_INFLIGHT = 256  # requests of one connection running at once; reading waits beyond that
+MAX_CONNECTIONS = 4096
+FD_RESERVE = 128  # descriptors kept for the database, the mesh, pop-ups and log files
+ACCEPT_BACKOFF = (0.05, 2.0)
 
 log = logging.getLogger("hive.sidecar")
 
@@ -79,6 +89,22 @@ class Connection:
         self.pid = peer_pid(stream.extra(SocketAttribute.raw_socket, None))
         self.push_sessions: set[str] = set()
         self.closed = False
+        self.scope = anyio.CancelScope()  # cancelled to drop the client (evicted, or not reading)
+        self.last_active = time.monotonic()
+        self.inflight = 0
+        self._pending = 0
+        self._pending_bytes = 0
+
+    @property
+    def idle(self) -> bool:
+        return self.inflight == 0 and self._pending == 0
+
+    def drop(self, why: str) -> None:
+        """Close this client's connection from the sidecar's side; its requests are cancelled."""
+        if not self.closed:
+            log.warning("closing connection %d (pid %s): %s", self.id, self.pid, why)
+        self.closed = True
+        self.scope.cancel()
 
     @functools.cached_property
     def at_terminal(self) -> bool:
@@ -91,9 +117,26 @@ class Connection:
         return under_harness(self.pid, harness_binaries())
 
     async def send(self, payload: dict[str, Any]) -> None:
-        data = (json.dumps(payload, separators=(",", ":"), ensure_ascii=False) + "\n").encode()
-        async with self._write_lock:
-            await self.stream.send(data)
+        """Write one line. Raises BrokenResourceError when the connection is (or gets) closed,
+        which it is once too many replies wait for a client that does not read them."""
+        await self.send_line(encode_line(payload))
+
+    async def send_line(self, data: bytes) -> None:
+        """:meth:`send` for a line already encoded."""
+        if self.closed:
+            raise anyio.BrokenResourceError("the connection is closed")
+        if self._pending >= MAX_PENDING_REPLIES or self._pending_bytes + len(data) > MAX_PENDING_BYTES:
+            self.drop(f"{self._pending} replies ({self._pending_bytes} bytes) wait for a client that does not read")
+            raise anyio.BrokenResourceError("the client does not read its replies")
+        self._pending += 1
+        self._pending_bytes += len(data)
+        try:
+            async with self._write_lock:
+                await self.stream.send(data)
+        finally:
+            self._pending -= 1
+            self._pending_bytes -= len(data)
+        self.last_active = time.monotonic()
 
 
 Handler = Callable[[Connection, dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -137,7 +180,7 @@ class Sidecar:
         self.sessions: Sessions
         self.mailbox: Mailbox
         self.mesh: Mesh
-        self.tasks: TaskGroup  # work that outlives the request that started it (a pop-up left up)
+        self.tasks: Supervised  # work that outlives the request that started it (a pop-up left up)
         self._stop = anyio.Event()
 
     # ---- lifecycle -------------------------------------------------------------------
@@ -166,9 +209,9 @@ class Sidecar:
                 # The gate loads its state before any request can reach it, then keeps its one
                 # timer (the earliest quiet-hours end or wait bound) in this task group.
                 await tg.start(run_gate, self)
-                self.tasks = tg
+                self.tasks = Supervised(tg)
                 tg.start_soon(self._watch_signals, tg.cancel_scope)
-                tg.start_soon(listener.serve, self._serve_connection, tg)
+                tg.start_soon(self._accept, listener, tg)
                 await tg.start(self.mesh.run)
                 tg.start_soon(discover.run, self)  # sessions hive does not manage, from harnesses' files
                 if ready is not None:
@@ -190,27 +233,68 @@ class Sidecar:
 
     # ---- connections -----------------------------------------------------------------
 
+    async def _accept(self, listener: Any, tg: TaskGroup) -> None:
+        """Accept clients for as long as the sidecar runs. Out of descriptors (EMFILE), the
+        oldest idle clients are dropped and accepting resumes after a pause: a burst of idle
+        connections costs those clients their connection, never the sidecar."""
+        backoff = ACCEPT_BACKOFF[0]
+        while True:
+            try:
+                stream = await listener.accept()
+            except anyio.ClosedResourceError:
+                return
+            except (anyio.BrokenResourceError, OSError) as exc:
+                cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
+                log.warning("accepting a client failed (%s); dropping idle clients, retrying in %.2f s",
+                            cause, backoff)
+                self._evict_idle(max(1, len(self.connections) // 16))
+                await anyio.sleep(backoff)
+                backoff = min(backoff * 2, ACCEPT_BACKOFF[1])
+                continue
+            backoff = ACCEPT_BACKOFF[0]
+            over = len(self.connections) + 1 - connection_cap()
+            if over > 0:
+                self._evict_idle(over)
+            tg.start_soon(self._serve_connection, stream)
+
+    def _evict_idle(self, count: int) -> None:
+        """Drop up to ``count`` idle clients, oldest activity first; push channels go last."""
+        idle = sorted((c for c in self.connections.values() if c.idle and not c.closed),
+                      key=lambda c: (bool(c.push_sessions), c.last_active))
+        for conn in idle[:count]:
+            conn.drop(f"over {connection_cap()} connections: the oldest idle one goes")
+
     async def _serve_connection(self, stream: SocketStream) -> None:
         conn = Connection(next(self._ids), stream)
         self.connections[conn.id] = conn
         reader = BufferedByteReceiveStream(stream)
+        room = anyio.Event()  # set when a request finishes, for a reader waiting at MAX_INFLIGHT
         try:
-            async with anyio.create_task_group() as tg:
-                while True:
-                    try:
-                        line = await reader.receive_until(b"\n", MAX_LINE)
-                    except anyio.DelimiterNotFound:
-                        line = b"x" * (MAX_LINE + 1)
-                    except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError,
-                            ConnectionResetError):
-                        break
-                    if len(line) > MAX_LINE:
-                        await conn.send(_error(None, TooLarge(
-                            f"a request line is limited to {MAX_LINE} bytes; the connection is closed")))
-                        break
-                    if line.strip():
-                        tg.start_soon(self._handle_line, conn, line)
-                tg.cancel_scope.cancel()
+            with conn.scope:
+                async with anyio.create_task_group() as tg:
+                    while True:
+                        try:
+                            line = await reader.receive_until(b"\n", MAX_LINE)
+                        except anyio.DelimiterNotFound:
+                            line = b"x" * (MAX_LINE + 1)
+                        except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError,
+                                anyio.ClosedResourceError, ConnectionError):
+                            break
+                        conn.last_active = time.monotonic()
+                        if len(line) > MAX_LINE:
+                            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                                await conn.send(_error(None, TooLarge(
+                                    f"a request line is limited to {MAX_LINE} bytes; the connection is closed")))
+                            break
+                        if line.strip():
+                            while conn.inflight >= MAX_INFLIGHT:
+                                await room.wait()
+                                room = anyio.Event()
+                            conn.inflight += 1
+                            tg.start_soon(self._run_line, conn, line, room)
+                    tg.cancel_scope.cancel()
+        except Exception:  # a bug reached here: this client goes, every other one stays
+            log.exception("connection %d failed", conn.id)
         finally:
             conn.closed = True
             del self.connections[conn.id]
@@ -220,14 +304,27 @@ class Sidecar:
                 self.mesh.poke()
                 await stream.aclose()
 
+    async def _run_line(self, conn: Connection, line: bytes, room: anyio.Event) -> None:
+        try:
+            await self._handle_line(conn, line)
+        except Exception:  # _handle_line answers every error; this is a bug in answering
+            log.exception("answering a request failed: %.200r", line)
+        finally:
+            conn.inflight -= 1
+            room.set()
+
     async def _handle_line(self, conn: Connection, line: bytes) -> None:
         request_id: Any = None
         request: dict[str, Any] = {}
         try:
             try:
-                request = json.loads(line)
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                raise BadRequest(f"a request must be one JSON object per line ({exc.msg})") from exc
+                request = wire.decode(line)
+            except wire.BadText as exc:
+                raw_id = exc.value.get("id") if isinstance(exc.value, dict) else None
+                request_id = raw_id if not isinstance(raw_id, str) or wire.proper_text(raw_id) else None
+                raise BadRequest(f"a request's strings must be proper Unicode: {exc.reason}") from exc
+            except wire.WireError as exc:
+                raise BadRequest(f"a request must be one JSON object per line: {exc.reason}") from exc
             if not isinstance(request, dict):
                 raise BadRequest("a request must be a JSON object with an 'op'")
             request_id = request.get("id")
@@ -243,8 +340,14 @@ class Sidecar:
         except Exception:
             log.exception("request failed: %.200r", line)
             reply = _error(request_id, HiveError("the sidecar hit an internal error; see sidecar.log"))
+        try:
+            data = encode_line(reply)
+        except Exception:  # a result that is not JSON is our bug: answer it as one
+            log.exception("the reply to %.40r could not be encoded", request.get("op"))
+            reply = _error(request_id, HiveError("the sidecar hit an internal error; see sidecar.log"))
+            data = encode_line(reply)
         with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-            await conn.send(reply)
+            await conn.send_line(data)
         if reply["ok"] and request.get("op") == "shutdown":
             self._stop.set()  # only once the caller has its answer
 
@@ -591,9 +694,33 @@ def _error(request_id: Any, exc: HiveError) -> dict[str, Any]:
     return {"id": request_id, "ok": False, "error": exc.to_wire()}
 
 
+def connection_cap() -> int:
+    """How many local clients this process keeps at once, from its descriptor limit now (the
+    limit can change under a running process: ``prlimit``)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return MAX_CONNECTIONS
+    return max(16, min(MAX_CONNECTIONS, soft - FD_RESERVE))
+
+
+class _PrivateLog(logging.handlers.RotatingFileHandler):
+    """A rotating log whose every file is the user's alone: the handler reopens ``sidecar.log``
+    after each rotation, with the process's umask (often 0644) unless told otherwise."""
+
+    def _open(self) -> Any:
+        def opener(path: str, flags: int) -> int:
+            fd = os.open(path, flags, 0o600)
+            os.fchmod(fd, 0o600)  # a file left from before keeps its mode on open
+            return fd
+
+        return open(self.baseFilename, self.mode, encoding=self.encoding, errors=self.errors, opener=opener)
+
+
 def _setup_logging(paths: StatePaths) -> None:
-    handler = logging.handlers.RotatingFileHandler(paths.log, maxBytes=1 << 20, backupCount=3, encoding="utf-8")
-    os.chmod(paths.log, 0o600)
+    handler = _PrivateLog(paths.log, maxBytes=1 << 20, backupCount=3, encoding="utf-8")
+    for old in paths.log.parent.glob(paths.log.name + ".*"):  # copies rotated by an older hive
+        with contextlib.suppress(OSError):
+            old.chmod(0o600)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger("hive")
     root.handlers[:] = [handler]

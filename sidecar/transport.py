@@ -21,7 +21,9 @@ in ``tests/sidecar/test_transport.py`` guard them):
 No session tickets, no resumption and no 0-RTT: a resumed handshake carries no certificate.
 
 A link is one bidirectional stream of frames: a 4-byte big-endian length, then one JSON
-object with a string ``t``. Frames over :data:`MAX_FRAME` are refused in both directions. One
+object with a string ``t``. Frames over :data:`MAX_FRAME` are refused in both directions; a
+body nested too deep or too large (``wire.decode``) closes the link, and one whose text is not
+proper Unicode reaches the owner as an ``invalid`` frame, so a message can still be answered. One
 reader task per link owns the stream (cancelling a read between the length and the body would
 desynchronise it) and hands decoded frames to a bounded memory stream. aioquic's ``drain()``
 never pushes back, so senders must bound what they put in flight (the mesh does, per link).
@@ -55,6 +57,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from cryptography.x509.oid import NameOID
 
+from . import wire
+
 ALPN_TEAM = "hive/1"
 ALPN_JOIN = "hive-join/1"
 MAX_FRAME = 4 * 1024 * 1024
@@ -74,6 +78,14 @@ PeerCheck = Callable[[bytes, str], bool]
 
 log = logging.getLogger("hive.sidecar.transport")
 _REFUSAL = "certificate refused"  # reaches the peer: says nothing about why
+
+
+INVALID = "invalid"  # made here, never sent: a frame refused for its text (see Link._decode)
+_CLOSE: Any = object()
+
+
+def _printable(value: str) -> str:
+    return value.encode("ascii", errors="replace").decode()[:40]
 
 
 class FrameError(Exception):
@@ -231,7 +243,7 @@ class _Protocol(QuicConnectionProtocol):
 
 def encode_frame(frame: dict[str, Any]) -> bytes:
     """Length-prefixed JSON. Raises FrameError when over :data:`MAX_FRAME`."""
-    body = json.dumps(frame, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    body = json.dumps(frame, separators=(",", ":"), ensure_ascii=False).encode("utf-8", errors="replace")
     if len(body) > MAX_FRAME:
         raise FrameError(f"a frame is limited to {MAX_FRAME} bytes; this one is {len(body)}")
     return struct.pack(">I", len(body)) + body
@@ -339,12 +351,10 @@ class Link:
                     return
                 body = await self._reader.readexactly(size)
                 self.bytes_in += 4 + size
-                try:
-                    frame = json.loads(body)
-                except (UnicodeDecodeError, json.JSONDecodeError):
-                    frame = None
-                if not isinstance(frame, dict) or not isinstance(frame.get("t"), str):
-                    log.warning("%r sent a frame that is not a JSON object with a type; ignored", self)
+                frame = self._decode(body)
+                if frame is _CLOSE:
+                    return
+                if frame is None:
                     continue
                 await self._frames_in.send(frame)
         except (asyncio.IncompleteReadError, ConnectionError, anyio.ClosedResourceError,
@@ -354,6 +364,37 @@ class Link:
             self.close_reason = self.close_reason or self.protocol.close_reason or "the peer closed the link"
             self.closed.set()
             self._frames_in.close()
+
+    def _decode(self, body: bytes) -> Any:
+        """A frame for the owner, None to skip it, or ``_CLOSE`` once the link was closed for it.
+
+        Text that is not proper Unicode cannot be stored or passed on, but the frame's sender
+        is owed an answer (a message it would otherwise resend forever), so the owner gets an
+        ``invalid`` frame naming the kind and id of what was refused.
+        """
+        try:
+            frame = wire.decode(body)
+        except wire.BadText as exc:
+            original = exc.value
+            if not isinstance(original, dict) or not isinstance(original.get("t"), str):
+                log.warning("%r sent a frame that is not a JSON object with a type; ignored", self)
+                return None
+            log.warning("%r sent a %.40r frame with improper text; refused", self, _printable(original["t"]))
+            inner = original.get("msg")
+            ref = inner.get("id") if isinstance(inner, dict) else original.get("id")
+            return {"t": INVALID, "of": _printable(original["t"]),
+                    "id": ref if isinstance(ref, str) and wire.proper_text(ref) else None, "reason": exc.reason}
+        except wire.OverLimit as exc:
+            log.warning("%r sent a frame over the limits (%s); closing", self, exc.reason)
+            self.close(CLOSE_PROTOCOL, "malformed frame")
+            return _CLOSE
+        except wire.WireError as exc:
+            log.warning("%r sent a frame that is not JSON (%s); ignored", self, exc.reason)
+            return None
+        if not isinstance(frame, dict) or not isinstance(frame.get("t"), str):
+            log.warning("%r sent a frame that is not a JSON object with a type; ignored", self)
+            return None
+        return frame
 
     async def _keepalive(self) -> None:
         while not self.closed.is_set():
@@ -368,12 +409,19 @@ class Link:
                 return
 
     async def _run(self) -> None:
-        """Read and keep alive until the link closes, then close the QUIC connection."""
+        """Read and keep alive until the link closes, then close the QUIC connection.
+
+        Whatever goes wrong here ends this link only: it is logged once and never reaches the
+        listener or the dialer, which serve every other link.
+        """
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._keepalive)
                 await self._read_loop()
                 tg.cancel_scope.cancel()
+        except Exception:
+            log.exception("%r failed; closing it", self)
+            self.close_reason = self.close_reason or "internal error"
         finally:
             self.close()
             with anyio.CancelScope(shield=True), anyio.move_on_after(2):
@@ -440,12 +488,15 @@ def _remote_address(protocol: _Protocol) -> str:
 
 
 async def _serve_link(link: Link, handler: Callable[[Link], Any]) -> None:
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(link._run)
-        try:
-            await handler(link)
-        finally:
-            link._dispose()
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(link._run)
+            try:
+                await handler(link)
+            finally:
+                link._dispose()
+    except Exception:  # one link's failure must not end the listener and every other link
+        log.exception("serving %r failed", link)
 
 
 def split_address(address: str) -> tuple[str, int]:
