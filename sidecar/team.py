@@ -430,6 +430,12 @@ class Team:
             found = self.targets(target)
             if any(m.key == self.identity.key_id for m in found):
                 raise Refused("that includes this machine: use `hive leave` to leave the team")
+            view = self._roster()
+            founder = view.members.get(view.founder)
+            me = view.members[self.identity.key_id]
+            if founder is not None and any(m.key == founder.key for m in found) and me.person != founder.person:
+                raise Refused(f"{founder.label} founded team {view.name}: only {founder.person} removes it, "
+                              "from one of their machines")
             state = roster.departures(state, self.identity, [m.key for m in found])
             # The removed machines know the team link: replace it so they cannot come back with it.
             state = roster.new_link(state, self.identity)

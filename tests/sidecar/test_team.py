@@ -502,3 +502,12 @@ def test_every_op_is_classified_and_exactly_the_person_ops_go_through_the_person
     assert {op for op, handler in sidecar.handlers.items() if is_person_op(handler)} == PERSON_OPS
 
 
+
+
+def test_only_the_founders_own_person_removes_the_founder(make_hive: MakeHive) -> None:
+    alice, bob = started(make_hive, "alice"), started(make_hive, "bob")
+    link = call(alice, "team_init", team="acme", person="alice")["invite"]["link"]
+    join(alice, bob, link, person="bob")
+    assert error(bob, "team_remove", target="alice")["code"] == "refused"
+    assert labels(call(bob, "team_show")) == {"alice@m1", "bob@m2"}
+    assert call(alice, "team_remove", target="bob")["removed"] == ["bob@m2"]
