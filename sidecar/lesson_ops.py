@@ -637,7 +637,7 @@ async def _arrived(sidecar: Sidecar, store: lesson_store.LessonStore, lesson_id:
 
 async def _offer_arrived(sidecar: Sidecar, view: LessonView) -> None:
     try:
-        await _offer_review(sidecar, view, None)
+        await _offer_review(sidecar, view)
     except Exception:
         log.exception("offering the review of lesson %s failed", view.id[:12])
 
