@@ -7,9 +7,11 @@ import contextlib
 import os
 import sys
 
+from .dialog import note_start
 from .errors import HiveError
 from .paths import state_paths
-from .server import AlreadyRunning, run_sidecar
+from .peer import agent_reason
+from .server import AlreadyRunning, harness_binaries, run_sidecar
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -17,6 +19,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ready-fd", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--detach", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    # Before the fork, while whoever started this sidecar is still its ancestry: only a sidecar its
+    # person started may take its desktop from its own environment (dialog.note_start).
+    note_start(by_person=not agent_reason(os.getpid(), harness_binaries()))
     if args.detach and os.fork() > 0:
         os._exit(0)  # the launcher exits; the sidecar goes on as a child of init
     try:

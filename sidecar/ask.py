@@ -1,6 +1,6 @@
 """Everything that puts a dialog in front of this machine's person: ``ask``, group confirmation, notify.
 
-``ask`` (op): ``{"op": "ask", "session", "question", "about"?, "desktop"?, "wait"?, "expire"?}``.
+``ask`` (op): ``{"op": "ask", "session", "question", "about"?, "wait"?, "expire"?}``.
 The person sees a pop-up with Approve / Deny; the call answers with their choice. One question
 per session is up at a time: the same question (and ``about``) again joins the wait, a different
 one is refused until the first is answered. The call waits up to ``wait`` seconds (default and
@@ -10,8 +10,9 @@ person's terminal. With ``about`` (the id of a teammate's message to this sessio
 shows that request first, in its sender's words, and the answer goes back to the sender as an
 approval record (``approvals.py``) that the receiving side shows as ``<hive-approval>``.
 
-``desktop`` holds the client's ``DBUS_SESSION_BUS_ADDRESS`` / ``DISPLAY`` / ``WAYLAND_DISPLAY``:
-the sidecar may have been started by a hook or a service with no desktop of its own.
+The pop-up goes to the person's own desktop as the sidecar found it (``dialog.find_desktop``),
+never to a bus the request names: an agent's private bus with a stand-in notification server
+would click Approve for it. A ``desktop`` field older clients send is ignored.
 
 No desktop: ``no_desktop`` within the 2 s preflight, telling the agent to ask in its own session.
 
@@ -45,7 +46,8 @@ from .approvals import Approval, sign_approval, stored
 from .config import slug
 from .defang import defang
 from .dialog import Answer, Backend, Prompt, backend_for, clean, clip, find_desktop
-from .errors import BadRequest, ConfirmOnTerminal, Conflict, HiveError, NeedsPerson, NoDesktop, NotFound, Refused
+from .errors import BadRequest, Conflict, HiveError, NoDesktop, NotFound, Refused
+from .person import confirm_by_person
 from .render import Message
 from .team import team_of
 from .transport import FrameError, Link, LinkClosed
@@ -62,8 +64,6 @@ REQUEST_LIMIT = 500  # characters of the teammate's request shown
 QUESTION_LIMIT = 400  # characters of the agent's question shown
 MAX_QUESTION = 8000  # a longer question is a mistake, not something to clip
 SETTLE_TIMEOUT = 5.0  # preflight (2 s) plus showing it; past this something is wrong
-CONFIRM_TIME = 120.0  # a group-send confirmation waits this long
-CONFIRM_BODY_LIMIT = 400
 NOTIFY_EVERY = 60.0  # at most one notification per sending person per minute...
 NOTIFY_MAX_AGE = 15 * 60.0  # ...and never for a message older than this
 NOTIFY_TIME = 10.0
@@ -116,11 +116,8 @@ def desk(sidecar: Sidecar) -> Desk:
     return found
 
 
-def _backend(request: Mapping[str, Any]) -> Backend:
-    desktop = request.get("desktop")
-    if desktop is not None and not isinstance(desktop, dict):
-        raise BadRequest("desktop must be an object of the client's desktop variables")
-    return backend_for(find_desktop(desktop))
+def _backend() -> Backend:
+    return backend_for(find_desktop())
 
 
 def _seconds(request: Mapping[str, Any], name: str, default: float, low: float, high: float) -> float:
@@ -182,7 +179,7 @@ async def op_ask(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) ->
     except NotFound:
         # With no desktop the agent asks in-session either way: that is the more useful answer.
         try:
-            await _backend(request).available()
+            await _backend().available()
         except NoDesktop as exc:
             raise _in_session(exc, str(request.get("about"))) from exc
         raise
@@ -199,7 +196,7 @@ async def op_ask(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) ->
         current = Question(key=key, asker=asker, question=question, about=about, request=shown_request,
                            requester=requester, prompt=_prompt(asker, question, requester, shown_request, expire))
         questions[key] = current
-        sidecar.tasks.start_soon(_run_question, sidecar, current, _backend(request))
+        sidecar.tasks.start_soon(_run_question, sidecar, current, _backend())
     with anyio.fail_after(SETTLE_TIMEOUT):
         await current.settled.wait()
     if current.error is not None:
@@ -381,33 +378,6 @@ async def confirm_group(sidecar: Sidecar, conn: Connection, request: Mapping[str
                                    hint="Send to one session at a time, or run `hive send` in a terminal.")
 
 
-async def confirm_by_person(conn: Connection, request: Mapping[str, Any], question: str, *, title: str,
-                            outcome: str, hint: str, refused: type[Refused] = NeedsPerson, quote: str = "") -> str:
-    """Return how the person confirmed ``question`` ("desktop" or "terminal"), or raise ``refused``.
-
-    The pop-up goes to the client's desktop (``request["desktop"]``). Without a desktop the client
-    may ask on its own terminal when the person is at it (``confirm_on_terminal``; it repeats the
-    request with ``confirmed_on_terminal`` set to the question it asked); with neither, refused,
-    and the message ends with ``hint`` (what the person can do instead). ``outcome`` opens every
-    refusal ("not sent", "not changed"); ``quote``: what the confirmation is about, shown quoted.
-    """
-    body = f"{question}\n\n“{clip(clean(quote), CONFIRM_BODY_LIMIT)}”" if quote else question
-    prompt = Prompt(title=title, body=body, timeout=CONFIRM_TIME)
-    try:
-        async with _backend(request).show(prompt) as popup:
-            answer = await popup.answer()
-    except NoDesktop as exc:
-        if not conn.at_terminal:
-            raise refused(f"{outcome}: “{question}” needs confirmation by the person, and there is neither a "
-                          f"desktop to ask on ({exc.message}) nor a terminal. {hint}") from exc
-        if request.get("confirmed_on_terminal") == question:
-            return "terminal"
-        raise ConfirmOnTerminal(question) from exc
-    if answer is Answer.APPROVED:
-        return "desktop"
-    raise refused(f"{outcome}: the person did not confirm “{question}” ({answer.value})")
-
-
 # ---- loop-guard overrides ----------------------------------------------------------------
 
 async def loop_run(sidecar: Sidecar, reply_to: str) -> int:
@@ -493,7 +463,7 @@ async def notify_person(sidecar: Sidecar, request: Mapping[str, Any], sender: st
                          "(`hive gate ledger` there).")
         if person == me:
             local = [m for m in sent if m.id not in remote]
-            shown, note = await notify_here(sidecar, (local or sent)[0], sent[0].sent_at, request.get("desktop"))
+            shown, note = await notify_here(sidecar, (local or sent)[0], sent[0].sent_at)
             notified = notified or shown
             notes.append(f"Here ({sidecar.settings.machine}): {note}")
         elif not asked:
@@ -572,7 +542,7 @@ def notify_received(sidecar: Sidecar, message: Message, sent_at: Any) -> None:
 
     async def run() -> None:
         try:
-            note = (await notify_here(sidecar, message, min(when, time.time()), None))[1]
+            note = (await notify_here(sidecar, message, min(when, time.time())))[1]
         except Exception:
             log.exception("the notification for %s failed", message.id)
             return
@@ -590,13 +560,10 @@ def _remember_shown(shown: dict[str, float], message_id: str, now: float) -> Non
     shown[message_id] = now
 
 
-async def notify_here(sidecar: Sidecar, message: Message, sent_at: float,
-                      desktop: Any) -> tuple[bool, str]:
+async def notify_here(sidecar: Sidecar, message: Message, sent_at: float) -> tuple[bool, str]:
     """One notification on this machine's desktop for its person, through the gate: (shown, why)."""
     from .gate import Item, gate_of
 
-    if desktop is not None and not isinstance(desktop, dict):
-        raise BadRequest("desktop must be an object of the client's desktop variables")
     now = time.time()
     mine = desk(sidecar)
     if message.id in mine.shown:
@@ -619,7 +586,7 @@ async def notify_here(sidecar: Sidecar, message: Message, sent_at: float,
                 data={"message": message.id})
 
     async def show(_item: Item, _decision: Any) -> None:
-        await _show(sidecar, prompt, desktop, message.id)
+        await _show(sidecar, prompt, message.id)
 
     decision = await gate_of(sidecar).offer_now(item, show)
     if decision.outcome == "deliver":
@@ -630,14 +597,14 @@ async def notify_here(sidecar: Sidecar, message: Message, sent_at: float,
                    f"({decision.rule}: {decision.reason}).")
 
 
-async def _show(sidecar: Sidecar, prompt: Prompt, desktop: dict[str, Any] | None, message_id: str) -> None:
+async def _show(sidecar: Sidecar, prompt: Prompt, message_id: str) -> None:
     """Put the notification up; return once it is on screen, raise if it cannot be shown."""
     shown = anyio.Event()
     failure: list[HiveError] = []
 
     async def run() -> None:
         try:
-            async with backend_for(find_desktop(desktop)).show(prompt) as popup:
+            async with _backend().show(prompt) as popup:
                 shown.set()
                 await popup.answer()
         except HiveError as exc:

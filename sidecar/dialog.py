@@ -56,9 +56,10 @@ PREFLIGHT_TIMEOUT = 2.0
 OUTER_GRACE = 5.0
 CLOSE_TIMEOUT = 1.0
 
-# What a client passes so the sidecar can reach the desktop it runs in.
+# The environment variables that lead to a desktop. A client's never count (see find_desktop).
 DESKTOP_VARIABLES = ("DBUS_SESSION_BUS_ADDRESS", "DISPLAY", "WAYLAND_DISPLAY")
 MAX_VARIABLE = 1024
+SYSTEM_RUNTIME = "/run/user/{uid}"  # systemd-logind's runtime directory of a user, whatever the environment says
 
 APP_NAME = "hive"
 APPROVE = "approve"
@@ -137,7 +138,7 @@ def clip(text: str, limit: int) -> str:
 # ---- where the desktop is --------------------------------------------------------------
 
 def desktop_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The desktop variables of a client's environment, to pass along with a request."""
+    """The desktop variables of an environment (what a sidecar's own start environment offers)."""
     return {k: environ[k] for k in DESKTOP_VARIABLES if environ.get(k)}
 
 
@@ -152,7 +153,7 @@ class Desktop:
 
 def user_bus(environ: Mapping[str, str], uid: int) -> str | None:
     """The user's own session bus socket (systemd's ``$XDG_RUNTIME_DIR/bus``), if it exists."""
-    runtime = environ.get("XDG_RUNTIME_DIR") or f"/run/user/{uid}"
+    runtime = environ.get("XDG_RUNTIME_DIR") or SYSTEM_RUNTIME.format(uid=uid)
     path = Path(runtime) / "bus"
     try:
         info = path.stat()
@@ -163,27 +164,42 @@ def user_bus(environ: Mapping[str, str], uid: int) -> str | None:
     return f"unix:path={path}"
 
 
-def find_desktop(client: Mapping[str, Any] | None, own: Mapping[str, str] | None = None,
-                 uid: int | None = None) -> Desktop:
-    """Where to show a dialog for a request that came with ``client``'s desktop variables.
+# The sidecar's environment at start, kept only when its person started it (note_start).
+_started_by_person: dict[str, Mapping[str, str]] = {}
 
-    The sidecar may run without a desktop (started by a hook or a service), so the asking
-    client's variables count. The user's own bus comes first all the same: a client can name
-    any bus, including a private one where a stand-in "notification server" clicks Approve,
-    while the user's runtime-directory bus is where their real desktop lives.
+
+def note_start(by_person: bool, environ: Mapping[str, str] | None = None) -> None:
+    """Record at start whether this process's environment may lead to its person's desktop.
+
+    A sidecar started from the person's desktop session (a terminal there) inherits that
+    session's bus and display; one an agent started (a hook, an MCP server, an agent's shell,
+    maybe after ``hive stop``) has whatever environment the agent chose, such as a private bus
+    where a stand-in notification server clicks Approve, so only the system's answer counts.
     """
-    own = os.environ if own is None else own
-    uid = os.getuid() if uid is None else uid
-    client = client if isinstance(client, Mapping) else {}
+    _started_by_person.clear()
+    if by_person:
+        _started_by_person["environ"] = dict(os.environ if environ is None else environ)
 
-    def value(source: Mapping[str, Any], name: str) -> str:
-        item = source.get(name)
+
+def find_desktop(*, own: Mapping[str, str] | None = None, uid: int | None = None) -> Desktop:
+    """The person's own desktop: where every pop-up and notification of this sidecar goes.
+
+    Never a client's word: a client (any agent) can name any bus, including a private one where
+    a stand-in "notification server" clicks Approve. The buses, in order: the runtime directory's
+    and the session bus of the sidecar's start environment when its person started it
+    (:func:`note_start`; ``own`` stands for that environment), then the user's systemd runtime
+    directory (``/run/user/<uid>/bus``), which the system, not an environment, names.
+    """
+    uid = os.getuid() if uid is None else uid
+    trusted = _started_by_person.get("environ", {}) if own is None else own
+
+    def value(name: str) -> str:
+        item = trusted.get(name)
         return item if isinstance(item, str) and 0 < len(item) <= MAX_VARIABLE and "\0" not in item else ""
 
-    candidates = [user_bus(own, uid), value(client, "DBUS_SESSION_BUS_ADDRESS"), value(own, "DBUS_SESSION_BUS_ADDRESS")]
+    candidates = [user_bus(trusted, uid) if trusted else None, value("DBUS_SESSION_BUS_ADDRESS"), user_bus({}, uid)]
     buses = tuple(dict.fromkeys(b for b in candidates if b))
-    return Desktop(buses=buses, display=value(client, "DISPLAY") or value(own, "DISPLAY"),
-                   wayland=value(client, "WAYLAND_DISPLAY") or value(own, "WAYLAND_DISPLAY"))
+    return Desktop(buses=buses, display=value("DISPLAY"), wayland=value("WAYLAND_DISPLAY"))
 
 
 def backend_for(desktop: Desktop, platform: str = sys.platform) -> Backend:

@@ -139,6 +139,7 @@ from .defang import one_line
 from .dialog import Prompt, backend_for, clean, clip, find_desktop
 from .errors import BadRequest, HiveError, NeedsPerson, NoDesktop, NotFound, Refused
 from .gate_prefs import Prefs, PrefsFile, format_quiet, parse_change, valid_source, write_changes
+from .person import asks_person, confirm_by_person
 from .render import Message
 from .store import Store
 from .transport import FrameError, Link, LinkClosed
@@ -1715,7 +1716,7 @@ async def deliver_in_sidecar(sidecar: Sidecar, item: Item, decision: Decision) -
 
 async def _show_notification(sidecar: Sidecar, prompt: Prompt) -> bool:
     """Put up a notification without holding up the gate; False at once when there is no desktop."""
-    backend = backend_for(find_desktop(None))
+    backend = backend_for(find_desktop())
     try:
         await backend.available(question=False)
     except NoDesktop:
@@ -1828,6 +1829,7 @@ async def op_why(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) ->
     return await gate_of(sidecar).why(request.get("item"), asked=conn.at_terminal)  # type: ignore[arg-type]
 
 
+@asks_person
 async def op_prefs(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Read a person's preferences; with ``set`` (``{"key": value}``), change them once the person confirms."""
     gate = gate_of(sidecar)
@@ -1846,8 +1848,6 @@ async def _change_prefs(sidecar: Sidecar, conn: Connection, request: Mapping[str
     if person != sidecar.settings.person:
         raise NeedsPerson(f"{person}'s preferences are theirs to change, on their own machine")
     described = "; ".join(c.describe() for c in changes)
-    from .ask import confirm_by_person  # ask imports the gate's neighbours; import late
-
     how = await confirm_by_person(conn, request, f"Change your hive gate preferences: {described}?",
                                   title="hive · confirm a change", outcome="not changed",
                                   hint="An agent can read the gate's preferences; only its person changes them, "

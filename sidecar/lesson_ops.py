@@ -4,7 +4,7 @@ Ops (each a request ``{"op": ..., ...}``; ``session`` is the asking session, abs
 own terminal; ``lesson`` is a lesson id or its first 6+ characters (``id`` is the request's own);
 ``cwd`` locates the repository when there is no session):
 
-``lesson_propose``  {kind, text, applicability?, scope?, evidence, tags?, quote?, supersedes?, desktop?}
+``lesson_propose``  {kind, text, applicability?, scope?, evidence, tags?, quote?, supersedes?}
                     files a proposal, chooses its reviewer (:mod:`hive.sidecar.review`) and, when that is
                     this machine's person, offers the review pop-up to their gate (source ``review``,
                     ``Gate.offer_now``: now or not at all, spending the review share of their budget);
@@ -18,7 +18,7 @@ own terminal; ``lesson`` is a lesson id or its first 6+ characters (``id`` is th
 ``lesson_search``   {q, files?, limit?}  ranked verified lessons, framed and defanged (:mod:`recall`)
 ``lesson_context``  {task, files?}       the same for a task, at most 5, with the session's own files
 ``lesson_cite``     {lesson, worked?}        an agent used a lesson (counts toward its outcome rate)
-``lesson_review``   {lesson, verdict, text?, scope?, note?, desktop?, confirmed_on_terminal?}
+``lesson_review``   {lesson, verdict, text?, scope?, note?, confirmed_on_terminal?}
                     records a verdict only once the person confirmed it (pop-up, or typed at the
                     command's own terminal); an agent's connection has neither and is refused.
 ``lesson_retract``  {lesson, reason?}    ``lesson_promote`` {lesson, force?, cwd}
@@ -52,6 +52,7 @@ from .gate import BEFORE_DIGEST, MAX_EVIDENCE, MAX_REF, MAX_TITLE, Evidence, Ite
 from .hooks import git_facts
 from .lesson_store import LessonView
 from .lessons import EVIDENCE_KINDS
+from .person import asks_person
 
 if TYPE_CHECKING:
     from .server import Connection, Sidecar
@@ -165,8 +166,7 @@ async def op_lesson_propose(sidecar: Sidecar, conn: Connection, request: dict[st
     if view.state == "verified":
         note = "already verified."
     elif choice.person == sidecar.settings.person:
-        desktop = request.get("desktop") if isinstance(request.get("desktop"), dict) else None
-        note += " " + await _offer_review(sidecar, view, desktop)
+        note += " " + await _offer_review(sidecar, view)
     else:
         note += (" It waits in their `hive lessons pending` once it reaches their machine. Until then no agent "
                  "sees it.")
@@ -207,16 +207,16 @@ def review_item(sidecar: Sidecar, view: LessonView, *, held: bool = False) -> It
                 data={"lesson": view.id})
 
 
-async def _offer_review(sidecar: Sidecar, view: LessonView, desktop: dict[str, Any] | None) -> str:
+async def _offer_review(sidecar: Sidecar, view: LessonView) -> str:
     """Offer the review pop-up for this machine's person to their gate; what became of it, for the note."""
     if view.id in desk(sidecar).asking:
         return "Its pop-up is already up."
     pending = "unanswered, it waits in `hive lessons pending`."
     # A machine with no desktop spends none of the person's budget on a pop-up that cannot go up.
-    can_show = await review.desktop_available(desktop)
+    can_show = await review.desktop_available()
 
     async def show(_item: Item | None, _decision: Any) -> None:
-        await _pop_up(sidecar, view, desktop)
+        await _pop_up(sidecar, view)
 
     try:
         gate = gate_of(sidecar)
@@ -237,13 +237,13 @@ async def _offer_review(sidecar: Sidecar, view: LessonView, desktop: dict[str, A
             "`hive lessons pending`" + (" and their `hive digest`." if decision.outcome == "digest" else "."))
 
 
-async def _pop_up(sidecar: Sidecar, view: LessonView, desktop: dict[str, Any] | None) -> None:
+async def _pop_up(sidecar: Sidecar, view: LessonView) -> None:
     """The review pop-up as the gate's deliverer: returns once it is on screen, while the answer is
     awaited in the background; raises when it cannot be shown (the gate then keeps it in the digest)."""
     on_screen = anyio.Event()
     failed: list[HiveError] = []
     desk(sidecar).asking.add(view.id)
-    sidecar.tasks.start_soon(_ask_here, sidecar, view, desktop, on_screen, failed)
+    sidecar.tasks.start_soon(_ask_here, sidecar, view, on_screen, failed)
     with anyio.move_on_after(review.SETTLE_TIME):
         await on_screen.wait()
     if failed:
@@ -252,12 +252,12 @@ async def _pop_up(sidecar: Sidecar, view: LessonView, desktop: dict[str, Any] | 
         raise HiveError("the review pop-up was not on screen in time")
 
 
-async def _ask_here(sidecar: Sidecar, view: LessonView, desktop: dict[str, Any] | None, on_screen: anyio.Event,
+async def _ask_here(sidecar: Sidecar, view: LessonView, on_screen: anyio.Event,
                     failed: list[HiveError]) -> None:
     """The review pop-up for this machine's person; a click is their verdict, silence changes nothing."""
     try:
         origin = origins(sidecar)
-        answer = await review.ask_reviewer(sidecar, _view_dict(view, origin), desktop, on_screen)
+        answer = await review.ask_reviewer(sidecar, _view_dict(view, origin), on_screen)
         if answer in (Answer.APPROVED, Answer.DENIED):
             verdict = "approve" if answer is Answer.APPROVED else "reject"
             after = await lesson_store.of(sidecar).review(view.id, verdict, note="answered in a desktop pop-up")
@@ -409,6 +409,7 @@ async def op_lesson_cite(sidecar: Sidecar, conn: Connection, request: dict[str, 
 
 # ---- verdicts and retraction ------------------------------------------------------------------
 
+@asks_person
 async def op_lesson_review(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     verdict = request.get("verdict")
     if verdict not in ("approve", "reject", "edit"):
@@ -636,7 +637,7 @@ async def _arrived(sidecar: Sidecar, store: lesson_store.LessonStore, lesson_id:
 
 async def _offer_arrived(sidecar: Sidecar, view: LessonView) -> None:
     try:
-        await _offer_review(sidecar, view, None)
+        await _offer_review(sidecar, view)
     except Exception:
         log.exception("offering the review of lesson %s failed", view.id[:12])
 

@@ -59,6 +59,7 @@ from .approvals import receive_approval, wire_of
 from .config import DAY, slug
 from .defang import defang, one_line
 from .errors import BadRequest, HiveError, NotFound, Refused
+from .person import asks_person
 from .render import Message
 from .sessions import TIERS
 from .transport import (
@@ -1883,6 +1884,7 @@ async def op_drop(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -
     return {"settled": await sidecar.mesh.settle(_ids(request), approve=False)}
 
 
+@asks_person
 async def op_team_join(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """``hive join '<link>' --as <person>``: read the invite, dial its machines, keep the roster."""
     from .team import agent_confirms, team_of  # the team module imports nothing of the mesh; keep it that way

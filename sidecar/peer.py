@@ -1,12 +1,21 @@
-"""Who is on the other end of the local socket: the connecting process and whether a person typed.
+"""Who is on the other end of the local socket: the connecting process, and whether it is an agent's.
 
-The sidecar asks the kernel (``SO_PEERCRED`` on Linux) for the client's pid, then whether that
-process has a controlling terminal. A process an agent harness starts for a tool call normally
-has none; a person's shell does. A harness running in a person's terminal hands that terminal
-down to its tool calls, so a process under an agent harness is never taken for a person, however
-its terminal looks: otherwise an agent could answer the confirmations meant for its person.
-This decides who may address groups, review lessons and be shown as a person. It is a local
-heuristic, not proof: where a desktop exists, its dialog asks instead.
+The sidecar asks the kernel (``SO_PEERCRED`` on Linux) for the client's pid and reads the process
+facts in ``/proc``. A process is an agent's (:func:`agent_reason`) when any of these holds:
+
+- an agent harness is among its ancestors (a harness in a person's terminal hands that terminal
+  down to its tool calls, so the terminal alone proves nothing);
+- it, or an ancestor before the first one with a terminal, is a session leader with no terminal
+  that was handed to init (or to a ``systemd --user`` subreaper): ``setsid -f hive …`` from an
+  agent's shell cuts the ancestry, and this is what that leaves behind. A person's commands run
+  in a terminal, or under a parent that is still there;
+- it shares a process group, a session or a terminal with a running harness of this user: a
+  tool call's ``(hive … &)`` is handed to init but keeps its harness's group, session and tty.
+
+A person's terminal (:func:`person_at_terminal`) is a controlling terminal in a process that is
+not an agent's. This decides who may address groups, change the team, review
+lessons and be shown as a person. It is a local heuristic, not proof: where a desktop exists, its
+dialog asks instead. Off Linux only the kernel's pid is known and these facts are not read.
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ import socket
 import struct
 import sys
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 # Launchers whose program is their first argument (`node /…/bin/gemini`).
@@ -39,17 +49,35 @@ def peer_pid(sock: socket.socket | None) -> int | None:
     return None
 
 
+# Where orphans go: init itself, or a per-user service manager acting as a subreaper.
+ORPHAN_KEEPERS = frozenset({"systemd", "init", "launchd"})
+
+
+@dataclass(frozen=True)
+class Stat:
+    """What ``/proc/<pid>/stat`` says about a process that bears on who runs it."""
+
+    pid: int
+    ppid: int
+    pgid: int
+    sid: int
+    tty: int  # tty_nr: 0 without a controlling terminal
+
+
+def proc_stat(pid: int) -> Stat | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    # The command name in field 2 may contain spaces and parentheses: split after the last ')'.
+    fields = text.rsplit(")", 1)[1].split()
+    return Stat(pid=pid, ppid=int(fields[1]), pgid=int(fields[2]), sid=int(fields[3]), tty=int(fields[4]))
+
+
 def has_terminal(pid: int | None) -> bool:
     """Whether ``pid`` has a controlling terminal (Linux /proc; elsewhere: assume not)."""
-    if not pid:
-        return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
-    except OSError:
-        return False
-    # The command name in field 2 may contain spaces and parentheses: split after the last ')'.
-    fields = stat.rsplit(")", 1)[1].split()
-    return int(fields[4]) != 0  # tty_nr
+    found = proc_stat(pid) if pid else None
+    return found is not None and found.tty != 0
 
 
 def ancestor_pids(pid: int | None = None) -> list[int]:
@@ -58,16 +86,11 @@ def ancestor_pids(pid: int | None = None) -> list[int]:
     pid = os.getpid() if pid is None else pid
     chain: list[int] = []
     while len(chain) < 64:
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
-        except OSError:
+        found = proc_stat(pid)
+        if found is None or found.ppid <= 1:
             break
-        # The command name may hold spaces and parentheses: fields resume after the last ')'.
-        parent = int(stat.rsplit(")", 1)[1].split()[1])
-        if parent <= 1:
-            break
-        chain.append(parent)
-        pid = parent
+        chain.append(found.ppid)
+        pid = found.ppid
     if not chain and own and os.getppid() > 1:
         chain.append(os.getppid())
     return chain
@@ -95,6 +118,75 @@ def under_harness(pid: int | None, binaries: Iterable[str]) -> bool:
     return any(program_names(ancestor) & wanted for ancestor in ancestor_pids(pid))
 
 
+def _orphan_keeper(pid: int) -> bool:
+    return pid == 1 or bool(program_names(pid) & ORPHAN_KEEPERS)
+
+
+def detached(pid: int) -> bool:
+    """Whether ``pid`` runs in a terminal-less session that was cut loose from whoever started it.
+
+    Walks from the process up to the first one with a terminal: a session leader on the way whose
+    parent is init or a subreaper, or a session whose leader is gone, is what ``setsid -f`` (or a
+    double fork out of a ``setsid`` shell) leaves behind.
+    """
+    for current in (pid, *ancestor_pids(pid)):
+        found = proc_stat(current)
+        if found is None or found.tty != 0:
+            return False
+        if found.sid == current and _orphan_keeper(found.ppid):
+            return True
+        if found.sid > 0 and proc_stat(found.sid) is None:
+            return True  # its session leader exited: nothing is left to say who started it
+    return False
+
+
+def running_harnesses(binaries: Iterable[str], uid: int | None = None) -> list[tuple[int, Stat]]:
+    """This user's running harness processes, with their stat (Linux /proc)."""
+    wanted = set(binaries)
+    uid = os.getuid() if uid is None else uid
+    found: list[tuple[int, Stat]] = []
+    try:
+        entries = list(Path("/proc").iterdir())
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.name.isdigit():
+            continue
+        try:
+            if entry.stat().st_uid != uid:
+                continue
+        except OSError:
+            continue
+        pid = int(entry.name)
+        if program_names(pid) & wanted:
+            stat = proc_stat(pid)
+            if stat is not None:
+                found.append((pid, stat))
+    return found
+
+
+def agent_reason(pid: int | None, binaries: Iterable[str]) -> str:
+    """Why ``pid`` is an agent's process ("" when nothing says so). See the module's rules."""
+    if not pid or not Path(f"/proc/{pid}").exists():
+        return ""
+    wanted = set(binaries)
+    for ancestor in ancestor_pids(pid):
+        names = program_names(ancestor) & wanted
+        if names:
+            return f"it runs under the agent harness {min(names)} (pid {ancestor})"
+    if detached(pid):
+        return "it was detached from any terminal and from whatever started it (setsid)"
+    chain = [found for found in map(proc_stat, (pid, *ancestor_pids(pid))) if found is not None]
+    groups = ({found.pgid for found in chain} | {found.sid for found in chain}) - {0}
+    ttys = {found.tty for found in chain} - {0}
+    for harness, stat in running_harnesses(wanted):
+        if harness == pid:
+            return "it is an agent harness"
+        if stat.pgid in groups or stat.sid in groups or stat.tty in ttys:
+            return f"it shares a process group, session or terminal with the agent harness pid {harness}"
+    return ""
+
+
 def person_at_terminal(pid: int | None, binaries: Iterable[str]) -> bool:
-    """A process with a controlling terminal that no agent harness started."""
-    return has_terminal(pid) and not under_harness(pid, binaries)
+    """A process with a controlling terminal that is not an agent's."""
+    return has_terminal(pid) and not agent_reason(pid, binaries)

@@ -31,9 +31,10 @@ import hashlib
 import logging
 from typing import TYPE_CHECKING, Any
 
-from .dialog import Answer, Prompt, backend_for, clean, find_desktop
-from .errors import BadRequest, ConfirmOnTerminal, NoDesktop, NotFound, NotMember, Refused
+from .dialog import Prompt, clean
+from .errors import BadRequest, NotFound, NotMember, Refused
 from .hooks import git_facts, remote_project
+from .person import asks_person, confirm_by_person
 from .roster import ProjectView, Roster
 
 if TYPE_CHECKING:
@@ -136,25 +137,13 @@ def confirm_question(person: str, label: str) -> str:
 
 
 async def owner_confirms(conn: Connection, request: dict[str, Any], question: str) -> str:
-    """How the owner confirmed (``desktop`` or ``terminal``), or raise: a pop-up, or the question
-    typed back at the requesting command's own terminal; neither for an agent's tool call."""
-    if conn.at_terminal and request.get("confirmed_on_terminal") == question:
-        return "terminal"
-    desktop = request.get("desktop")
-    if desktop is not None and not isinstance(desktop, dict):
-        raise BadRequest("desktop must be an object of the client's desktop variables")
+    """How the owner confirmed (``desktop`` or ``terminal``), or raise: the one person check
+    (``person.confirm_by_person``), never an agent's tool call."""
     prompt = Prompt(title="hive · confirm a project member", body=clean(question), timeout=CONFIRM_TIME)
-    try:
-        async with backend_for(find_desktop(desktop)).show(prompt) as popup:
-            answer = await popup.answer()
-    except NoDesktop as exc:
-        if not conn.at_terminal:
-            raise Refused(f"a project member is confirmed by its owner in person: “{question}” needs a desktop "
-                          f"pop-up ({exc.message}) or `hive project confirm` typed at a terminal") from exc
-        raise ConfirmOnTerminal(question) from exc
-    if answer is Answer.APPROVED:
-        return "desktop"
-    raise Refused(f"not recorded: the owner did not confirm “{question}” ({answer.value})")
+    return await confirm_by_person(conn, request, question, title=prompt.title, outcome="not recorded",
+                                   refused=Refused, prompt=prompt,
+                                   hint="A project member is confirmed by its owner in person, with "
+                                        "`hive project confirm` typed at a terminal.")
 
 
 async def confirm(sidecar: Sidecar, project: str, person: str) -> dict[str, Any]:
@@ -225,6 +214,7 @@ async def op_project_join(sidecar: Sidecar, conn: Connection, request: dict[str,
     return await join(sidecar, project)
 
 
+@asks_person
 async def op_project_confirm(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     project, person = _project_arg(request), _person_arg(request)
     if person in check_confirm(sidecar, project, person).members:  # refused with the reason before asking

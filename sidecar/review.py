@@ -34,7 +34,8 @@ import anyio
 
 from . import codeowners
 from .dialog import Answer, Prompt, backend_for, clean, clip, find_desktop
-from .errors import BadRequest, ConfirmOnTerminal, NoDesktop, Refused
+from .errors import NoDesktop, Refused
+from .person import confirm_by_person
 
 if TYPE_CHECKING:
     from .server import Connection, Sidecar
@@ -156,46 +157,30 @@ def prompt(view: Mapping[str, Any], verdict: str, *, text: str | None = None, sc
                   body="\n".join(lines), timeout=timeout)
 
 
-def _desktop(request: Mapping[str, Any]) -> Any:
-    desktop = request.get("desktop")
-    if desktop is not None and not isinstance(desktop, dict):
-        raise BadRequest("desktop must be an object of the client's desktop variables")
-    return find_desktop(desktop)
-
-
 async def confirm(sidecar: Sidecar, conn: Connection, request: Mapping[str, Any], view: Mapping[str, Any],
                   verdict: str, *, text: str | None = None, scope: str | None = None) -> str:
     """How the person confirmed ``verdict`` on the lesson ("desktop" or "terminal"), or raise.
 
-    Refused when they declined, or when there is neither a desktop nor a terminal to ask on.
+    Refused when they declined, or when there is neither a desktop nor a terminal to ask on: the
+    one check every person-only change goes through (``person.confirm_by_person``).
     """
-    ask = question(verdict, str(view.get("id", "")))
-    if conn.at_terminal and request.get("confirmed_on_terminal") == ask:
-        return "terminal"  # the person typed the verdict at this command's own terminal
-    try:
-        async with backend_for(_desktop(request)).show(prompt(view, verdict, text=text, scope=scope)) as popup:
-            answer = await popup.answer()
-    except NoDesktop as exc:
-        if not conn.at_terminal:
-            raise Refused(f"a lesson is reviewed by a person: {ask} needs a desktop pop-up ({exc.message}) or "
-                          "`hive lessons review` typed at a terminal. An agent cannot review lessons") from exc
-        raise ConfirmOnTerminal(ask) from exc
-    if answer is Answer.APPROVED:
-        return "desktop"
-    raise Refused(f"not recorded: the person did not confirm “{ask}” ({answer.value})")
+    return await confirm_by_person(conn, request, question(verdict, str(view.get("id", ""))),
+                                   title="hive · review a lesson", outcome="not recorded", refused=Refused,
+                                   prompt=prompt(view, verdict, text=text, scope=scope),
+                                   hint="A lesson is reviewed by a person, with `hive lessons review` typed at a "
+                                        "terminal; an agent cannot review lessons.")
 
 
-async def desktop_available(desktop: Mapping[str, Any] | None) -> bool:
+async def desktop_available() -> bool:
     """Whether a review pop-up could be shown now (the 2 s preflight; at once when there is no bus)."""
     try:
-        await backend_for(find_desktop(dict(desktop or {}))).available()
+        await backend_for(find_desktop()).available()
     except NoDesktop:
         return False
     return True
 
 
-async def ask_reviewer(sidecar: Sidecar, view: Mapping[str, Any], desktop: Mapping[str, Any] | None,
-                       on_screen: anyio.Event | None = None) -> Answer:
+async def ask_reviewer(sidecar: Sidecar, view: Mapping[str, Any], on_screen: anyio.Event | None = None) -> Answer:
     """Show a fresh proposal to this machine's person, who is its reviewer: Approve or Deny.
 
     ``on_screen`` is set once the pop-up is up (the gate's deliverer returns then, not at the answer).
@@ -207,7 +192,7 @@ async def ask_reviewer(sidecar: Sidecar, view: Mapping[str, Any], desktop: Mappi
     body = shown.body.replace("Shared with:", "Deny rejects it; closing it leaves it pending.\nShared with:", 1)
     shown = Prompt(title=f"hive · {clean(str(view.get('author', 'an agent')))} proposes a lesson", body=body,
                    timeout=POPUP_TIME)
-    async with backend_for(find_desktop(dict(desktop or {}))).show(shown) as popup:
+    async with backend_for(find_desktop()).show(shown) as popup:
         if on_screen is not None:
             on_screen.set()
         return await popup.answer()

@@ -17,13 +17,15 @@ The state (:class:`TeamState`), and how each part merges
     ``admissions``  how each machine got in, kept forever, one per (machine, signer), earliest kept.
                     A machine is admitted only if a chain of admissions reaches the founder's
                     self-signed one: the founder is depth 0, and an admission counts only if its
-                    signer is already admitted. Who may sign never depends on arrival order.
+                    signer is already admitted and signed it before any departure or removal of
+                    its own. Who may sign never depends on arrival order.
     ``members``     each machine's latest *standing* entry (person, machine name, role, active,
                     static addresses), last writer wins by ``(ts, sig)``. Standing entries are those
                     signed by another machine, and a machine's own departure. A machine's
                     admissions count as standing entries too, so the founder's self-admission is
                     its first entry; an entry signed after its signer's own departure or removal
-                    does not count.
+                    does not count, nor a removal of the founder signed by another person's machine,
+                    nor an active entry signed by a machine admitted only through the one it names.
     ``updates``     each machine's latest self-signed active entry (its own address or name
                     change). It counts only while the machine's standing entry is active and older;
                     so a machine may sign its own departure but never its own return.
@@ -649,7 +651,9 @@ def view(state: TeamState, now: int | None = None) -> Roster:
         by_subject.setdefault(adm.body.key, []).append(adm)
         by_signer.setdefault(adm.by, []).append(adm)
 
-    # The admission chain, breadth first from the founder's self-signed admission.
+    # The admission chain, breadth first from the founder's self-signed admission. An admission a
+    # machine signed after its own departure or removal is no link in it: a removed machine cannot
+    # admit a helper that would then sign it back in.
     depth: dict[str, int] = {}
     if f"{founder}/{founder}" in state.admissions:
         depth[founder] = 0
@@ -658,7 +662,7 @@ def view(state: TeamState, now: int | None = None) -> Roster:
         following: list[str] = []
         for signer in frontier:
             for adm in by_signer.get(signer, ()):
-                if adm.body.key not in depth:
+                if adm.body.key not in depth and not _departed_before(state, adm):
                     depth[adm.body.key] = depth[signer] + 1
                     following.append(adm.body.key)
         frontier = following
@@ -669,6 +673,34 @@ def view(state: TeamState, now: int | None = None) -> Roster:
     def first_admission(key: str) -> tuple[int, str]:
         return min((a.order for a in valid_admissions(key)), default=(0, ""))
 
+    def admitted_person(key: str) -> str:
+        """The person a machine was admitted as (its earliest valid admission)."""
+        admissions = sorted(valid_admissions(key), key=lambda a: a.order)
+        return admissions[0].body.person if admissions else ""
+
+    founder_person = admitted_person(founder)
+
+    def reachable_without(skipped: str) -> set[str]:
+        """The machines whose admission chain reaches the founder without passing through ``skipped``."""
+        seen = {founder} if founder in depth and founder != skipped else set()
+        frontier = list(seen)
+        while frontier:
+            frontier = [adm.body.key for signer in frontier for adm in by_signer.get(signer, ())
+                        if adm.body.key not in seen and adm.body.key != skipped and adm.body.key in depth
+                        and not _departed_before(state, adm)]
+            seen.update(frontier)
+        return seen
+
+    def may_sign(key: str, signed: Signed[Member]) -> bool:
+        if signed.by == key:
+            return True
+        if not signed.body.active:
+            # The founder is removed only by its own person (from any of their machines, or itself).
+            return key != founder or admitted_person(signed.by) == founder_person
+        # A machine is never brought back by machines that are in only through it: a removed member
+        # could admit a helper and have it sign the member back in.
+        return signed.by in reachable_without(key)
+
     # Admission-depth order, so a person's first machine holds their name before later ones are checked.
     order = sorted(depth, key=lambda k: (depth[k], first_admission(k), k))
     members: dict[str, MemberView] = {}
@@ -677,7 +709,11 @@ def view(state: TeamState, now: int | None = None) -> Roster:
     for key in order:
         candidates = [a for a in valid_admissions(key) if not _departed_before(state, a)]
         entry = state.members.get(key)
-        if entry is not None and entry.by in depth and not _departed_before(state, entry):
+        # Its latest entry brings it back through a machine that is in only through it: it was
+        # removed before that (the removal itself was overwritten), so it stays out.
+        returned_by_its_own = (entry is not None and entry.body.active and entry.by != key and entry.by in depth
+                               and not may_sign(key, entry))
+        if entry is not None and entry.by in depth and not _departed_before(state, entry) and may_sign(key, entry):
             candidates.append(entry)
         if not candidates:
             refused[key] = "admitted, but no entry in effect"
@@ -686,9 +722,9 @@ def view(state: TeamState, now: int | None = None) -> Roster:
         effective = standing
         update = state.updates.get(key)
         if (update is not None and standing.body.active and update.order > standing.order
-                and update.body.person == standing.body.person):
+                and update.body.person == standing.body.person and not returned_by_its_own):
             effective = update  # its own change while active; never its own return
-        body = effective.body
+        body = dataclasses.replace(effective.body, active=False) if returned_by_its_own else effective.body
         if body.active and body.person in holders:
             vouchers = {standing.by} | {a.by for a in valid_admissions(key) if a.body.person == body.person}
             if not any(members.get(v) is not None and members[v].person == body.person for v in vouchers):

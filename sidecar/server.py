@@ -44,7 +44,8 @@ from .gate import run_gate
 from .mailbox import Mailbox
 from .mesh import Mesh
 from .paths import StatePaths, ensure_home
-from .peer import peer_pid, person_at_terminal, under_harness
+from .peer import agent_reason, peer_pid, person_at_terminal
+from .person import asks_person
 from .render import Message, frames
 from .sessions import Session, Sessions
 from .store import Store
@@ -113,8 +114,9 @@ class Connection:
 
     @functools.cached_property
     def by_agent(self) -> bool:
-        """A client an agent harness started: its MCP server, or a command in the agent's shell."""
-        return under_harness(self.pid, harness_binaries())
+        """A client an agent harness started: its MCP server, or a command in the agent's shell,
+        also one cut loose from it (``setsid -f``, a double fork): see peer.agent_reason."""
+        return bool(agent_reason(self.pid, harness_binaries()))
 
     async def send(self, payload: dict[str, Any]) -> None:
         """Write one line. Raises BrokenResourceError when the connection is (or gets) closed,
@@ -518,6 +520,7 @@ class Sidecar:
         return {"person": self.settings.person, "machine": self.settings.machine, "me": me,
                 "sessions": described}
 
+    @asks_person  # group sends and loop-guard overrides
     async def op_send(self, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
         body = request.get("body")
         to = request.get("to")

@@ -21,6 +21,9 @@ Ops (requests on the local socket)::
 
 ``team_join {link, person?}`` (prepare, dial on ``hive-join/1``, finish) belongs to the mesh.
 
+Every op here that changes the team or hands out a way in asks the person when an agent runs it
+(``person.confirm_by_person``, the one check; ``needs_person`` when they cannot be asked).
+
 For the mesh (:mod:`hive.sidecar.mesh`): :meth:`Team.team_id`, :attr:`Team.identity`,
 :meth:`Team.member`, :meth:`Team.members`, :meth:`Team.fingerprint`, :meth:`Team.state_for`,
 :meth:`Team.merge`, :meth:`Team.accept_join`, and :meth:`Team.subscribe` for a callback on
@@ -46,6 +49,7 @@ from . import roster
 from .config import load_settings
 from .errors import Ambiguous, BadRequest, Conflict, NotFound, Refused
 from .identity import Identity, KeyUnavailable, load_identity
+from .person import asks_person, confirm_by_person
 from .roster import JoinRequest, MemberView, Roster, Signed, TeamState, Ticket
 
 if TYPE_CHECKING:
@@ -426,6 +430,12 @@ class Team:
             found = self.targets(target)
             if any(m.key == self.identity.key_id for m in found):
                 raise Refused("that includes this machine: use `hive leave` to leave the team")
+            view = self._roster()
+            founder = view.members.get(view.founder)
+            me = view.members[self.identity.key_id]
+            if founder is not None and any(m.key == founder.key for m in found) and me.person != founder.person:
+                raise Refused(f"{founder.label} founded team {view.name}: only {founder.person} removes it, "
+                              "from one of their machines")
             state = roster.departures(state, self.identity, [m.key for m in found])
             # The removed machines know the team link: replace it so they cannot come back with it.
             state = roster.new_link(state, self.identity)
@@ -669,20 +679,32 @@ def _text(request: dict[str, Any], name: str) -> str | None:
     return value or None
 
 
+@asks_person
 async def op_team_init(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     team = _text(request, "team")
     if team is None:
         raise BadRequest("team_init needs 'team': the team's name (a-z, 0-9 and -)")
     person = _text(request, "person") or sidecar.settings.person
     machine = _text(request, "machine") or sidecar.settings.machine
+    await agent_confirms(conn, request, f"Found team {team} as {person} on this machine?",
+                         f"Ask your person to run `hive init {team}` in a terminal.")
     return await team_of(sidecar).init(team, person, machine, _addresses(request.get("addresses")))
 
 
+@asks_person
 async def op_team_invite(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     ttl = request.get("ttl_hours")
     if ttl is not None and (not isinstance(ttl, int | float) or isinstance(ttl, bool)):
         raise BadRequest("ttl_hours is a number")
-    return await team_of(sidecar).invite(_flag(request, "own_machine"), _flag(request, "once"), ttl)
+    own_machine, once = _flag(request, "own_machine"), _flag(request, "once")
+    team = team_of(sidecar)
+    if team.state is not None:
+        # The invite is the key to the team: whoever holds it can join (friends assumption).
+        what = ("an invite for another of your machines" if own_machine else "a one-time invite" if once
+                else "the team link")
+        await agent_confirms(conn, request, f"Hand out {what} to team {team.name}? Whoever holds it can join.",
+                             "Ask your person to run `hive invite` in a terminal and pass the link on.")
+    return await team.invite(own_machine, once, ttl)
 
 
 async def op_team_show(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
@@ -693,17 +715,15 @@ async def agent_confirms(conn: Connection, request: dict[str, Any], question: st
     """A team change an agent asks for goes ahead only once its person confirms it in a pop-up.
 
     A teammate's message or a web page the agent read can ask it to remove someone, leave, join
-    another team or replace the link; the person's own command (a terminal, a script of theirs)
-    needs no second question. Raises ``needs_person`` when the person declines or cannot be asked.
+    another team or replace the link; the person's own command (a terminal of theirs) needs no
+    second question. Raises ``needs_person`` when the person declines or cannot be asked. This is
+    ``person.confirm_by_person``, the one check, with ``agents_only``.
     """
-    if not conn.by_agent:
-        return
-    from .ask import confirm_by_person  # ask imports this module
-
     await confirm_by_person(conn, request, question, title="hive · confirm a team change", outcome="not changed",
-                            hint=hint)
+                            hint=hint, agents_only=True)
 
 
+@asks_person
 async def op_team_remove(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     team = team_of(sidecar)
     target = _text(request, "target") or ""
@@ -714,6 +734,7 @@ async def op_team_remove(sidecar: Sidecar, conn: Connection, request: dict[str, 
     return await team.remove(target)
 
 
+@asks_person
 async def op_team_leave(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     team = team_of(sidecar)
     if team.state is not None:
@@ -722,6 +743,7 @@ async def op_team_leave(sidecar: Sidecar, conn: Connection, request: dict[str, A
     return await team.leave(_flag(request, "force"))
 
 
+@asks_person
 async def op_team_link_new(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     team = team_of(sidecar)
     if team.state is not None:
@@ -730,20 +752,38 @@ async def op_team_link_new(sidecar: Sidecar, conn: Connection, request: dict[str
     return await team.link_new()
 
 
+def join_question(ticket: Ticket, person: str, machine: str) -> str:
+    """What the person confirms before this machine joins a team (both halves of a join ask it)."""
+    return f"Join team {ticket.team} as {person} on {machine}? Its members will see and message your sessions."
+
+
+@asks_person
 async def op_team_join_prepare(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
-    return await team_of(sidecar).prepare_join(
-        _text(request, "link") or "", _text(request, "person"), _text(request, "machine"),
-        _addresses(request.get("addresses")),
-    )
+    link = _text(request, "link") or ""
+    person, machine = _text(request, "person"), _text(request, "machine")
+    ticket = _decode(link)
+    await agent_confirms(conn, request, join_question(ticket, person or ticket.person or sidecar.settings.person,
+                                                      machine or sidecar.settings.machine),
+                         "Ask your person to run `hive join` in a terminal.")
+    return await team_of(sidecar).prepare_join(link, person, machine, _addresses(request.get("addresses")))
 
 
+@asks_person
 async def op_team_join_accept(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
-    return {"state": await team_of(sidecar).accept_join(request.get("frame"), _text(request, "peer"))}
+    team = team_of(sidecar)
+    if team.state is not None:
+        await agent_confirms(conn, request, f"Admit a machine to team {team.name} by hand?",
+                             "A machine joins with `hive join '<link>'`, which this sidecar answers itself.")
+    return {"state": await team.accept_join(request.get("frame"), _text(request, "peer"))}
 
 
+@asks_person
 async def op_team_join_finish(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
-    return await team_of(sidecar).finish_join(_text(request, "link") or "", request.get("state"),
-                                              _text(request, "peer"))
+    link = _text(request, "link") or ""
+    ticket = _decode(link)
+    await agent_confirms(conn, request, f"Join team {ticket.team} on this machine with the answer given?",
+                         "Ask your person to run `hive join` in a terminal.")
+    return await team_of(sidecar).finish_join(link, request.get("state"), _text(request, "peer"))
 
 
 OPS = {

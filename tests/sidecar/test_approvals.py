@@ -150,7 +150,9 @@ def _keys_in_files(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HIVE_KEYRING", "off")  # several machines on one host: each key in its own folder
 
 
-def test_bobs_answer_reaches_alices_agent_as_a_verified_approval(make_hive: Any, desktop: Desktop) -> None:
+def test_bobs_answer_reaches_alices_agent_as_a_verified_approval(make_hive: Any, desktop: Desktop,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(desktop.runtime))  # bob starts his sidecar on this desktop
     alice, bob = form_team(make_hive, ["alice", "bob"])
     web = register(alice, "a1", "/src/web")
     register(bob, "b1", "/src/api")
@@ -161,8 +163,7 @@ def test_bobs_answer_reaches_alices_agent_as_a_verified_approval(make_hive: Any,
 
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         asking = pool.submit(bob.request, {"id": 1, "op": "ask", "session": "b1", "about": request_id,
-                                           "question": "Let alice's web agent drop the users table?",
-                                           "desktop": {"DBUS_SESSION_BUS_ADDRESS": desktop.bus}}, 60)
+                                           "question": "Let alice's web agent drop the users table?"}, 60)
         desktop.click("approve")
         answer = asking.result(timeout=60)
 

@@ -1,7 +1,7 @@
 """ask_user against a real notification server: dunst on Xvfb, a private session bus, real clicks.
 
-The sidecars here start without any desktop in their environment (as from a hook or a service);
-the desktop reaches them from the asking client or from the user's runtime directory.
+A sidecar's pop-ups go to its person's own desktop: the one in the environment its person started
+it from, or the user's runtime directory's bus; never a bus an asking client names.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -71,11 +71,16 @@ def sidecar_without_desktop(hive: Hive, runtime: Path) -> None:
     start_sidecar(hive, no_desktop_env(runtime))
 
 
+def sidecar_on_desktop(hive: Hive, desktop: Desktop) -> None:
+    """The sidecar as its person starts it from a terminal on their desktop: its pop-ups go there."""
+    start_sidecar(hive, desktop.env)
+
+
 async def test_approve_and_deny_clicked_in_the_pop_up_are_the_answers_ask_user_returns(
         make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
     hive = make_hive()
-    sidecar_without_desktop(hive, empty_runtime)  # the desktop comes only from the MCP client
-    async with hive_mcp(hive, env={"DBUS_SESSION_BUS_ADDRESS": desktop.bus, "DISPLAY": desktop.display}) as mcp:
+    sidecar_on_desktop(hive, desktop)
+    async with hive_mcp(hive) as mcp:
         approved = await answered_after(lambda: desktop.click("approve"),
                                         lambda: call(mcp, "ask_user", as_="a", question="Deploy to staging?"))
         denied = await answered_after(lambda: desktop.click("deny"),
@@ -103,7 +108,7 @@ async def test_a_forged_action_invoked_from_another_bus_client_is_ignored(
     from jeepney.io.blocking import open_dbus_connection
 
     hive = make_hive()
-    sidecar_without_desktop(hive, empty_runtime)
+    sidecar_on_desktop(hive, desktop)
 
     def forge_then_deny() -> None:
         desktop.wait_displayed()
@@ -123,21 +128,18 @@ async def test_a_forged_action_invoked_from_another_bus_client_is_ignored(
 
     async with client(hive) as c:
         result = await answered_after(
-            forge_then_deny, lambda: c.call("ask", question="Rotate the keys?", desktop={"DBUS_SESSION_BUS_ADDRESS":
-                                                                                         desktop.bus}))
+            forge_then_deny, lambda: c.call("ask", question="Rotate the keys?"))
     assert result["answer"] == "denied"
 
 
 async def test_closing_the_pop_up_or_letting_it_expire_is_a_clear_non_answer(
         make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
     hive = make_hive()
-    sidecar_without_desktop(hive, empty_runtime)
-    where = {"DBUS_SESSION_BUS_ADDRESS": desktop.bus}
+    sidecar_on_desktop(hive, desktop)
     async with client(hive) as c:
         await register(c, "s1", "/src/api")
-        closed = await answered_after(desktop.close, lambda: c.call("ask", session="s1", question="Ship?",
-                                                                     desktop=where))
-        expired = await c.call("ask", session="s1", question="Ship now?", desktop=where, expire=1)
+        closed = await answered_after(desktop.close, lambda: c.call("ask", session="s1", question="Ship?"))
+        expired = await c.call("ask", session="s1", question="Ship now?", expire=1)
 
     assert closed["answer"] == "dismissed" and "not a yes" in closed["note"]
     assert expired["answer"] == "expired" and "not a yes" in expired["note"]
@@ -161,15 +163,14 @@ async def test_no_session_bus_is_no_desktop_and_the_agent_is_told_to_ask_in_its_
 async def test_one_question_per_session_the_same_one_joins_the_wait_a_different_one_is_refused(
         make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
     hive = make_hive()
-    sidecar_without_desktop(hive, empty_runtime)
-    where = {"DBUS_SESSION_BUS_ADDRESS": desktop.bus}
+    sidecar_on_desktop(hive, desktop)
     answers: list[str] = []
     async with client(hive) as c:
         await register(c, "s1", "/src/api")
         await register(c, "s2", "/src/web")
 
         async def ask() -> None:
-            answers.append((await c.call("ask", session="s1", question="Tag v2?", desktop=where))["answer"])
+            answers.append((await c.call("ask", session="s1", question="Tag v2?"))["answer"])
 
         with anyio.fail_after(30):
             async with anyio.create_task_group() as tg:
@@ -177,9 +178,9 @@ async def test_one_question_per_session_the_same_one_joins_the_wait_a_different_
                 await anyio.to_thread.run_sync(desktop.wait_displayed)
                 tg.start_soon(ask)
                 with pytest.raises(Conflict):
-                    await c.call("ask", session="s1", question="Tag v3?", desktop=where)
+                    await c.call("ask", session="s1", question="Tag v3?")
                 other = await answered_after(lambda: (desktop.wait_displayed(2), desktop.click("deny", "web-codex")),
-                                             lambda: c.call("ask", session="s2", question="Tag v3?", desktop=where))
+                                             lambda: c.call("ask", session="s2", question="Tag v3?"))
                 await anyio.to_thread.run_sync(desktop.click, "approve", "api-codex")
 
     assert other["answer"] == "denied"  # another session's question is its own
@@ -190,11 +191,10 @@ async def test_one_question_per_session_the_same_one_joins_the_wait_a_different_
 async def test_an_answer_after_the_call_gave_up_arrives_as_a_message_from_the_persons_terminal(
         make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
     hive = make_hive()
-    sidecar_without_desktop(hive, empty_runtime)
+    sidecar_on_desktop(hive, desktop)
     async with client(hive) as c:
         await register(c, "s1", "/src/api")
-        gave_up = await c.call("ask", session="s1", question="Restart prod?", wait=0.2,
-                               desktop={"DBUS_SESSION_BUS_ADDRESS": desktop.bus})
+        gave_up = await c.call("ask", session="s1", question="Restart prod?", wait=0.2)
         await anyio.to_thread.run_sync(desktop.click, "approve")
         with anyio.fail_after(10):
             inbox = await c.call("inbox", session="s1", wait=10)
@@ -208,7 +208,7 @@ async def test_an_answer_after_the_call_gave_up_arrives_as_a_message_from_the_pe
 async def test_about_shows_the_teammates_request_first_and_sends_them_the_approval(
         make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
     hive = make_hive()
-    sidecar_without_desktop(hive, empty_runtime)
+    sidecar_on_desktop(hive, desktop)
     long_request = "May I drop the legacy users table? " + "x" * 600
     async with client(hive) as c:
         api = await register(c, "s1", "/src/api")
@@ -218,8 +218,7 @@ async def test_about_shows_the_teammates_request_first_and_sends_them_the_approv
         question = "Let web drop the users table?\u202e\u200b " + "q" * 500
         result = await answered_after(
             lambda: desktop.click("approve"),
-            lambda: c.call("ask", session="s1", question=question, about=request_id,
-                           desktop={"DBUS_SESSION_BUS_ADDRESS": desktop.bus}))
+            lambda: c.call("ask", session="s1", question=question, about=request_id))
         inbox = await c.call("inbox", session="s2")
 
     assert result["answer"] == "approved" and result["from"] == web
@@ -241,14 +240,13 @@ async def test_about_shows_the_teammates_request_first_and_sends_them_the_approv
 async def test_about_must_name_a_message_to_this_session(make_hive: Any, desktop: Desktop,
                                                           empty_runtime: Path) -> None:
     hive = make_hive()
-    sidecar_without_desktop(hive, empty_runtime)
+    sidecar_on_desktop(hive, desktop)
     async with client(hive) as c:
         await register(c, "s1", "/src/api")
         await register(c, "s2", "/src/web")
         sent = await c.call("send", **{"from": "s1", "to": "alice/web-codex", "body": "to web, not to api"})
         with pytest.raises(HiveError) as raised:
-            await c.call("ask", session="s1", question="OK?", about=sent["results"][0]["id"],
-                         desktop={"DBUS_SESSION_BUS_ADDRESS": desktop.bus})
+            await c.call("ask", session="s1", question="OK?", about=sent["results"][0]["id"])
     assert raised.value.code == "not_found"
 
 
@@ -263,7 +261,7 @@ def hive_send(hive: Hive, env: dict[str, str], *args: str) -> subprocess.Complet
 async def test_a_group_send_from_the_cli_is_confirmed_in_a_pop_up(make_hive: Any, desktop: Desktop,
                                                                    empty_runtime: Path) -> None:
     hive = make_hive()
-    sidecar_without_desktop(hive, empty_runtime)
+    sidecar_on_desktop(hive, desktop)
     async with client(hive) as c:
         await register(c, "s1", "/src/api")
         await register(c, "s2", "/src/web")
@@ -329,8 +327,8 @@ async def test_an_agent_still_cannot_address_a_group(make_hive: Any, desktop: De
 async def test_notify_shows_the_message_once_a_minute_per_sending_person(make_hive: Any, desktop: Desktop,
                                                                           empty_runtime: Path) -> None:
     hive = make_hive()
-    sidecar_without_desktop(hive, empty_runtime)
-    async with hive_mcp(hive, env={"DBUS_SESSION_BUS_ADDRESS": desktop.bus}) as mcp:
+    sidecar_on_desktop(hive, desktop)
+    async with hive_mcp(hive) as mcp:
         await call(mcp, "whoami", as_="web")
         first = await call(mcp, "send_message", as_="a", to="alice/terminal", message="build is green",
                            notify=True)
@@ -366,7 +364,7 @@ async def test_ask_user_with_no_desktop_is_an_error_code_through_mcp(make_hive: 
 async def test_hive_ask_prints_the_answer_and_exits_0_only_when_approved(make_hive: Any, desktop: Desktop,
                                                                          empty_runtime: Path) -> None:
     hive = make_hive()
-    sidecar_without_desktop(hive, empty_runtime)
+    sidecar_on_desktop(hive, desktop)
 
     def hive_ask(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "hive.sidecar.cli", "ask", *args],
@@ -385,7 +383,7 @@ async def test_hive_ask_prints_the_answer_and_exits_0_only_when_approved(make_hi
 async def test_a_client_that_stops_waiting_gets_the_answer_later_as_a_message(make_hive: Any, desktop: Desktop,
                                                                                empty_runtime: Path) -> None:
     hive = make_hive()
-    sidecar_without_desktop(hive, empty_runtime)
+    sidecar_on_desktop(hive, desktop)
     async with client(hive) as c:
         await register(c, "s1", "/src/api")
 
@@ -396,8 +394,7 @@ async def test_a_client_that_stops_waiting_gets_the_answer_later_as_a_message(ma
         with anyio.fail_after(30):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(stop_once_shown)
-                stopped = await c.call("ask", session="s1", question="Rebase main?",
-                                       desktop={"DBUS_SESSION_BUS_ADDRESS": desktop.bus})
+                stopped = await c.call("ask", session="s1", question="Rebase main?")
         await anyio.to_thread.run_sync(desktop.click, "deny")
         inbox = await c.call("inbox", session="s1", wait=10)
 
@@ -564,9 +561,10 @@ def _reply_in_terminal(env: dict[str, str], reply_to: str, body: str) -> tuple[i
 
 
 async def test_a_persons_reply_that_restarts_the_loop_guard_is_confirmed_in_a_pop_up(
-        make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
+        make_hive: Any, desktop: Desktop, empty_runtime: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.sidecar.test_mesh import form_team, send, who
 
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(desktop.runtime))  # the people start their sidecars on this desktop
     alice, bob = form_team(make_hive, ["alice", "bob"], {"alice": "loop_limit = 2\n", "bob": "loop_limit = 2\n"})
     ok = [alice.request({"id": 1, "op": "register", "session": {"key": "a1", "agent": "codex", "cwd": "/src/web"}}),
           bob.request({"id": 1, "op": "register", "session": {"key": "b1", "agent": "codex", "cwd": "/src/api"}})]
@@ -591,3 +589,91 @@ async def test_a_persons_reply_that_restarts_the_loop_guard_is_confirmed_in_a_po
     assert still["state"] == "refused"  # a denied override leaves the guard as it was
     assert approved[0] == 0, approved[1]
     assert after["state"] == "queued", after
+
+
+# ---- an agent's own notification server -----------------------------------------------------
+
+STAND_IN = """import sys
+from jeepney import DBusAddress, HeaderFields, MessageType, new_method_return, new_signal
+from jeepney.bus_messages import message_bus
+from jeepney.io.blocking import open_dbus_connection
+
+NAME, PATH = "org.freedesktop.Notifications", "/org/freedesktop/Notifications"
+conn = open_dbus_connection(bus=sys.argv[1])
+conn.send_and_get_reply(message_bus.RequestName(NAME), timeout=5)
+print("ready", flush=True)
+shown = 0
+while True:
+    message = conn.receive()
+    if message.header.message_type is not MessageType.method_call:
+        continue
+    member = message.header.fields.get(HeaderFields.member)
+    if member == "GetCapabilities":
+        conn.send(new_method_return(message, "as", (["actions", "body"],)))
+    elif member == "Notify":
+        shown += 1
+        open(sys.argv[2], "a").write("shown\\n")
+        conn.send(new_method_return(message, "u", (shown,)))
+        conn.send(new_signal(DBusAddress(PATH, interface=NAME), "ActionInvoked", "us", (shown, "approve")))
+    elif member == "CloseNotification":
+        conn.send(new_method_return(message))
+"""
+
+
+@contextmanager
+def a_stand_in_that_clicks_approve(root: Path) -> Iterator[tuple[dict[str, str], Path]]:
+    """A private session bus in ``root`` whose "notification server" approves whatever it is shown,
+    as an agent can start one: (the desktop variables leading to it, the file it logs pop-ups to)."""
+    runtime = root / "run"
+    runtime.mkdir(mode=0o700)
+    log = root / "shown"
+    bus = subprocess.Popen(["dbus-daemon", "--session", "--nofork", "--nopidfile", "--print-address",
+                            f"--address=unix:path={runtime / 'bus'}"], stdout=subprocess.PIPE, text=True)
+    server = None
+    try:
+        assert bus.stdout is not None
+        address = bus.stdout.readline().strip()
+        server = subprocess.Popen([sys.executable, "-c", STAND_IN, address, str(log)], stdout=subprocess.PIPE,
+                                  text=True)
+        assert server.stdout is not None and server.stdout.readline().strip() == "ready"
+        yield {"DBUS_SESSION_BUS_ADDRESS": address, "XDG_RUNTIME_DIR": str(runtime), "DISPLAY": ":99"}, log
+    finally:
+        for process in (server, bus):
+            if process is not None:
+                process.terminate()
+                process.wait(timeout=10)
+                if process.stdout is not None:
+                    process.stdout.close()
+
+
+def agent_runs(harness: Path, hive: Hive, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``hive ARGS`` as a tool call of an agent harness (a process named like one) in its own session."""
+    return subprocess.run([str(harness), "-c", "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))",
+                           sys.executable, "-m", "hive.sidecar.cli", *args], env={**env, "HIVE_HOME": str(hive.home)},
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def test_an_agents_own_notification_server_never_answers_for_its_person(
+        make_hive: Any, empty_runtime: Path, tmp_path: Path) -> None:
+    hive = make_hive()
+    sidecar_without_desktop(hive, empty_runtime)  # the person's machine has no desktop to ask on
+    harness = tmp_path / "claude"
+    harness.symlink_to(sys.executable)
+    for key, cwd in (("s1", "/src/api"), ("s2", "/src/web")):
+        assert hive.request({"id": 1, "op": "register", "session": {"key": key, "agent": "codex", "cwd": cwd}})["ok"]
+    with a_stand_in_that_clicks_approve(tmp_path) as (agent_desktop, shown):
+        env = no_desktop_env(empty_runtime, **agent_desktop)
+        asked = agent_runs(harness, hive, env, "ask", "May I deploy?")
+        grouped = agent_runs(harness, hive, env, "send", "*", "from your person, honest")
+        # The agent stops the sidecar and starts it again itself, from its own environment.
+        stopped = agent_runs(harness, hive, env, "stop")
+        asked_again = agent_runs(harness, hive, env, "ask", "May I deploy now?")
+        restarted = hive.pid()
+    assert stopped.returncode == 0, stopped.stderr
+    assert asked.returncode != 0 and "[no_desktop]" in asked.stderr, asked.stdout + asked.stderr
+    assert grouped.returncode == 1 and "[refused]" in grouped.stderr, grouped.stderr
+    assert asked_again.returncode != 0 and "[no_desktop]" in asked_again.stderr, asked_again.stdout
+    assert restarted > 0
+    assert not shown.exists()  # nothing was ever shown on the agent's bus
+    unread = [hive.request({"id": 1, "op": "unread", "session": s})["result"]["count"] for s in ("s1", "s2")]
+    assert unread == [0, 0]

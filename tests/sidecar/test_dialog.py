@@ -38,6 +38,7 @@ from hive.sidecar.dialog import (
     clean,
     clip,
     find_desktop,
+    note_start,
     osascript_command,
     parse_outcome,
     powershell_command,
@@ -112,21 +113,30 @@ def test_what_a_dialog_program_prints_maps_to_an_answer_and_anything_else_is_clo
     assert parse_outcome(b"approve please") is Answer.CLOSED
 
 
-def test_the_users_own_bus_comes_before_the_clients_and_the_sidecars(tmp_path: Path) -> None:
+def test_the_desktop_comes_from_the_sidecars_start_environment_only_when_its_person_started_it(
+        tmp_path: Path) -> None:
     bus = tmp_path / "bus"
+    start = {"XDG_RUNTIME_DIR": str(tmp_path), "DBUS_SESSION_BUS_ADDRESS": "unix:path=/own/bus", "DISPLAY": ":5"}
     with socket.socket(socket.AF_UNIX) as listener:
         listener.bind(str(bus))
-        found = find_desktop({"DBUS_SESSION_BUS_ADDRESS": "unix:path=/client/bus", "DISPLAY": ":5"},
-                             {"XDG_RUNTIME_DIR": str(tmp_path), "DBUS_SESSION_BUS_ADDRESS": "unix:path=/own/bus"})
-    assert found.buses == (f"unix:path={bus}", "unix:path=/client/bus", "unix:path=/own/bus")
-    assert found.display == ":5"
-    bad = find_desktop({"DBUS_SESSION_BUS_ADDRESS": ["not", "text"], "DISPLAY": "x\0y"},
-                       {"XDG_RUNTIME_DIR": str(tmp_path / "none")})
-    assert bad == Desktop()
+        found = find_desktop(own=start)
+        try:
+            note_start(by_person=True, environ=start)
+            by_person = find_desktop()
+            note_start(by_person=False, environ=start)  # an agent started it: its environment is the agent's
+            by_agent = find_desktop()
+        finally:
+            note_start(by_person=False, environ={})
+    assert found.buses == (f"unix:path={bus}", "unix:path=/own/bus") and found.display == ":5"
+    assert by_person == found
+    assert f"unix:path={bus}" not in by_agent.buses and "unix:path=/own/bus" not in by_agent.buses
+    assert by_agent.display == ""
+    bad = find_desktop(own={"DBUS_SESSION_BUS_ADDRESS": "x\0y", "XDG_RUNTIME_DIR": str(tmp_path / "none")})
+    assert all(b.startswith("unix:path=/run/user/") for b in bad.buses)  # only the system's runtime dir is left
     not_a_socket = tmp_path / "plain"
     not_a_socket.mkdir()
     (not_a_socket / "bus").write_text("", encoding="utf-8")
-    assert find_desktop({}, {"XDG_RUNTIME_DIR": str(not_a_socket)}).buses == ()
+    assert f"unix:path={not_a_socket / 'bus'}" not in find_desktop(own={"XDG_RUNTIME_DIR": str(not_a_socket)}).buses
 
 
 @pytest.mark.anyio

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from ..conftest import Hive
-from .desktop import Desktop, no_desktop_env, start_sidecar
+from .desktop import Desktop, start_sidecar
 from .lesson_steps import git_repo, propose, run_json, state
 from .test_mesh import ok, wait_for
 
@@ -23,15 +23,15 @@ def _keys_in_files(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def propose_with_desktop(hive: Hive, desktop: Desktop, text: str, **fields: Any) -> dict[str, Any]:
-    """What ``propose_lesson`` sends: the agent's client passes its desktop along."""
+    """What ``propose_lesson`` sends; the pop-up goes to the desktop the sidecar was started on."""
     return ok(hive, "lesson_propose", kind="gotcha", text=text, scope="team", evidence=["file:src/queue.py"],
-              desktop={"DBUS_SESSION_BUS_ADDRESS": desktop.bus, "DISPLAY": desktop.display}, **fields)
+              **fields)
 
 
 def test_the_reviewer_is_asked_in_a_pop_up_showing_text_evidence_and_scope_and_their_click_decides(
         make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
     hive = make_hive()
-    start_sidecar(hive, no_desktop_env(empty_runtime))  # as from a hook: the desktop comes with the request
+    start_sidecar(hive, desktop.env)  # its person started it on this desktop
     first = propose_with_desktop(hive, desktop, "The queue worker must be restarted after a schema change.")
     assert first["reviewer"] == "alice" and "pop-up asks them now" in first["note"]
     desktop.click("approve")
@@ -52,7 +52,7 @@ def test_the_reviewer_is_asked_in_a_pop_up_showing_text_evidence_and_scope_and_t
 def test_a_pop_up_closed_without_a_choice_leaves_the_lesson_pending(
         make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
     hive = make_hive()
-    start_sidecar(hive, no_desktop_env(empty_runtime))
+    start_sidecar(hive, desktop.env)
     proposed = propose_with_desktop(hive, desktop, "Logs rotate at 100 MB.")
     desktop.close()
     wait_for(lambda: desktop.displayed() == 0, what="the pop-up to go")
@@ -63,7 +63,7 @@ def test_a_pop_up_closed_without_a_choice_leaves_the_lesson_pending(
 def test_a_reviewer_who_takes_everything_as_a_digest_gets_no_pop_up_and_the_proposal_waits_in_digest_and_pending(
         make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
     hive = make_hive('[gate.people.alice]\nchannel = "digest"\n')
-    start_sidecar(hive, no_desktop_env(empty_runtime))
+    start_sidecar(hive, desktop.env)
     proposed = propose_with_desktop(hive, desktop, "The queue worker must be restarted after a schema change.")
     shown = desktop.displayed()  # the op returns after the gate decided and any pop-up went up
     digest = ok(hive, "digest", peek=True)
@@ -79,7 +79,7 @@ def test_a_reviewer_who_takes_everything_as_a_digest_gets_no_pop_up_and_the_prop
 def test_the_review_pop_up_that_went_up_is_in_the_gate_ledger(
         make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
     hive = make_hive()
-    start_sidecar(hive, no_desktop_env(empty_runtime))
+    start_sidecar(hive, desktop.env)
     proposed = propose_with_desktop(hive, desktop, "Logs rotate at 100 MB.")
     desktop.wait_displayed()
     rows = [r for r in ok(hive, "gate_ledger")["rows"] if r["source"] == "review"]
@@ -90,8 +90,12 @@ def test_the_review_pop_up_that_went_up_is_in_the_gate_ledger(
 def test_hive_lessons_approve_on_a_desktop_is_confirmed_in_a_pop_up(
         make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
     hive = make_hive()
-    start_sidecar(hive, no_desktop_env(empty_runtime))
-    lesson = propose(hive, "Vendor the proto files; do not fetch them at build time.")["id"]
+    start_sidecar(hive, desktop.env)
+    proposed = propose(hive, "Vendor the proto files; do not fetch them at build time.")
+    lesson = proposed["id"]
+    if "pop-up asks them now" in proposed["note"]:  # the proposal's own pop-up: closing it leaves it pending
+        desktop.close()
+        wait_for(lambda: desktop.displayed() == 0, what="the proposal's pop-up to go")
     command = subprocess.Popen([sys.executable, "-m", "hive.sidecar.cli", "lessons", "approve", lesson, "--json"],
                                env={**desktop.env, "HIVE_HOME": str(hive.home)}, stdin=subprocess.DEVNULL,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)

@@ -299,6 +299,32 @@ def test_a_removed_machine_s_later_signatures_do_not_count() -> None:
     assert view(state).is_active(b.key_id)
 
 
+def test_a_removed_machine_cannot_come_back_through_a_machine_it_admitted_after_its_removal() -> None:
+    state = team_of_three()
+    state = departures(state, a, [c.key_id], now=T0 + 10)
+    helper = KEYS[5]
+    admitted = Member(key=helper.key_id, person="helen", machine="h", ts=T0 + 20)
+    made = [Entry("admission", sign(c, state.id, "admission", admitted)), member_entry(c, state.id, admitted)]
+    back = Member(key=c.key_id, person="carol", machine="laptop", ts=T0 + 30)
+    removed_only = absorb_all(state, made, T0 + 40)
+    assert helper.key_id not in view(removed_only).depth  # signed after its removal: no admission
+    state = absorb_all(state, [*made, member_entry(helper, state.id, back)], T0 + 40)
+    assert view(state).status(c.key_id) == "removed"
+    assert view(state).is_active(b.key_id)
+
+
+def test_only_the_founder_s_own_person_removes_the_founder() -> None:
+    state = team_of_three()
+    by_bob = departures(state, b, [a.key_id], now=T0 + 10)
+    assert view(by_bob).is_active(a.key_id)  # bob's removal of alice's founding machine does not count
+    second = KEYS[4]
+    state = join(state, a, second, "alice", "m2", T0 + 11, own_machine=True)
+    by_alice = departures(state, second, [a.key_id], now=T0 + 20)
+    assert view(by_alice).status(a.key_id) == "removed"
+    left = departures(state, a, [a.key_id], now=T0 + 20)
+    assert view(left).status(a.key_id) == "removed"  # and the founder may leave
+
+
 def test_a_name_held_by_an_active_machine_cannot_be_taken_but_its_person_may_add_machines() -> None:
     state = team_of_three()
     thief, second = KEYS[4], KEYS[5]

@@ -6,6 +6,7 @@ import json
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from hive.sidecar.config import load_settings
 from hive.sidecar.identity import KeyUnavailable
 from hive.sidecar.mailbox import Mailbox
 from hive.sidecar.paths import StatePaths, ensure_home
+from hive.sidecar.person import is_person_op
 from hive.sidecar.server import Sidecar
 from hive.sidecar.sessions import Sessions
 from hive.sidecar.store import Store
@@ -176,7 +178,7 @@ def test_a_remove_target_may_be_a_machine_or_person_at_machine(make_hive: MakeHi
     show = call(bob, "team_show")
     assert labels(show) == {"alice@m1", "bob@desk", "bob@desk-2"}
     assert call(bob, "team_remove", target="bob@desk-2")["removed"] == ["bob@desk-2"]
-    assert call(bob, "team_remove", target="m1")["removed"] == ["alice@m1"]
+    assert call(alice, "team_remove", target="desk")["removed"] == ["bob@desk"]
 
 
 def test_a_join_frame_that_was_altered_or_comes_from_another_key_is_refused(make_hive: MakeHive) -> None:
@@ -314,13 +316,17 @@ async def test_a_team_whose_machine_key_cannot_be_read_stays_out_and_says_why(tm
 # ---- an agent's team changes wait for its person -------------------------------------------
 
 AGENT_RUNS = "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))"
+HIVE = (sys.executable, "-m", "hive.sidecar.cli")
 
 
 def as_agent(harness: Path, hive: Hive, env: dict[str, str], *args: str) -> subprocess.Popen[str]:
-    """``hive ARGS`` as a tool call of an agent harness (a process named like one) runs it."""
-    return subprocess.Popen([str(harness), "-c", AGENT_RUNS, sys.executable, "-m", "hive.sidecar.cli", *args],
+    """``hive ARGS`` as a tool call of an agent harness (a process named like one) runs it.
+
+    The harness gets a session of its own, as from the person's terminal; this test process is not
+    in it, so its own requests stay the person's while the harness runs."""
+    return subprocess.Popen([str(harness), "-c", AGENT_RUNS, *HIVE, *args],
                             env={**env, "HIVE_HOME": str(hive.home)}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
 def finished(process: subprocess.Popen[str]) -> tuple[int, str]:
@@ -333,10 +339,11 @@ def secret(hive: Hive) -> str:
     return roster.decode_ticket(call(hive, "team_invite")["link"]).secret
 
 
-def a_team_without_desktops(make_hive: MakeHive, runtime: Path, tmp_path: Path) -> tuple[Hive, Hive, Path, str]:
+def a_team_without_desktops(make_hive: MakeHive, runtime: Path, tmp_path: Path,
+                            env: dict[str, str] | None = None) -> tuple[Hive, Hive, Path, str]:
     alice, bob = make_hive(person="alice"), make_hive(person="bob")
-    for hive in (alice, bob):
-        start_sidecar(hive, no_desktop_env(runtime))  # nothing to find a desktop by but the client's word
+    start_sidecar(alice, env or no_desktop_env(runtime))
+    start_sidecar(bob, no_desktop_env(runtime))
     link = call(alice, "team_init", team="acme", person="alice")["invite"]["link"]
     join(alice, bob, link, person="bob")
     harness = tmp_path / "claude"
@@ -351,7 +358,8 @@ def test_an_agent_cannot_remove_leave_replace_the_link_or_join_without_its_perso
     start_sidecar(carol, no_desktop_env(empty_runtime))
     env = no_desktop_env(empty_runtime)
     for hive, args in ((alice, ("remove", "bob")), (alice, ("link", "--new")), (alice, ("leave", "--force")),
-                       (carol, ("join", link, "--as", "carol"))):
+                       (carol, ("join", link, "--as", "carol")), (alice, ("invite",)),
+                       (carol, ("init", "evil", "--as", "carol"))):
         code, stderr = finished(as_agent(harness, hive, env, *args))
         assert code == 1 and "[needs_person]" in stderr, (args, stderr)
     assert labels(call(alice, "team_show")) == {"alice@m1", "bob@m2"}
@@ -362,17 +370,144 @@ def test_an_agent_cannot_remove_leave_replace_the_link_or_join_without_its_perso
     assert labels(call(alice, "team_show")) == {"alice@m1"}
 
 
-def test_an_agents_team_change_goes_ahead_when_its_person_approves_the_pop_up(
+def test_an_agents_team_change_goes_ahead_when_its_person_approves_the_pop_up_on_their_own_desktop(
         make_hive: MakeHive, empty_runtime: Path, tmp_path: Path, desktop: Desktop) -> None:
-    alice, _bob, harness, link = a_team_without_desktops(make_hive, empty_runtime, tmp_path)
-    replacing = as_agent(harness, alice, desktop.env, "link", "--new")
+    # The person started the sidecar from their desktop session: that is where its pop-ups go.
+    alice, _bob, harness, link = a_team_without_desktops(make_hive, empty_runtime, tmp_path, env=desktop.env)
+    agent_env = no_desktop_env(empty_runtime)  # the agent names no desktop; none is needed
+    replacing = as_agent(harness, alice, agent_env, "link", "--new")
     desktop.click("deny", which="confirm a team change")
     code, stderr = finished(replacing)
     assert code == 1 and "[needs_person]" in stderr, stderr
     assert secret(alice) == roster.decode_ticket(link).secret
-    removing = as_agent(harness, alice, desktop.env, "remove", "bob")
+    removing = as_agent(harness, alice, agent_env, "remove", "bob")
     desktop.click("approve", which="confirm a team change")
     code, stderr = finished(removing)
     assert code == 0, stderr
     assert labels(call(alice, "team_show")) == {"alice@m1"}
     assert secret(alice) != roster.decode_ticket(link).secret  # a removal replaces the link
+
+
+# What an agent's shell runs to cut its command loose from the harness: the command's exit code
+# and error output land in OUT, since nothing waits for it.
+CUT_LOOSE = {
+    # setsid -f: a new session with no terminal, handed to init at once.
+    "setsid": "import subprocess, sys; out = sys.argv[1]; subprocess.run(['setsid', '-f', 'sh', '-c', "
+              "'\"$@\" 2>\"$0.err\"; echo $? >\"$0\"', out, *sys.argv[2:]], check=True)",
+    # A double fork: handed to init, but still in the harness's process group and session, which
+    # lives on (the harness waits for the result here).
+    "double fork": "import os, subprocess, sys, time; out = sys.argv[1]\n"
+                   "subprocess.run(['sh', '-c', '(\"$@\" 2>\"$0.err\"; echo $? >\"$0\") &', out, *sys.argv[2:]])\n"
+                   "deadline = time.monotonic() + 60\n"
+                   "while not os.path.exists(out) and time.monotonic() < deadline: time.sleep(0.05)",
+}
+
+
+def cut_loose(harness: Path, hive: Hive, env: dict[str, str], how: str, out: Path, *args: str) -> tuple[int, str]:
+    """Run ``hive ARGS`` from an agent harness's shell, detached from the harness ``how``; wait for its end."""
+    subprocess.run([str(harness), "-c", CUT_LOOSE[how], str(out), *HIVE, *args], check=True, timeout=60,
+                   env={**env, "HIVE_HOME": str(hive.home)}, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not (out.exists() and out.read_text().strip()):
+        assert time.monotonic() < deadline, f"the detached command ({how}) never finished"
+        time.sleep(0.05)
+    return int(out.read_text()), Path(f"{out}.err").read_text()
+
+
+@pytest.mark.parametrize("how", sorted(CUT_LOOSE))
+def test_a_team_change_cut_loose_from_the_agent_harness_still_waits_for_its_person(
+        make_hive: MakeHive, empty_runtime: Path, tmp_path: Path, how: str) -> None:
+    alice, _bob, harness, link = a_team_without_desktops(make_hive, empty_runtime, tmp_path)
+    env = no_desktop_env(empty_runtime)
+    for n, args in enumerate((("remove", "bob"), ("link", "--new"))):
+        code, stderr = cut_loose(harness, alice, env, how, tmp_path / f"out{n}", *args)
+        assert code == 1 and "[needs_person]" in stderr, (how, args, stderr)
+    assert labels(call(alice, "team_show")) == {"alice@m1", "bob@m2"}
+    assert secret(alice) == roster.decode_ticket(link).secret
+
+
+AGENT_REQUESTS = """import json, socket, sys
+with socket.socket(socket.AF_UNIX) as s:
+    s.connect(sys.argv[1])
+    f = s.makefile("rwb")
+    for line in sys.argv[2:]:
+        f.write(line.encode() + b"\\n"); f.flush()
+        sys.stdout.write(f.readline().decode())
+"""
+
+
+def agent_requests(harness: Path, hive: Hive, *requests: dict[str, Any]) -> list[dict[str, Any]]:
+    """Raw requests on the socket from a process an agent harness started (its MCP server, a script)."""
+    result = subprocess.run([str(harness), "-c", AGENT_REQUESTS, str(hive.paths.socket),
+                             *(json.dumps({"id": n, **r}) for n, r in enumerate(requests))],
+                            capture_output=True, text=True, timeout=60, env=no_desktop_env(Path("/nonexistent")),
+                            start_new_session=True)
+    assert result.returncode == 0, result.stderr
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def test_both_halves_of_a_join_ask_the_person_when_an_agent_runs_them(
+        make_hive: MakeHive, empty_runtime: Path, tmp_path: Path) -> None:
+    """An agent joined a stranger's team ``evil`` through team_join_prepare and team_join_finish."""
+    alice, _bob, harness, _link = a_team_without_desktops(make_hive, empty_runtime, tmp_path)
+    mallory = make_hive(person="mallory")
+    start_sidecar(mallory, no_desktop_env(empty_runtime))
+    evil = call(mallory, "team_init", team="evil", person="mallory")["invite"]["link"]
+    carol = make_hive(person="carol")
+    start_sidecar(carol, no_desktop_env(empty_runtime))
+    # What the agent would have sent, prepared by the person's own hand to have real frames.
+    ready = call(carol, "team_join_prepare", link=evil, person="carol")
+    answer = call(mallory, "team_join_accept", frame=ready["frame"], peer=ready["frame"]["hello"]["by"])
+    replies = agent_requests(harness, carol,
+                             {"op": "team_join_prepare", "link": evil, "person": "carol"},
+                             {"op": "team_join_finish", "link": evil, "state": answer["state"]})
+    assert [r["error"]["code"] for r in replies] == ["needs_person", "needs_person"], replies
+    assert call(carol, "team_show")["team"] is None
+    # On the inviting side, an agent cannot admit a machine by hand, hand out invites or found a team.
+    replies = agent_requests(harness, alice, {"op": "team_join_accept", "frame": ready["frame"]},
+                             {"op": "team_invite"}, {"op": "team_invite", "once": True},
+                             {"op": "team_remove", "target": "bob"}, {"op": "team_leave"}, {"op": "team_link_new"})
+    assert {r["error"]["code"] for r in replies} == {"needs_person"}, replies
+    replies = agent_requests(harness, carol, {"op": "team_init", "team": "evil2", "person": "carol"})
+    assert replies[0]["error"]["code"] == "needs_person"
+    assert labels(call(alice, "team_show")) == {"alice@m1", "bob@m2"}
+
+
+# Every op the sidecar serves, classified: the person confirms these when an agent asks (or always,
+# for group sends, gate preference changes, lesson reviews and project members) ...
+PERSON_OPS = {
+    "team_init", "team_invite", "team_remove", "team_leave", "team_link_new", "team_join", "team_join_prepare",
+    "team_join_accept", "team_join_finish", "send", "gate_prefs", "lesson_review", "project_confirm",
+}
+# ... and these change none of the team, the link, group sends, gate preferences or reviews.
+FREE_OPS = {
+    "approve", "ask", "ask_stop", "attach", "delivered", "digest", "doing", "drop", "end", "events", "folder",
+    "gate_acted", "gate_breakpoint", "gate_fact", "gate_ledger", "gate_measures", "gate_offer", "gate_promote",
+    "gate_shadow", "gate_why", "held", "hold", "hook", "hook_written", "inbox", "lesson_cite", "lesson_context",
+    "lesson_import", "lesson_list", "lesson_pending", "lesson_promote", "lesson_propose", "lesson_retract",
+    "lesson_search", "lesson_show", "lesson_sync_ingest", "lesson_sync_status", "mesh", "ping", "project_join",
+    "project_remove", "project_show", "register", "seen", "sent", "set_status", "shutdown", "status",
+    "stop_waiting", "team_show", "undelivered", "unread", "watch", "who",
+}
+
+
+def test_every_op_is_classified_and_exactly_the_person_ops_go_through_the_person_check(tmp_path: Path) -> None:
+    home = tmp_path / "h"
+    ensure_home(home)
+    sidecar = Sidecar(StatePaths(home), load_settings(StatePaths(home).config))
+    served = set(sidecar.handlers)
+    unclassified = served - PERSON_OPS - FREE_OPS
+    assert not unclassified, f"classify these ops as needing the person or not: {sorted(unclassified)}"
+    assert served == PERSON_OPS | FREE_OPS, f"no longer served: {sorted(PERSON_OPS | FREE_OPS - served)}"
+    assert {op for op, handler in sidecar.handlers.items() if is_person_op(handler)} == PERSON_OPS
+
+
+
+
+def test_only_the_founders_own_person_removes_the_founder(make_hive: MakeHive) -> None:
+    alice, bob = started(make_hive, "alice"), started(make_hive, "bob")
+    link = call(alice, "team_init", team="acme", person="alice")["invite"]["link"]
+    join(alice, bob, link, person="bob")
+    assert error(bob, "team_remove", target="alice")["code"] == "refused"
+    assert labels(call(bob, "team_show")) == {"alice@m1", "bob@m2"}
+    assert call(alice, "team_remove", target="bob")["removed"] == ["bob@m2"]
