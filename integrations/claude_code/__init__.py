@@ -82,8 +82,12 @@ def hive_native_files(harness: str, context: InstallContext) -> list[NativeFile]
     mcp_file = ".claude.json" if context.scope == "user" else ".mcp.json"
     command, *args = context.mcp_command
     files = [
+        # alwaysLoad: since ToolSearch (on for every API URL from 2.1.332 on) Claude Code offers
+        # MCP tools only by name behind a search tool, beside its own ListAgents/SendMessage;
+        # this keeps hive's few tools offered whole. Versions before it ignore the key.
         NativeFile(role="mcp", path=mcp_file, format="json",
-                   owned={("mcpServers", "hive"): {"type": "stdio", "command": command, "args": args}}),
+                   owned={("mcpServers", "hive"): {"type": "stdio", "command": command, "args": args,
+                                                   "alwaysLoad": True}}),
         NativeFile(role="hooks", path=settings, format="json",
                    owned={("hooks", event): groups for event, groups in hooks.items()}),
     ]

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from tests.installer.conftest import require_cli
-
-from .conftest import HarnessMachine, Team, contract, harness_team
+from .conftest import HarnessMachine, Team, cli, contract, harness_team
 from .model_server import Call, ModelServer
 from .scenarios import Run, Runner, hung_sidecar, round_trip, spawn
 
@@ -31,7 +30,7 @@ def runner() -> Runner:
         env = machine.env(ANTHROPIC_BASE_URL=model.url, ANTHROPIC_API_KEY="sk-ant-fake",
                           ANTHROPIC_MODEL="claude-fake")
         # --allowedTools is the test's stand-in for the person allowing hive's tools once.
-        argv = [str(require_cli(HARNESS)), "-p", prompt, "--output-format", "json", "--allowedTools", *ALLOWED,
+        argv = [str(cli(HARNESS)), "-p", prompt, "--output-format", "json", "--allowedTools", *ALLOWED,
                 "--resume" if resume else "--session-id", session]
         return spawn(machine, argv, env, "claude")
 
@@ -39,7 +38,7 @@ def runner() -> Runner:
 
 
 @pytest.fixture
-def team(model: ModelServer, keys_in_files: None) -> Iterator[Team]:
+def team(model: ModelServer, keys_in_files: None, claude_cli: Path) -> Iterator[Team]:
     with harness_team(HARNESS) as team:
         yield team
 
