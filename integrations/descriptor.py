@@ -48,7 +48,8 @@ class HookPoint:
     native: str  # the harness's own event name: "PostToolUse", "afterMCPExecution"
     event: str  # one of EVENTS
     # How text reaches the model from here: "additional_context" (hookSpecificOutput),
-    # "stop_block" ({"decision": "block", "reason"}), "followup_message" (Cursor), or None.
+    # "stop_block" ({"decision": "block", "reason"}), "stderr_block" (the text alone on stderr
+    # with exit status 2, Claude Code's blocking exit), "followup_message" (Cursor), or None.
     inject: str | None = None
     wakes_only: bool = False  # mid-turn: only waking (non-fyi) mail is injected here
     matcher: str | None = None  # the matcher written into the hooks file, if the harness uses one

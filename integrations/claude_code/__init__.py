@@ -3,8 +3,10 @@
 Measured contract: ../shared/notes/harnesses.md §1 and push.md §1a. Injection at SessionStart,
 UserPromptSubmit, PostToolUse and PostToolUseFailure (2.1.197 runs only the latter for a failed
 call, with its ``error`` text and no ``tool_response``) goes through
-``hookSpecificOutput.additionalContext``; Stop blocks with the messages as its reason (never
-twice in a row: ``stop_hook_active``). Push is a background hook with ``asyncRewake`` that waits
+``hookSpecificOutput.additionalContext``; Stop blocks by exiting 2 with the messages on stderr
+(never twice in a row: ``stop_hook_active``). That is the one shape every version shows the
+model once: 2.1.332 shows a ``{"decision": "block", "reason"}`` reply twice (a system reminder
+and a "Stop hook blocking error" message), 2.1.197 once. Push is a background hook with ``asyncRewake`` that waits
 on the sidecar and exits 2 with the framed text, which wakes an idle session and lands mid-turn
 after a tool result.
 """
@@ -35,7 +37,7 @@ POINTS = [
     HookPoint("PostToolUse", "tool.after", inject="additional_context", wakes_only=True, matcher="*"),
     # A failed call (a command exiting non-zero, an Edit that did not apply) reaches only this one.
     HookPoint("PostToolUseFailure", "tool.after", inject="additional_context", wakes_only=True, matcher="*"),
-    HookPoint("Stop", "turn.stop", inject="stop_block"),
+    HookPoint("Stop", "turn.stop", inject="stderr_block"),
     HookPoint("SessionEnd", "session.end"),
 ]
 
