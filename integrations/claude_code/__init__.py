@@ -25,6 +25,7 @@ IDENTITY = Identity(
     title="Claude Code",
     aliases=("claude", "claude_code"),
     binaries=("claude",),
+    tested_up_to="2.1.332",  # .ci/npm-packages-current; the pin (.ci/npm-packages) is 2.1.197
     config_dirs=(".claude",),
     session_env=("CLAUDE_CODE_SESSION_ID",),
     caller_env=("CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT"),

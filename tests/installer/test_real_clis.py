@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from hive.integrations import registry
 from tests.installer.conftest import (
     CLIS,
     Machine,
@@ -295,3 +296,11 @@ def test_ci_pins_an_exact_version_of_every_cli_these_tests_run() -> None:
     for harness, (_, package, _) in CLIS.items():
         assert re.fullmatch(r"\d+\.\d+\.\d+", pins.get(package, "")), \
             f"{harness}: .ci/npm-packages pins no exact version of {package}: {pins.get(package)!r}"
+
+
+def test_claude_codes_descriptor_names_the_newest_version_its_tests_run() -> None:
+    # hive doctor compares the installed Claude Code with this; the e2e tests run the pin and the current.
+    package = CLIS["claude-code"][1]
+    versions = [v for v in (npm_pins().get(package), npm_pins("npm-packages-current").get(package)) if v]
+    newest = max(versions, key=lambda v: tuple(int(p) for p in v.split(".")))
+    assert registry.harness("claude-code").identity.tested_up_to == newest
