@@ -24,6 +24,9 @@ from .model_server import Call, ModelServer, Request, Script, say
 from .scenarios import Run, Runner, hung_sidecar, round_trip, spawn
 
 HARNESS = "claude-code"
+# 2.1.332 holds turn 1 for an alwaysLoad server only up to its MCP connect timeout (5 s); on a
+# loaded test machine `hive mcp` took 7-9 s to answer initialize, so the tests give it longer.
+MCP_CONNECT_MS = "60000"
 ALLOWED = ("mcp__hive__list_team", "mcp__hive__send_message", "mcp__hive__check_inbox", "Bash(sleep:*)")
 
 
@@ -32,7 +35,7 @@ def runner() -> Runner:
 
     def start(machine: HarnessMachine, model: ModelServer, prompt: str, resume: bool) -> Run:
         env = machine.env(ANTHROPIC_BASE_URL=model.url, ANTHROPIC_API_KEY="sk-ant-fake",
-                          ANTHROPIC_MODEL="claude-fake")
+                          ANTHROPIC_MODEL="claude-fake", MCP_CONNECT_TIMEOUT_MS=MCP_CONNECT_MS)
         # --allowedTools is the test's stand-in for the person allowing hive's tools once.
         argv = [str(cli(HARNESS)), "-p", prompt, "--output-format", "json", "--allowedTools", *ALLOWED,
                 "--resume" if resume else "--session-id", session]

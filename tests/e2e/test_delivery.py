@@ -207,7 +207,8 @@ def lesson_after_tool(machine: HarnessMachine, model: ModelServer, prompt: str, 
 
 def start_claude(machine: HarnessMachine, model: ModelServer, prompt: str, *tools: str) -> Run:
     """``claude -p`` allowed hive's tools, Write and ``tools`` (the person's once-only permissions)."""
-    env = machine.env(ANTHROPIC_BASE_URL=model.url, ANTHROPIC_API_KEY="sk-ant-fake", ANTHROPIC_MODEL="claude-fake")
+    env = machine.env(ANTHROPIC_BASE_URL=model.url, ANTHROPIC_API_KEY="sk-ant-fake", ANTHROPIC_MODEL="claude-fake",
+                      MCP_CONNECT_TIMEOUT_MS=test_claude_code.MCP_CONNECT_MS)
     argv = [str(cli(test_claude_code.HARNESS)), "-p", prompt, "--output-format", "json",
             "--allowedTools", *test_claude_code.ALLOWED, "Write", *tools]
     return spawn(machine, argv, env, "claude")
