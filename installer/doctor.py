@@ -20,6 +20,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -429,6 +430,28 @@ def check_harness(harness: registry.Harness, detection: Detection, manifest: Man
     return checks
 
 
+def _release(text: str) -> tuple[int, ...] | None:
+    """``(2, 1, 332)`` from a version probe's ``2.1.332 (Claude Code)``; None without a version."""
+    found = re.search(r"\d+(?:\.\d+)+", text)
+    return tuple(int(part) for part in found.group().split(".")) if found else None
+
+
+def check_tested_version(harness: registry.Harness, detection: Detection) -> list[Check]:
+    """Whether the installed harness is newer than the newest version hive was tested with."""
+    tested = harness.identity.tested_up_to
+    installed = _release(detection.version or "")
+    if not tested or installed is None or (newest := _release(tested)) is None:
+        return []
+    if installed <= newest:
+        return [Check(harness.name, "tested version", "ok", f"hive was tested with it up to {tested}")]
+    return [Check(harness.name, "tested version", "warn",
+                  f"{detection.version} is newer than {tested}, the newest version hive was tested with: "
+                  "hive most likely works, but a new release can change how hooks reach the model or "
+                  "which tools it is offered, and mail may then arrive late, twice or not at all",
+                  f"update hive; if `hive doctor` still says this and mail goes missing, keep "
+                  f"{harness.identity.title} at {tested} until a hive release is tested with the newer one")]
+
+
 def check_service(manifest: Manifest) -> list[Check]:
     if manifest.service is None:
         return [Check("service", "sidecar service", "info", "not installed: the sidecar starts on demand",
@@ -476,6 +499,7 @@ def run_checks() -> list[Check]:
     detections = detect(everyone, home)
     for harness in everyone:
         checks += check_harness(harness, detections[harness.name], manifest, home)
+        checks += check_tested_version(harness, detections[harness.name])
     checks += check_projects(manifest, home)
     return checks
 

@@ -33,6 +33,9 @@ class Identity:
     binaries: tuple[str, ...] = ()  # looked up on PATH to detect it
     config_dirs: tuple[str, ...] = ()  # relative to the home folder: ".claude"
     version_args: tuple[str, ...] = ("--version",)
+    # The newest version hive's end-to-end tests ran against ("" when not stated); `hive doctor`
+    # says when the installed one is newer. Kept equal to the tests' newest pin by a test.
+    tested_up_to: str = ""
     stdin_session: str = "session_id"  # the hook stdin field holding the session id
     stdin_cwd: str = "cwd"  # the hook stdin field holding the working folder
     session_env: tuple[str, ...] = ()  # env vars that carry the session id to hooks
@@ -48,7 +51,8 @@ class HookPoint:
     native: str  # the harness's own event name: "PostToolUse", "afterMCPExecution"
     event: str  # one of EVENTS
     # How text reaches the model from here: "additional_context" (hookSpecificOutput),
-    # "stop_block" ({"decision": "block", "reason"}), "followup_message" (Cursor), or None.
+    # "stop_block" ({"decision": "block", "reason"}), "stderr_block" (the text alone on stderr
+    # with exit status 2, Claude Code's blocking exit), "followup_message" (Cursor), or None.
     inject: str | None = None
     wakes_only: bool = False  # mid-turn: only waking (non-fyi) mail is injected here
     matcher: str | None = None  # the matcher written into the hooks file, if the harness uses one

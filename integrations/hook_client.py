@@ -9,12 +9,14 @@ all cheap at start-up; ``os`` alone costs about 1 ms), reads the harness's stdin
 ``hook`` request to the sidecar and prints the reply's ``stdout`` exactly. A hard deadline of
 150 ms covers everything up to printing. On timeout, error, no sidecar or an empty answer it
 prints the harness's no-opinion reply (argv[3], "" when absent) and exits 0: a failed hive call
-must never become a control decision. When no sidecar answers it starts one detached, without
-waiting for it. Mail in the reply is not confirmed here: the harness has yet to pass it to the
-model. Once stdout is written the hook tells the sidecar (``hook_written``), which then holds the
-mail for the harness process until the session's next hook after a model call confirms it, or
-makes it visible again if that process dies first; if writing fails the mail is released at once
-(``undelivered``), and if the hook dies before either, closing its connection releases it.
+must never become a control decision. The one exit 2 is Claude Code's Stop carrying mail: the
+sidecar answers ``"exit": 2`` with the text in ``stderr``, and only a full write of it exits 2.
+When no sidecar answers it starts one detached, without waiting for it. Mail in the reply is not
+confirmed here: the harness has yet to pass it to the model. Once stdout is written the hook
+tells the sidecar (``hook_written``), which then holds the mail for the harness process until
+the session's next hook after a model call confirms it, or makes it visible again if that
+process dies first; if writing fails the mail is released at once (``undelivered``), and if the
+hook dies before either, closing its connection releases it.
 
 ``<harness> watch`` is the Claude Code push watcher (``asyncRewake``): a background process that
 long-polls the sidecar for waking mail, writes it to stderr and exits 2, which wakes the session;
@@ -448,7 +450,8 @@ def _disarm() -> None:
 
 
 def run(argv: list[str]) -> int:
-    """Answer one hook: ``argv`` is ``[program, harness, event, no_opinion?]``. Always returns 0."""
+    """Answer one hook: ``argv`` is ``[program, harness, event, no_opinion?]``. Returns 0, or 2
+    when the sidecar's answer is a ``stderr_block`` (its text written to stderr in full)."""
     harness = argv[1] if len(argv) > 1 else ""
     event = argv[2] if len(argv) > 2 else ""
     no_opinion = argv[3] if len(argv) > 3 else ""
@@ -458,6 +461,7 @@ def run(argv: list[str]) -> int:
         except BaseException:
             return 0
     out = no_opinion
+    block = ""  # text for stderr with exit 2 (a ``stderr_block`` point), only as the sidecar said
     ids: list[str] = []
     session = ""
     sock: _socket.socket | None = None
@@ -474,8 +478,11 @@ def run(argv: list[str]) -> int:
             if environ.get(b"HIVE_HOOK_FAULT") == b"kill-after-reply":
                 posix.kill(posix.getpid(), 9)  # tests: die holding shown mail, before printing it
             stdout = result.get("stdout")
-            if isinstance(stdout, str) and stdout:
-                out = stdout
+            stderr = result.get("stderr")
+            if result.get("exit") == 2 and isinstance(stderr, str) and stderr:
+                block = stderr  # Claude Code's blocking exit: only the sidecar's explicit answer
+            if (isinstance(stdout, str) and stdout) or block:
+                out = stdout if isinstance(stdout, str) else no_opinion
                 shown = result.get("ids")
                 if isinstance(shown, list):
                     ids = [i for i in shown if isinstance(i, str)]
@@ -484,9 +491,12 @@ def run(argv: list[str]) -> int:
             _disarm()
     except BaseException:
         ids = []
+        out, block = no_opinion, ""
     written = False
     try:
         _write_all(1, out.encode("utf-8", "replace"))
+        if block:
+            _write_all(2, block.encode("utf-8", "replace"))
         written = True
     except BaseException:
         pass
@@ -508,7 +518,9 @@ def run(argv: list[str]) -> int:
             sock.close()
         except BaseException:
             pass
-    return 0
+    # Exit 2 blocks the harness (Claude Code's Stop: "go on, with this on stderr"): only when the
+    # sidecar answered so and all of its text is out; every failure above left ``block`` empty.
+    return 2 if block and written else 0
 
 
 # ---- process ancestry (also used by the sidecar) ------------------------------------------------

@@ -19,6 +19,8 @@ def render(point: HookPoint, text: str) -> str | None:
         return json.dumps({"hookSpecificOutput": {"hookEventName": point.native, "additionalContext": text}})
     if point.inject == "stop_block":
         return json.dumps({"decision": "block", "reason": text})
+    if point.inject == "stderr_block":  # the hook client writes it to stderr and exits 2
+        return text
     if point.inject == "followup_message":
         return json.dumps({"followup_message": text})
     return None

@@ -6,7 +6,8 @@ registers or refreshes the session from the hook's stdin, and answers with the e
 puts waiting mail into the model's context in that harness's shape.
 
 ``hook`` request: ``{"harness", "event", "stdin": <raw text> | "payload": <object>, "env": {...},
-"ppid", "cwd"}``; reply ``{"stdout", "ids", "session"}``. The client prints ``stdout`` as is and
+"ppid", "cwd"}``; reply ``{"stdout", "ids", "session"}``, plus ``"stderr"`` and ``"exit": 2`` at a
+``stderr_block`` point. The client prints ``stdout`` as is (and ``stderr``, exiting 2) and
 then says so (``hook_written`` with ``ids``). The mail is then held for the harness process
 (see :mod:`hive.sidecar.mailbox`): printed is not yet seen, the model call comes after the hook.
 Proof that the model saw it is the session's next hook at a point only a model's answer leads
@@ -343,7 +344,10 @@ async def hook(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> d
         return nothing  # this point cannot carry text to the model (a plugin's, say)
     await lesson_turn.shown(sidecar, session, lessons)
     sidecar.mailbox.mark_shown(messages, await _holder(session, request), conn.id)
-    return {"stdout": stdout, "ids": [m.id for m in messages], "session": session.key}
+    ids = [m.id for m in messages]
+    if point.inject == "stderr_block":  # the client writes it to stderr and exits 2 (descriptor.py)
+        return {"stdout": point.no_opinion, "stderr": stdout, "exit": 2, "ids": ids, "session": session.key}
+    return {"stdout": stdout, "ids": ids, "session": session.key}
 
 
 async def _holder(session: Session, request: dict[str, Any]) -> Holder:

@@ -74,7 +74,11 @@ class Hive:
     def connect(self, timeout: float = 10) -> Iterator[RawConnection]:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(timeout)
-        sock.connect(str(self.paths.socket))
+        try:
+            sock.connect(str(self.paths.socket))
+        except BaseException:
+            sock.close()  # else it leaks, and warns as unraisable in whichever test runs next
+            raise
         conn = RawConnection(sock)
         try:
             yield conn

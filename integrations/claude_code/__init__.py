@@ -3,8 +3,10 @@
 Measured contract: ../shared/notes/harnesses.md §1 and push.md §1a. Injection at SessionStart,
 UserPromptSubmit, PostToolUse and PostToolUseFailure (2.1.197 runs only the latter for a failed
 call, with its ``error`` text and no ``tool_response``) goes through
-``hookSpecificOutput.additionalContext``; Stop blocks with the messages as its reason (never
-twice in a row: ``stop_hook_active``). Push is a background hook with ``asyncRewake`` that waits
+``hookSpecificOutput.additionalContext``; Stop blocks by exiting 2 with the messages on stderr
+(never twice in a row: ``stop_hook_active``). That is the one shape every version shows the
+model once: 2.1.332 shows a ``{"decision": "block", "reason"}`` reply twice (a system reminder
+and a "Stop hook blocking error" message), 2.1.197 once. Push is a background hook with ``asyncRewake`` that waits
 on the sidecar and exits 2 with the framed text, which wakes an idle session and lands mid-turn
 after a tool result.
 """
@@ -23,6 +25,7 @@ IDENTITY = Identity(
     title="Claude Code",
     aliases=("claude", "claude_code"),
     binaries=("claude",),
+    tested_up_to="2.1.332",  # .ci/npm-packages-current; the pin (.ci/npm-packages) is 2.1.197
     config_dirs=(".claude",),
     session_env=("CLAUDE_CODE_SESSION_ID",),
     caller_env=("CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT"),
@@ -35,7 +38,7 @@ POINTS = [
     HookPoint("PostToolUse", "tool.after", inject="additional_context", wakes_only=True, matcher="*"),
     # A failed call (a command exiting non-zero, an Edit that did not apply) reaches only this one.
     HookPoint("PostToolUseFailure", "tool.after", inject="additional_context", wakes_only=True, matcher="*"),
-    HookPoint("Stop", "turn.stop", inject="stop_block"),
+    HookPoint("Stop", "turn.stop", inject="stderr_block"),
     HookPoint("SessionEnd", "session.end"),
 ]
 
@@ -82,8 +85,12 @@ def hive_native_files(harness: str, context: InstallContext) -> list[NativeFile]
     mcp_file = ".claude.json" if context.scope == "user" else ".mcp.json"
     command, *args = context.mcp_command
     files = [
+        # alwaysLoad: since ToolSearch (on for every API URL from 2.1.332 on) Claude Code offers
+        # MCP tools only by name behind a search tool, beside its own ListAgents/SendMessage;
+        # this keeps hive's few tools offered whole. Versions before it ignore the key.
         NativeFile(role="mcp", path=mcp_file, format="json",
-                   owned={("mcpServers", "hive"): {"type": "stdio", "command": command, "args": args}}),
+                   owned={("mcpServers", "hive"): {"type": "stdio", "command": command, "args": args,
+                                                   "alwaysLoad": True}}),
         NativeFile(role="hooks", path=settings, format="json",
                    owned={("hooks", event): groups for event, groups in hooks.items()}),
     ]

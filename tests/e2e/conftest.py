@@ -36,8 +36,8 @@ from typing import Any, TypeVar
 
 import pytest
 
-from tests.conftest import Hive
-from tests.installer.conftest import CLIS, NPM_BIN, Machine, preinstall_opencode_plugin, require_cli
+from tests.conftest import REPO, Hive
+from tests.installer.conftest import CLIS, LATEST, NPM_BIN, Machine, preinstall_opencode_plugin, require_cli
 
 from .model_server import ModelServer, Script
 
@@ -100,10 +100,43 @@ def network() -> Iterator[str]:
 # ---- versions and contracts ---------------------------------------------------------------------------
 
 
+# Claude Code changes fastest, so its tests run on the pinned version and on the current release
+# (.ci/npm-packages-current, installed into .cache/npm-current by .ci/run). With HIVE_E2E_LATEST=1
+# .cache/npm holds the latest release of every harness (see tests/installer/conftest.py) and
+# there is one version to test.
+CURRENT_NPM_BIN = REPO / ".cache" / "npm-current" / "node_modules" / ".bin"
+CLAUDE_VERSIONS = ("latest",) if LATEST else ("pinned", "current")
+SELECTED: dict[str, Path] = {}  # harness -> the binary this test runs, set by the claude_cli fixture
+
+
+def cli(harness: str) -> Path:
+    """The binary of ``harness`` this test runs: the one its version fixture chose, else the pinned one."""
+    return SELECTED.get(harness) or require_cli(harness)
+
+
+def current_pin(package: str) -> str:
+    specs = (REPO / ".ci" / "npm-packages-current").read_text(encoding="utf-8").split()
+    return next((s.rpartition("@")[2] for s in specs if s.rpartition("@")[0] == package), "?")
+
+
+@pytest.fixture(params=CLAUDE_VERSIONS)
+def claude_cli(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The Claude Code binary of this test's version; fails (never skips) when it is not installed."""
+    if request.param != "current":
+        binary = require_cli("claude-code")
+    else:
+        binary = CURRENT_NPM_BIN / "claude"
+        if not binary.exists():
+            package = CLIS["claude-code"][1]
+            pytest.fail(f"claude-code: {package}@{current_pin(package)} is not installed ({binary} missing); "
+                        "run `bash .ci/run`, or `grep -v '^#' .ci/npm-packages-current | xargs npm install "
+                        "--prefix .cache/npm-current`")
+    monkeypatch.setitem(SELECTED, "claude-code", binary)
+    return binary
+
+
 @cache
-def cli_version(harness: str) -> str:
-    """What ``<cli> --version`` prints, for every assertion message about that harness."""
-    binary = require_cli(harness)
+def _version_of(binary: Path) -> str:
     try:
         done = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60,
                               env={**os.environ, "NO_COLOR": "1"})
@@ -111,6 +144,11 @@ def cli_version(harness: str) -> str:
         return printed[0] if printed else f"(exit {done.returncode}, nothing printed)"
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"(version probe failed: {exc})"
+
+
+def cli_version(harness: str) -> str:
+    """What ``<cli> --version`` prints, for every assertion message about that harness."""
+    return _version_of(cli(harness))
 
 
 def contract(harness: str) -> str:
@@ -266,4 +304,4 @@ def model(network: str) -> Iterator[ModelServer]:
         yield server
 
 
-__all__ = ["NPM_BIN", "HarnessMachine", "Team", "contract", "harness_team", "loopback_only", "wait_for"]
+__all__ = ["NPM_BIN", "HarnessMachine", "Team", "cli", "contract", "harness_team", "loopback_only", "wait_for"]

@@ -23,17 +23,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.installer.conftest import require_cli
 from tests.sidecar.lesson_steps import approve, propose, state
 
 from . import test_claude_code, test_gemini, test_opencode
-from .conftest import HarnessMachine, Team, contract, harness_team, wait_for
+from .conftest import HarnessMachine, Team, cli, contract, harness_team, wait_for
 from .model_server import ModelServer, Script, call, say
 from .scenarios import Run, killed_before_next_call, spawn
 
 
 @pytest.fixture
-def claude_team(model: ModelServer, keys_in_files: None) -> Iterator[Team]:
+def claude_team(model: ModelServer, keys_in_files: None, claude_cli: Path) -> Iterator[Team]:
     with harness_team(test_claude_code.HARNESS, before_setup=git_project) as team:
         yield team
 
@@ -208,8 +207,9 @@ def lesson_after_tool(machine: HarnessMachine, model: ModelServer, prompt: str, 
 
 def start_claude(machine: HarnessMachine, model: ModelServer, prompt: str, *tools: str) -> Run:
     """``claude -p`` allowed hive's tools, Write and ``tools`` (the person's once-only permissions)."""
-    env = machine.env(ANTHROPIC_BASE_URL=model.url, ANTHROPIC_API_KEY="sk-ant-fake", ANTHROPIC_MODEL="claude-fake")
-    argv = [str(require_cli(test_claude_code.HARNESS)), "-p", prompt, "--output-format", "json",
+    env = machine.env(ANTHROPIC_BASE_URL=model.url, ANTHROPIC_API_KEY="sk-ant-fake", ANTHROPIC_MODEL="claude-fake",
+                      MCP_CONNECT_TIMEOUT_MS=test_claude_code.MCP_CONNECT_MS)
+    argv = [str(cli(test_claude_code.HARNESS)), "-p", prompt, "--output-format", "json",
             "--allowedTools", *test_claude_code.ALLOWED, "Write", *tools]
     return spawn(machine, argv, env, "claude")
 

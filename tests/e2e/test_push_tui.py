@@ -33,7 +33,7 @@ import pytest
 from hive.sidecar.codex_push import tui_binary
 from tests.installer.conftest import require_cli
 
-from .conftest import HarnessMachine, Team, contract, harness_team, wait_for
+from .conftest import HarnessMachine, Team, cli, contract, harness_team, wait_for
 from .model_server import Call, ModelServer, Request, Script, call, say
 from .scenarios import after_last_call
 from .test_codex import CONFIG as CODEX_CONFIG
@@ -66,7 +66,7 @@ def seed_claude(machine: HarnessMachine) -> None:
 
 
 @pytest.fixture
-def claude_team(model: ModelServer, keys_in_files: None) -> Iterator[Team]:
+def claude_team(model: ModelServer, keys_in_files: None, claude_cli: Path) -> Iterator[Team]:
     with harness_team("claude-code", before_setup=seed_claude) as team:
         yield team
 
@@ -145,7 +145,7 @@ def test_claude_code_tui_push_wakes_an_idle_session_lands_mid_turn_and_leaves_th
     tui = Tui(machine.root / "tmux.sock")
     env = machine.env(ANTHROPIC_BASE_URL=model.url, ANTHROPIC_API_KEY=CLAUDE_KEY, ANTHROPIC_MODEL="claude-fake",
                       TERM="xterm-256color")
-    tui.start([str(require_cli("claude-code")), "--allowedTools", "Bash(sleep:*)", "mcp__hive__list_team"],
+    tui.start([str(cli("claude-code")), "--allowedTools", "Bash(sleep:*)", "mcp__hive__list_team"],
               machine.project, env)
     try:
         push_checks("claude-code", "claude-code", claude_team, model, tui,

@@ -27,19 +27,36 @@ import pytest
 from tests.conftest import REPO
 
 HERE = Path(__file__).resolve().parent
-NPM = REPO / ".cache" / "npm"
+# HIVE_E2E_LATEST=1: the upgrade check. .ci/run then installs the latest release of every package
+# of .ci/npm-packages into .cache/npm-latest, and the tests run those instead of the pins.
+LATEST = os.environ.get("HIVE_E2E_LATEST") == "1"
+NPM = REPO / ".cache" / ("npm-latest" if LATEST else "npm")
 NPM_BIN = NPM / "node_modules" / ".bin"
 NOTES_SERVER = HERE / "notes_server.py"
 INSTALL_HINT = ("run `bash .ci/run`, or `grep -v '^#' .ci/npm-packages | xargs npm install --prefix .cache/npm`")
 
+
+
+def npm_pins(name: str = "npm-packages") -> dict[str, str]:
+    """package -> version, as ``.ci/<name>`` pins it (``@scope/name@1.2.3`` lines)."""
+    lines = (REPO / ".ci" / name).read_text(encoding="utf-8").splitlines()
+    specs = [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+    return {package: version for package, _, version in (spec.rpartition("@") for spec in specs)}
+
+
+def installed_version(package: str) -> str:
+    """The version of ``package`` in the npm folder the tests run from (the pin, or the latest)."""
+    return str(json.loads((NPM / "node_modules" / package / "package.json").read_text(encoding="utf-8"))["version"])
+
+
 # harness -> (binary, npm package, version pinned in .ci/npm-packages)
-CLIS = {
-    "claude-code": ("claude", "@anthropic-ai/claude-code", "2.1.197"),
-    "codex": ("codex", "@openai/codex", "0.171.0"),
-    "gemini": ("gemini", "@google/gemini-cli", "0.61.0"),
-    "opencode": ("opencode", "opencode-ai", "1.18.33"),
-    "pi": ("pi", "@mariozechner/pi-coding-agent", "0.73.1"),
-}
+CLIS = {harness: (binary, package, npm_pins().get(package, "?")) for harness, binary, package in (
+    ("claude-code", "claude", "@anthropic-ai/claude-code"),
+    ("codex", "codex", "@openai/codex"),
+    ("gemini", "gemini", "@google/gemini-cli"),
+    ("opencode", "opencode", "opencode-ai"),
+    ("pi", "pi", "@mariozechner/pi-coding-agent"),
+)}
 
 # Telemetry, update checks and background downloads off (../shared/notes/harnesses.md).
 QUIET_ENV = {

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from hive.integrations import registry
 from tests.conftest import REPO
 from tests.installer.conftest import Machine, machine_context, require_cli
 from tests.installer.test_real_clis import codex_hooks
@@ -204,3 +205,28 @@ def test_a_broken_install_names_the_missing_module_and_the_reinstall_not_a_socke
     text = subprocess.run([str(broken_hive), "doctor"], cwd=machine.home, env=machine.env(),
                           capture_output=True, text=True, timeout=120)
     assert text.returncode == 1 and "FAIL  complete" in text.stdout and "fix: reinstall hive: `" in text.stdout
+
+
+def claude_printing(machine: Machine, version: str) -> dict[str, str]:
+    """The machine's environment with a ``claude`` on PATH whose ``--version`` prints ``version``."""
+    bin_dir = machine.root / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    script = bin_dir / "claude"
+    script.write_text(f"#!/bin/sh\necho '{version} (Claude Code)'\n")
+    script.chmod(0o755)
+    return machine.env(PATH=f"{bin_dir}:/usr/bin:/bin")
+
+
+def test_doctor_says_when_claude_code_is_newer_than_any_version_hive_was_tested_with(machine: Machine) -> None:
+    machine.setup()
+    tested = registry.harness("claude-code").identity.tested_up_to
+    newer = ".".join([*tested.split(".")[:-1], str(int(tested.split(".")[-1]) + 1)])
+    done = machine.hive("doctor", "--json", env=claude_printing(machine, newer), timeout=120)
+    check = {(c["area"], c["name"]): c for c in json.loads(done.stdout)["checks"]}["claude-code", "tested version"]
+    assert check["status"] == "warn", check
+    assert f"{newer} is newer than {tested}" in check["detail"] and tested in check["fix"]
+    assert done.returncode == 0, "a newer harness is a warning, not a failure"
+
+    done = machine.hive("doctor", "--json", env=claude_printing(machine, tested), timeout=120)
+    check = {(c["area"], c["name"]): c for c in json.loads(done.stdout)["checks"]}["claude-code", "tested version"]
+    assert check["status"] == "ok", check

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import subprocess
 import threading
 import time
@@ -21,11 +22,13 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO
+from hive.integrations import registry
 from tests.installer.conftest import (
     CLIS,
     Machine,
+    installed_version,
     machine_context,
+    npm_pins,
     preinstall_opencode_plugin,
     require_cli,
 )
@@ -189,7 +192,8 @@ def explain(harness: str, done: subprocess.CompletedProcess[str]) -> str:
 
 def test_setup_detects_every_cli_with_its_version_and_says_what_it_will_do(real: RealRun) -> None:
     rows = {line.split()[0]: line for line in real.setup_out.splitlines()[3:9]}
-    for harness, (binary, _, version) in CLIS.items():
+    for harness, (binary, package, _) in CLIS.items():
+        version = installed_version(package)  # the pin, or the latest release under HIVE_E2E_LATEST
         assert f" {version} " in rows[harness] and f"/.bin/{binary}" in rows[harness], rows[harness]
         assert "wire: " in rows[harness]
     assert "~/.cursor" in rows["cursor"] and "wire: ~/.cursor/mcp.json" in rows["cursor"]
@@ -287,7 +291,16 @@ def test_after_remove_the_clis_show_only_the_persons_own_entries(real: RealRun) 
     assert "greet" in names and "skill:hive" not in names
 
 
-def test_ci_installs_exactly_the_cli_versions_these_tests_pin() -> None:
-    specs = (REPO / ".ci" / "npm-packages").read_text().split()
-    for harness, (_, package, version) in CLIS.items():
-        assert f"{package}@{version}" in specs, f"{harness}: .ci/npm-packages lacks {package}@{version}"
+def test_ci_pins_an_exact_version_of_every_cli_these_tests_run() -> None:
+    pins = npm_pins()
+    for harness, (_, package, _) in CLIS.items():
+        assert re.fullmatch(r"\d+\.\d+\.\d+", pins.get(package, "")), \
+            f"{harness}: .ci/npm-packages pins no exact version of {package}: {pins.get(package)!r}"
+
+
+def test_claude_codes_descriptor_names_the_newest_version_its_tests_run() -> None:
+    # hive doctor compares the installed Claude Code with this; the e2e tests run the pin and the current.
+    package = CLIS["claude-code"][1]
+    versions = [v for v in (npm_pins().get(package), npm_pins("npm-packages-current").get(package)) if v]
+    newest = max(versions, key=lambda v: tuple(int(p) for p in v.split(".")))
+    assert registry.harness("claude-code").identity.tested_up_to == newest

@@ -294,7 +294,7 @@ def test_a_gemini_env_inherited_by_another_agent_is_not_proof() -> None:
      '{"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": "You have mail."}}'),
     ("claude-code", "PostToolUse",
      '{"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": "You have mail."}}'),
-    ("claude-code", "Stop", '{"decision": "block", "reason": "You have mail."}'),
+    ("claude-code", "Stop", "You have mail."),  # on stderr, with exit 2 (the hook client)
     ("codex", "SessionStart",
      '{"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": "You have mail."}}'),
     ("codex", "UserPromptSubmit",

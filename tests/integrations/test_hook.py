@@ -119,7 +119,7 @@ CASES = [
     ("claude-code", "SessionStart", "context"),
     ("claude-code", "UserPromptSubmit", "context"),
     ("claude-code", "PostToolUse", "context"),
-    ("claude-code", "Stop", "block"),
+    ("claude-code", "Stop", "exit2"),
     ("claude-code", "SessionEnd", None),
     ("codex", "SessionStart", "context"),
     ("codex", "UserPromptSubmit", "context"),
@@ -146,7 +146,13 @@ def expected_reply(shape: str | None, native: str, text: str) -> str:
         return json.dumps({"decision": "block", "reason": text})
     if shape == "followup":
         return json.dumps({"followup_message": text})
+    if shape == "exit2":
+        return EXIT_2 + text
     raise AssertionError(shape)
+
+
+# What fire() returns for a hook that exited 2 (Claude Code's Stop block), before its stderr.
+EXIT_2 = "exit 2, stderr: "
 
 
 def frame(message_id: str, body: str) -> str:
@@ -184,10 +190,13 @@ def run_hook(home: Path, harness: str, event: str, payload: dict[str, Any] | byt
 
 
 def fire(hive: Hive, harness: str, event: str, sid: str, cwd: str, **changes: Any) -> str:
-    """Run the hook for a recorded payload; assert it exits 0 silently on stderr; return stdout."""
+    """Run the hook for a recorded payload; assert it exits 0 silently on stderr and return stdout,
+    or, for a hook that exits 2 with nothing on stdout, return :data:`EXIT_2` and its stderr."""
     payload, env = PAYLOADS[harness](event, sid, cwd)
     payload.update(changes)
     done, _ = run_hook(hive.home, harness, event, payload, env, NO_OPINION.get((harness, event)))
+    if done.returncode == 2 and done.stdout == b"":
+        return EXIT_2 + done.stderr.decode()
     assert done.returncode == 0, done
     assert done.stderr == b"", done.stderr
     return done.stdout.decode()
@@ -305,7 +314,7 @@ def test_a_tool_hook_injects_only_waking_mail_and_stop_brings_the_rest(peer_hive
         "context", "PostToolUse", frame(waking, "please review PR 12"))
     assert unread(peer_hive, sid) == 1
     assert fire(peer_hive, "claude-code", "Stop", sid, cwd) == expected_reply(
-        "block", "Stop", frame(fyi, "fyi: staging is down"))
+        "exit2", "Stop", frame(fyi, "fyi: staging is down"))
     assert unread(peer_hive, sid) == 0
 
 
@@ -314,11 +323,11 @@ def test_a_stop_hook_never_blocks_twice_in_a_row(peer_hive: Hive, workdir: Path)
     cwd = str(workdir)
     fire(peer_hive, "claude-code", "SessionStart", sid, cwd)
     first = send(peer_hive, sid, "one")
-    assert fire(peer_hive, "claude-code", "Stop", sid, cwd) == expected_reply("block", "Stop", frame(first, "one"))
+    assert fire(peer_hive, "claude-code", "Stop", sid, cwd) == expected_reply("exit2", "Stop", frame(first, "one"))
     second = send(peer_hive, sid, "two")
     assert fire(peer_hive, "claude-code", "Stop", sid, cwd, stop_hook_active=True) == ""
     assert unread(peer_hive, sid) == 1
-    assert fire(peer_hive, "claude-code", "Stop", sid, cwd) == expected_reply("block", "Stop", frame(second, "two"))
+    assert fire(peer_hive, "claude-code", "Stop", sid, cwd) == expected_reply("exit2", "Stop", frame(second, "two"))
     # Gemini says the same with the same field; Cursor counts its follow-ups instead.
     fire(peer_hive, "gemini", "SessionStart", "gemini-stop", cwd)
     send(peer_hive, "gemini-stop", "three")
@@ -495,7 +504,22 @@ def dies_mid_reply(conn: socket.socket) -> None:
         conn.close()
 
 
-@pytest.mark.parametrize("behaviour", [never_answers, dies_mid_reply], ids=["hung", "crashed-mid-reply"])
+def dies_mid_block(conn: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        conn.makefile("rb").readline()
+        conn.sendall(b'{"id":1,"ok":true,"result":{"stdout":"","stderr":"<hive-message>mail","exit":2')
+        conn.shutdown(socket.SHUT_RDWR)
+        conn.close()
+
+
+def refuses_with_exit_2(conn: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        conn.makefile("rb").readline()
+        conn.sendall(b'{"id":1,"ok":false,"error":{"code":"internal","message":"boom"},"exit":2}\n')
+
+
+@pytest.mark.parametrize("behaviour", [never_answers, dies_mid_reply, dies_mid_block, refuses_with_exit_2],
+                         ids=["hung", "crashed-mid-reply", "crashed-mid-block", "refused"])
 @pytest.mark.parametrize("no_opinion", ["", '{"continue": true}'])
 def test_a_broken_sidecar_gets_no_opinion_within_the_deadline(behaviour: Callable[[socket.socket], None],
                                                               no_opinion: str) -> None:
@@ -560,6 +584,25 @@ def test_a_hook_that_cannot_write_its_reply_releases_the_mail_at_once(peer_hive:
     # Released, not held for the in-flight timeout: the very next hook shows it.
     assert fire(peer_hive, "claude-code", "PostToolUse", sid, str(workdir)) == expected_reply(
         "context", "PostToolUse", frame(message_id, "still here"))
+
+
+def test_a_claude_stop_hook_that_cannot_write_its_block_exits_0_and_releases_the_mail(peer_hive: Hive,
+                                                                                     workdir: Path) -> None:
+    sid = "claude-stop-epipe"
+    fire(peer_hive, "claude-code", "SessionStart", sid, str(workdir))
+    message_id = send(peer_hive, sid, "still here at stop")
+    payload, env = claude_payload("Stop", sid, str(workdir))
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # stderr is gone: the block cannot be shown, so it must not block
+    try:
+        done = subprocess.run(hook_argv("claude-code", "Stop"), input=json.dumps(payload).encode(),
+                              env=clean_env(peer_hive.home, env), stdout=subprocess.PIPE, stderr=write_end,
+                              timeout=20, check=False)
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stdout) == (0, b"")
+    assert fire(peer_hive, "claude-code", "Stop", sid, str(workdir)) == expected_reply(
+        "exit2", "Stop", frame(message_id, "still here at stop"))
 
 
 # ---- what the hook client is made of ------------------------------------------------------------
@@ -644,7 +687,7 @@ def test_a_long_state_folder_uses_the_same_hashed_socket(make_hive: Callable[...
         fire(machine, "claude-code", "SessionStart", "claude-deep", str(workdir))
         message_id = send(machine, "claude-deep", "found you")
         assert fire(machine, "claude-code", "Stop", "claude-deep", str(workdir)) == expected_reply(
-            "block", "Stop", frame(message_id, "found you"))
+            "exit2", "Stop", frame(message_id, "found you"))
     finally:
         machine.stop()
 
