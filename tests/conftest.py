@@ -100,6 +100,16 @@ class Hive:
         self.cli("stop", timeout=30)
 
 
+def process_gone(pid: int) -> bool:
+    """Whether ``pid`` has finished: no such process, or a zombie (a detached sidecar's parent is
+    init, which in a container may never reap it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state == "Z"
+
+
 class RawConnection:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock

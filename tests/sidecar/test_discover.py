@@ -20,7 +20,7 @@ import pytest
 
 from hive.sidecar.discover import places, read_transcript
 
-from ..conftest import Hive
+from ..conftest import Hive, process_gone
 from .test_mcp_server import call, data, hive_mcp, text
 from .test_mesh import form_team, ok, wait_for
 from .test_observe import claude, claude_edit, git_repo, hook
@@ -267,3 +267,29 @@ async def test_list_team_text_shows_state_head_files_and_unmanaged(make_hive: An
     other = next(line for line in shown.splitlines() if line.startswith("- ") and "this is you" not in line)
     assert "unmanaged" in other and ", idle" in other
     assert {s["unmanaged"] for s in data(result)["sessions"]} == {True, False}
+
+
+def test_hive_stop_ends_both_file_watchers_by_the_stopping_event_rather_than_their_next_wake_up(
+        make_hive: Any, home: Path, tmp_path: Path, harness_process: subprocess.Popen[bytes]) -> None:
+    cwd, _ = git_repo(tmp_path / "api")
+    transcript = home / ".claude" / "projects" / "-tmp-api" / "c-stop.jsonl"
+    transcript.parent.mkdir(parents=True)
+    transcript.write_text(json.dumps({"type": "ai-title", "aiTitle": "JWT middleware"}) + "\n", encoding="utf-8")
+    running_file(home, harness_process.pid, "c-stop", cwd, "idle")
+    hive = make_hive()
+    pid = hive.start()
+    wait_for(lambda: session_at(hive, unmanaged=True, doing="JWT middleware"), what="the session, found on disk")
+    # Each watcher has delivered a change since it started, so each is back waiting in its thread.
+    with transcript.open("a", encoding="utf-8") as f:
+        f.write(json.dumps({"type": "ai-title", "aiTitle": "JWT refresh"}) + "\n")
+    wait_for(lambda: session_at(hive, doing="JWT refresh"), what="the new title, from the transcript watcher")
+    running_file(home, harness_process.pid, "c-stop", cwd, "busy")
+    wait_for(lambda: session_at(hive, state="busy"), what="busy, from the harness-folder watcher")
+    stopped = hive.cli("stop", timeout=30)
+    assert stopped.returncode == 0 and f"stopped the sidecar (pid {pid})" in stopped.stdout, stopped
+    assert process_gone(pid)
+    # The watchers returned because the stopping event was set, not because a wake-up came and
+    # the cancellation followed it: only the former logs these lines.
+    log = (hive.home / "sidecar.log").read_text()
+    assert "stopped watching harnesses' folders: the sidecar is stopping" in log, log
+    assert "stopped following what harnesses write: the sidecar is stopping" in log, log
