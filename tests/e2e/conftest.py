@@ -49,6 +49,14 @@ INFLIGHT = 3.0
 TEAMMATE_KEY = "bob-web-session"
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test here is an end-to-end test: ``-m "not e2e"`` is the quick local loop without them."""
+    here = Path(__file__).parent
+    for item in items:
+        if item.path.is_relative_to(here):
+            item.add_marker(pytest.mark.e2e)
+
+
 def wait_for(check: Callable[[], T], timeout: float = 30, what: str = "condition") -> T:
     deadline = time.monotonic() + timeout
     while True:

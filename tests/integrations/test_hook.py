@@ -30,7 +30,7 @@ import pytest
 from hive.integrations import hook_client, hook_command, registry
 from hive.sidecar import paths as sidecar_paths
 from hive.sidecar.config import slug
-from tests.conftest import Hive
+from tests.conftest import Hive, loopback_config
 
 HOOK = hook_command.HOOK_SCRIPT
 PYTHON = hook_command.interpreter()
@@ -630,7 +630,7 @@ def test_a_long_state_folder_uses_the_same_hashed_socket(make_hive: Callable[...
     base = make_hive()
     deep = base.home / ("nested-" * 14)
     deep.mkdir()
-    (deep / "config.toml").write_text('person = "alice"\nmachine = "deep"\n')
+    (deep / "config.toml").write_text(loopback_config('person = "alice"\nmachine = "deep"\n'))
     machine = Hive(deep)
     machine.start()
     try:

@@ -28,6 +28,8 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import loopback_config
+
 REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 NPM_MODULES = REPO / ".cache" / "npm" / "node_modules"
@@ -192,7 +194,7 @@ def eventually(check: Callable[[], Any], timeout: float = 10.0, what: str = "con
 def sidecar() -> Iterator[Sidecar]:
     # Under /tmp with a short name: the socket path must fit a unix socket address.
     home = Path(tempfile.mkdtemp(prefix="hive-ts-", dir="/tmp"))
-    (home / "config.toml").write_text('person = "alice"\nmachine = "m1"\n', encoding="utf-8")
+    (home / "config.toml").write_text(loopback_config('person = "alice"\nmachine = "m1"\n'), encoding="utf-8")
     machine = Sidecar(home)
     try:
         assert Path(machine.json("status")["socket"]).exists()
