@@ -518,7 +518,27 @@ def test_errors_and_garbage_get_no_opinion(peer_hive: Hive) -> None:
     assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
 
 
-def test_a_hook_killed_after_reading_mail_leaves_it_unread(make_hive: Callable[..., Hive], workdir: Path) -> None:
+# The real hook client, killed (SIGKILL, as a harness's timeout would) the moment it has read the
+# sidecar's reply: it holds the shown mail and has printed nothing.
+KILLED_AFTER_REPLY = f"""
+import posix, sys
+sys.path.insert(0, {str(HOOK.parent)!r})
+import hook_client
+
+read_line = hook_client._read_line
+
+def killed_after(sock):
+    line = read_line(sock)
+    posix.kill(posix.getpid(), 9)
+    return line
+
+hook_client._read_line = killed_after
+posix._exit(hook_client.run(sys.argv))
+"""
+
+
+def test_a_hook_killed_after_reading_mail_leaves_it_unread(make_hive: Callable[..., Hive], workdir: Path,
+                                                           tmp_path: Path) -> None:
     machine = make_hive()  # the default in-flight timeout (90 s): closing the connection is what releases it
     machine.start()
     add_peer(machine)
@@ -526,8 +546,11 @@ def test_a_hook_killed_after_reading_mail_leaves_it_unread(make_hive: Callable[.
     fire(machine, "claude-code", "SessionStart", sid, str(workdir))
     message_id = send(machine, sid, "do not lose me")
     payload, env = claude_payload("PostToolUse", sid, str(workdir))
-    fault = {**env, "HIVE_HOOK_FAULT": "kill-after-reply"}
-    done, _ = run_hook(machine.home, "claude-code", "PostToolUse", payload, fault)
+    killed = tmp_path / "killed_hook.py"
+    killed.write_text(KILLED_AFTER_REPLY, encoding="utf-8")
+    done = subprocess.run([PYTHON, "-I", "-S", str(killed), "claude-code", "PostToolUse"],
+                          input=json.dumps(payload).encode(), env=clean_env(machine.home, env),
+                          capture_output=True, timeout=20, check=False)
     assert done.returncode == -signal.SIGKILL and done.stdout == b""
     assert unread(machine, sid) == 1
     deadline = time.monotonic() + 30  # the sidecar sees the dead hook's connection close
