@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from tests.conftest import Hive
+from tests.conftest import Hive, loopback_config, on_failure, sidecar_logs
 from tests.installer.conftest import CLIS, NPM_BIN, Machine, preinstall_opencode_plugin, require_cli
 
 from .model_server import ModelServer, Script
@@ -200,8 +200,9 @@ def _new_machine() -> HarnessMachine:
     machine = HarnessMachine(root, with_clis=True)
     machine.project.mkdir(parents=True)
     machine.state.mkdir(parents=True, mode=0o700)
-    (machine.state / "config.toml").write_text(
-        f'person = "alice"\nmachine = "m1"\n{MESH}\n[sidecar]\ninflight_timeout = {INFLIGHT}\n', encoding="utf-8")
+    (machine.state / "config.toml").write_text(loopback_config(
+        f'person = "alice"\nmachine = "m1"\n{MESH}\n[sidecar]\ninflight_timeout = {INFLIGHT}\n'), encoding="utf-8")
+    sidecar_logs(machine.state)
     return machine
 
 
@@ -234,7 +235,8 @@ def harness_team(harness: str, before_setup: Callable[[HarnessMachine], None] | 
     require_cli(harness)
     machine = _new_machine()
     bob = Hive(Path(tempfile.mkdtemp(prefix="hive-e2e-bob-", dir="/tmp")))
-    (bob.home / "config.toml").write_text(f'person = "bob"\nmachine = "m2"\n{MESH}', encoding="utf-8")
+    (bob.home / "config.toml").write_text(loopback_config(f'person = "bob"\nmachine = "m2"\n{MESH}'), encoding="utf-8")
+    sidecar_logs(bob.home)
     try:
         if before_setup is not None:
             before_setup(machine)
@@ -271,6 +273,7 @@ def keys_in_files(monkeypatch: pytest.MonkeyPatch) -> None:
 def model(network: str) -> Iterator[ModelServer]:
     """The scripted model, listening inside the test's network."""
     with ModelServer(Script()) as server:
+        on_failure("the scripted model's requests", server.transcript)
         yield server
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hive.sidecar.defang import defang
+from tests.conftest import on_failure, tail
 
 from .conftest import HarnessMachine, Team, contract, wait_for
 from .model_server import Call, ModelServer, Request, Script, Step, call, say
@@ -72,6 +73,7 @@ class Runner:
 def spawn(machine: HarnessMachine, argv: list[str], env: dict[str, str], name: str) -> Run:
     """Start ``argv`` in the project folder in its own process group, output appended to a log."""
     log = machine.root / f"{name}.log"
+    on_failure(f"harness output {log}", lambda: tail(log, 80))
     env = {**env, "PWD": str(machine.project)}  # as a shell sets it; opencode goes by $PWD, not its cwd
     with log.open("a") as out:
         out.write(f"\n$ {' '.join(argv)}\n")
