@@ -377,8 +377,11 @@ async def run(sidecar: Sidecar) -> None:
                     return
             appeared = False
             rescan = True
+            # The thread watchfiles waits in cannot be cancelled; the stopping event ends its wait
+            # at once instead of at its next 5 s wake-up, so `hive stop` does not wait for it.
             async for changes in watchfiles.awatch(*watched, debounce=200, step=100, yield_on_timeout=True,
-                                                   recursive=watched != [str(discovery.home)]):
+                                                   recursive=watched != [str(discovery.home)],
+                                                   stop_event=sidecar.stopping):
                 now = time.time()
                 if rescan:
                     # Files written between the scan above and the moment the watcher started are
@@ -392,6 +395,9 @@ async def run(sidecar: Sidecar) -> None:
                 if any(r.is_dir() for r in missing):
                     appeared = True
                     break
+            if sidecar.stopping.is_set():
+                log.info("stopped watching harnesses' folders: the sidecar is stopping")
+                return
             if not appeared:
                 return
     except Exception:

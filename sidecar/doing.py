@@ -325,6 +325,22 @@ def task_folder(home: Path, pattern: str, key: str) -> tuple[Path, str] | None:
     return home.joinpath(*parts[:-1]), parts[-1]
 
 
+@dataclass(frozen=True)
+class Either:
+    """Set when either event is: what watchfiles' thread polls as its stop event, so the watcher
+    returns at once when the set of sources changed or when the sidecar stops (its thread cannot
+    be cancelled, and would otherwise hold the sidecar's shutdown until its next 5 s wake-up)."""
+
+    changed: anyio.Event
+    stopping: anyio.Event
+
+    def is_set(self) -> bool:
+        return self.changed.is_set() or self.stopping.is_set()
+
+    def set(self) -> None:
+        self.changed.set()
+
+
 class Doing:
     """The watcher of one sidecar: which transcripts, title indexes and task folders belong to which
     session, what each says, and the line they make."""
@@ -418,7 +434,8 @@ class Doing:
 
     async def _run(self) -> None:
         try:
-            while self.sources:
+            stopping = self.sidecar.stopping
+            while self.sources and not stopping.is_set():
                 self.changed = anyio.Event()
                 await self._read(list(self.sources.values()))
                 watching = {path: source.watched() for path, source in self.sources.items()}
@@ -428,7 +445,8 @@ class Doing:
                 # anyway; that empty wake-up rereads every source, which catches bytes appended between
                 # the reads above and the moment the watcher started.
                 async for changes in watchfiles.awatch(*sorted({str(p) for p in watching.values()}),
-                                                       stop_event=self.changed, debounce=100, step=50,
+                                                       stop_event=Either(self.changed, stopping),
+                                                       debounce=100, step=50,
                                                        yield_on_timeout=True, recursive=False):
                     touched = {Path(p) for _, p in changes}
                     near = touched | {p.parent for p in touched}
@@ -439,6 +457,8 @@ class Doing:
                         self.changed.set()  # a folder that was missing appeared: watch it itself
                         break
                 # The set changed (a new source, or a folder appeared): start over with it.
+            if stopping.is_set():
+                log.info("stopped following what harnesses write: the sidecar is stopping")
         except Exception:
             log.exception("following what harnesses write failed")
         finally:

@@ -187,6 +187,12 @@ class Sidecar:
 
     # ---- lifecycle -------------------------------------------------------------------
 
+    @property
+    def stopping(self) -> anyio.Event:
+        """Set once the sidecar begins to stop, before its tasks are cancelled: a worker thread
+        that cannot be cancelled (watchfiles' watcher) polls it and returns at once."""
+        return self._stop
+
     async def run(self, ready: Callable[[], None] | None = None) -> None:
         self.store = await Store.open(self.paths.database)
         try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import os
 import shutil
@@ -12,12 +13,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+import tomlkit
 
 from hive.sidecar.client import start_detached
 from hive.sidecar.paths import StatePaths
@@ -28,6 +31,174 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
+
+
+# ---- the mesh stays on loopback ------------------------------------------------------------------
+
+LOOPBACK_MESH = {"listen": "127.0.0.1:0", "mdns": False}
+# Every process this test run starts inherits this (each xdist worker sets its own), so the guard
+# below finds this run's sidecars among every other process on the machine.
+RUN_MARK = "HIVE_TEST_RUN"
+_HOST_NETNS = ""
+
+
+def loopback_config(text: str) -> str:
+    """A sidecar's config.toml with ``[mesh] listen = "127.0.0.1:0"`` and ``mdns = false`` unless it
+    sets them itself: test sidecars never listen on, or multicast from, a real interface."""
+    document = tomlkit.parse(text)
+    mesh = document.get("mesh")
+    if mesh is None:
+        document["mesh"] = mesh = tomlkit.table()
+    for key, value in LOOPBACK_MESH.items():
+        if key not in mesh:
+            mesh[key] = value
+    return tomlkit.dumps(document)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _HOST_NETNS
+    os.environ[RUN_MARK] = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    _HOST_NETNS = os.readlink("/proc/self/ns/net")
+
+
+def _sidecars_of_this_run() -> dict[int, Path]:
+    """pid -> HIVE_HOME of every live sidecar this test process (or what it started) started."""
+    mark = f"{RUN_MARK}={os.environ[RUN_MARK]}".encode()
+    found: dict[int, Path] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            args = Path(entry.path, "cmdline").read_bytes().split(b"\0")
+            if b"hive.sidecar" not in args and not (b"sidecar" in args[-2:] and any(b"hive" in a for a in args)):
+                continue
+            environ = Path(entry.path, "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if mark in environ:
+            home = next((v[len(b"HIVE_HOME="):] for v in environ if v.startswith(b"HIVE_HOME=")), b"")
+            found[int(entry.name)] = Path(home.decode(errors="replace")) if home else Path()
+    return found
+
+
+def _socket_addresses(pid: int) -> dict[int, list[tuple[str, str, int]]]:
+    """Local port -> (protocol, address) of each inet socket ``pid`` holds (TCP only when listening)."""
+    inodes = set()
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+    out: dict[int, list[tuple[str, str, int]]] = {}
+    for proto in ("udp", "udp6", "tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{proto}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) < 10 or fields[9] not in inodes or (proto.startswith("tcp") and fields[3] != "0A"):
+                continue
+            raw, port = fields[1].split(":")
+            packed = b"".join(bytes.fromhex(raw[i:i + 8])[::-1] for i in range(0, len(raw), 8))
+            address = socket.inet_ntop(socket.AF_INET if len(packed) == 4 else socket.AF_INET6, packed)
+            out.setdefault(int(port, 16), []).append((proto, address, int(port, 16)))
+    return out
+
+
+def _is_loopback(address: str) -> bool:
+    ip = ipaddress.ip_address(address)
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return (mapped or ip).is_loopback
+
+
+def _off_loopback(pid: int, home: Path) -> list[str]:
+    """What ``pid`` (a sidecar outside any namespace a test made) listens on beyond loopback:
+    its mesh listener (the port its ``mesh`` op names) or mDNS (5353)."""
+    try:
+        if os.readlink(f"/proc/{pid}/ns/net") != _HOST_NETNS:
+            return []  # inside a namespace the test made: nothing there reaches a real network
+    except OSError:
+        return []
+    listening = None
+    with contextlib.suppress(Exception):
+        listening = Hive(home).request({"id": 1, "op": "mesh"}, timeout=5)["result"]["listening"]
+    sockets = _socket_addresses(pid)
+    bad = [f"{proto} {address}:{port}" for port in (listening, 5353) if port
+           for proto, address, _ in sockets.get(port, []) if not _is_loopback(address)]
+    return bad
+
+
+# ---- what a failing test shows -------------------------------------------------------------------
+
+_DIAGNOSTICS: dict[str, Callable[[], str]] = {}
+TAIL_LINES = 60
+
+
+def on_failure(title: str, produce: Callable[[], str]) -> None:
+    """If this test fails, its report gets a section ``title`` with what ``produce`` returns then
+    (a log's tail, a harness's screen, the scripted model's requests); nothing when that is empty."""
+    _DIAGNOSTICS.setdefault(title, produce)
+
+
+def tail(path: Path, lines: int = TAIL_LINES) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        return f"({path}: {exc.strerror})"
+    return "\n".join(text.splitlines()[-lines:]) or f"({path} is empty)"
+
+
+def sidecar_logs(home: Path) -> None:
+    """Show ``home``'s sidecar.log (and sidecar.stderr when it has anything) if the test fails."""
+    on_failure(f"sidecar.log {home}", lambda: tail(home / "sidecar.log"))
+    on_failure(f"sidecar.stderr {home}", lambda: ((home / "sidecar.stderr").exists()
+               and (home / "sidecar.stderr").stat().st_size > 0 and tail(home / "sidecar.stderr")) or "")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Any:
+    _DIAGNOSTICS.clear()
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Any:
+    """After the test body, while its sidecars still run: each one's log goes into the report if the
+    test fails, and one listening beyond loopback fails it."""
+    def look() -> list[str]:
+        stray = []
+        for pid, home in _sidecars_of_this_run().items():
+            if home.parts:
+                sidecar_logs(home)
+            stray += [f"sidecar {pid} ({home}): {where}" for where in _off_loopback(pid, home)]
+        return stray
+
+    try:
+        result = yield
+    except BaseException:
+        look()  # for the logs; the test's own failure is the one to report
+        raise
+    stray = look()
+    if stray:
+        pytest.fail("a test sidecar listens beyond loopback (give it loopback_config(), or run it in a "
+                    "network namespace):\n" + "\n".join(stray), pytrace=False)
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if report.failed:
+        for title, produce in _DIAGNOSTICS.items():
+            try:
+                text = produce()
+            except Exception as exc:  # a diagnostic must never hide the failure it explains
+                text = f"(could not be read: {exc!r})"
+            if text:
+                report.sections.append((title, text))
+    return report
 
 
 @dataclass
@@ -104,6 +275,16 @@ class Hive:
         self.cli("stop", timeout=30)
 
 
+def process_gone(pid: int) -> bool:
+    """Whether ``pid`` has finished: no such process, or a zombie (a detached sidecar's parent is
+    init, which in a container may never reap it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text(encoding="ascii").rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return True
+    return state == "Z"
+
+
 class RawConnection:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
@@ -132,9 +313,11 @@ def make_hive() -> Iterator[Any]:
 
     def make(config: str = "", person: str = "alice") -> Hive:
         home = _short_tempdir("hive-")
-        (home / "config.toml").write_text(f'person = "{person}"\nmachine = "m{len(created) + 1}"\n{config}')
+        (home / "config.toml").write_text(
+            loopback_config(f'person = "{person}"\nmachine = "m{len(created) + 1}"\n{config}'))
         hive = Hive(home)
         created.append(hive)
+        sidecar_logs(home)
         return hive
 
     yield make

@@ -109,6 +109,7 @@ def sidecar(folder: Path, name: str) -> tuple[StatePaths, Path, int]:
     home, state = folder / name / "home", folder / name / "state"
     home.mkdir(parents=True)
     state.mkdir(mode=0o700)
+    (state / "config.toml").write_text('[mesh]\nlisten = "127.0.0.1:0"\nmdns = false\n', encoding="utf-8")
     os.environ["HOME"] = str(home)
     paths = StatePaths(state)
     assert start_detached(paths), (state / "sidecar.stderr").read_text()

@@ -119,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     count = args.calls or (50 if args.quick else 1000)
 
     home = Path(tempfile.mkdtemp(prefix="hive-bench-mcp-", dir="/tmp"))
-    (home / "config.toml").write_text('person = "bench"\nmachine = "bench"\n', encoding="utf-8")
+    (home / "config.toml").write_text('person = "bench"\nmachine = "bench"\n[mesh]\nlisten = "127.0.0.1:0"\n'
+                                      'mdns = false\n', encoding="utf-8")
     env = {**os.environ, "HIVE_HOME": str(home)}
     try:
         if not start_detached(StatePaths(home)):

@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from tests.conftest import REPO, Hive
+from tests.conftest import REPO, Hive, loopback_config, on_failure, sidecar_logs
 from tests.installer.conftest import CLIS, LATEST, NPM_BIN, Machine, preinstall_opencode_plugin, require_cli
 
 from .model_server import ModelServer, Script
@@ -47,6 +47,14 @@ MESH = '[mesh]\nlisten = "127.0.0.1:0"\nmdns = false\n'
 # Shown but unconfirmed mail comes back after this long (90 s by default): the kill tests wait it out.
 INFLIGHT = 3.0
 TEAMMATE_KEY = "bob-web-session"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test here is an end-to-end test: ``-m "not e2e"`` is the quick local loop without them."""
+    here = Path(__file__).parent
+    for item in items:
+        if item.path.is_relative_to(here):
+            item.add_marker(pytest.mark.e2e)
 
 
 def wait_for(check: Callable[[], T], timeout: float = 30, what: str = "condition") -> T:
@@ -230,8 +238,9 @@ def _new_machine() -> HarnessMachine:
     machine = HarnessMachine(root, with_clis=True)
     machine.project.mkdir(parents=True)
     machine.state.mkdir(parents=True, mode=0o700)
-    (machine.state / "config.toml").write_text(
-        f'person = "alice"\nmachine = "m1"\n{MESH}\n[sidecar]\ninflight_timeout = {INFLIGHT}\n', encoding="utf-8")
+    (machine.state / "config.toml").write_text(loopback_config(
+        f'person = "alice"\nmachine = "m1"\n{MESH}\n[sidecar]\ninflight_timeout = {INFLIGHT}\n'), encoding="utf-8")
+    sidecar_logs(machine.state)
     return machine
 
 
@@ -264,7 +273,8 @@ def harness_team(harness: str, before_setup: Callable[[HarnessMachine], None] | 
     require_cli(harness)
     machine = _new_machine()
     bob = Hive(Path(tempfile.mkdtemp(prefix="hive-e2e-bob-", dir="/tmp")))
-    (bob.home / "config.toml").write_text(f'person = "bob"\nmachine = "m2"\n{MESH}', encoding="utf-8")
+    (bob.home / "config.toml").write_text(loopback_config(f'person = "bob"\nmachine = "m2"\n{MESH}'), encoding="utf-8")
+    sidecar_logs(bob.home)
     try:
         if before_setup is not None:
             before_setup(machine)
@@ -301,6 +311,7 @@ def keys_in_files(monkeypatch: pytest.MonkeyPatch) -> None:
 def model(network: str) -> Iterator[ModelServer]:
     """The scripted model, listening inside the test's network."""
     with ModelServer(Script()) as server:
+        on_failure("the scripted model's requests", server.transcript)
         yield server
 
 

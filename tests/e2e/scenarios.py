@@ -18,6 +18,7 @@ model, with one prompt. The scenarios then play the model's side and check both 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hive.sidecar.defang import defang
+from tests.conftest import on_failure, tail
 
 from .conftest import HarnessMachine, Team, contract, wait_for
 from .model_server import Call, ModelServer, Request, Script, Step, call, say
@@ -72,6 +74,7 @@ class Runner:
 def spawn(machine: HarnessMachine, argv: list[str], env: dict[str, str], name: str) -> Run:
     """Start ``argv`` in the project folder in its own process group, output appended to a log."""
     log = machine.root / f"{name}.log"
+    on_failure(f"harness output {log}", lambda: tail(log, 80))
     env = {**env, "PWD": str(machine.project)}  # as a shell sets it; opencode goes by $PWD, not its cwd
     with log.open("a") as out:
         out.write(f"\n$ {' '.join(argv)}\n")
@@ -214,13 +217,45 @@ def killed_before_next_call(runner: Runner, team: Team, model: ModelServer) -> s
     return receipt
 
 
+# Where each harness keeps the hooks hive wires, and its timeout's unit (Gemini CLI: milliseconds).
+HOOK_FILES = {"claude-code": (".claude/settings.json", 1), "codex": (".codex/hooks.json", 1),
+              "gemini": (".gemini/settings.json", 1000)}
+PATIENT = 600  # seconds: longer than the run may take, so a hook that waited would stall the turn
+
+
+def patient_hooks(machine: HarnessMachine, harness: str) -> None:
+    """The harness waits up to PATIENT for each of hive's hooks instead of the descriptor's 5 s."""
+    relative, unit = HOOK_FILES[harness]
+    path = machine.home / relative
+    config = json.loads(path.read_text(encoding="utf-8"))
+    changed = 0
+
+    def walk(node: Any) -> None:
+        nonlocal changed
+        if isinstance(node, dict):
+            if "hive_hook" in str(node.get("command", "")) and "timeout" in node:
+                node["timeout"] = max(node["timeout"], PATIENT * unit)
+                changed += 1
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(config)
+    assert changed, f"no hive hook with a timeout in {path}"
+    path.write_text(json.dumps(config, indent=2), encoding="utf-8")
+
+
 def hung_sidecar(runner: Runner, team: Team, model: ModelServer, quick: Call) -> float:
     """A sidecar that hangs (SIGSTOP) while the model runs a quick tool: the hooks around that tool
-    answer without it, so the next model call follows at once. Returns the gap, in seconds,
-    between the model answering with the tool call and the next model call, which the recorded
-    request timeline shows; the harness's own hook timeout (5 s, from the descriptor) is the gap a
-    hanging hook would add."""
+    answer without it, so the turn goes on. The harness is told to wait for hive's hooks longer
+    than the run may take, so a hook that waited for the sidecar would stall the turn and the run
+    would end without the next model call (the sidecar resumes only at that call). Returns the
+    gap, in seconds, between the model answering with the tool call and the next model call, for
+    the report."""
     who = contract(runner.harness)
+    patient_hooks(team.machine, runner.harness)
     pid = int(team.machine.ok("status")["pid"])
     answered: dict[str, float] = {}
 

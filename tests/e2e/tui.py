@@ -15,12 +15,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import on_failure
+
 from .conftest import wait_for
 
 
 class Tui:
     def __init__(self, socket: Path) -> None:
         self.socket = socket
+        self.last = ""  # the screen as it was when the TUI was stopped
+        on_failure(f"TUI screen ({socket})", lambda: self.last or self.screen())
 
     def tmux(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["tmux", "-S", str(self.socket), *args], env=env, capture_output=True, text=True,
@@ -52,4 +56,5 @@ class Tui:
             raise AssertionError(f"{exc} on the screen, which shows:\n{self.screen()}") from None
 
     def stop(self) -> None:
+        self.last = self.screen() or self.last
         self.tmux("kill-server")

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, loopback_config
 
 HERE = Path(__file__).resolve().parent
 # HIVE_E2E_LATEST=1: the upgrade check. .ci/run then installs the latest release of every package
@@ -370,7 +370,8 @@ def new_machine(with_clis: bool) -> Machine:
     machine = Machine(root, with_clis)
     machine.home.mkdir()
     machine.state.mkdir(mode=0o700)
-    (machine.state / "config.toml").write_text('person = "alice"\nmachine = "m1"\n', encoding="utf-8")
+    (machine.state / "config.toml").write_text(loopback_config('person = "alice"\nmachine = "m1"\n'),
+                                              encoding="utf-8")
     return machine
 
 

@@ -30,7 +30,7 @@ import pytest
 from hive.integrations import hook_client, hook_command, registry
 from hive.sidecar import paths as sidecar_paths
 from hive.sidecar.config import slug
-from tests.conftest import Hive
+from tests.conftest import Hive, loopback_config
 
 HOOK = hook_command.HOOK_SCRIPT
 PYTHON = hook_command.interpreter()
@@ -438,9 +438,9 @@ def test_with_no_sidecar_it_answers_no_opinion_and_starts_one_detached(make_hive
                                                                       no_opinion: str) -> None:
     machine = make_hive()
     payload, env = claude_payload("PostToolUse", "claude-cold", "/tmp")
-    done, elapsed = run_hook(machine.home, "claude-code", "PostToolUse", payload, env, no_opinion or None)
+    done, _ = run_hook(machine.home, "claude-code", "PostToolUse", payload, env, no_opinion or None)
+    # It answered without waiting for the sidecar it started: how fast is bench_hook's business.
     assert (done.returncode, done.stdout.decode(), done.stderr) == (0, no_opinion, b"")
-    assert elapsed < 1.0
     deadline = time.monotonic() + 20
     while not machine.paths.socket.exists():
         assert time.monotonic() < deadline, (machine.home / "sidecar.stderr").read_text()
@@ -527,10 +527,11 @@ def test_a_broken_sidecar_gets_no_opinion_within_the_deadline(behaviour: Callabl
         home = Path(folder)
         with fake_sidecar(home, behaviour) as accepted:
             payload, env = claude_payload("Stop", "claude-broken", "/tmp")
-            done, elapsed = run_hook(home, "claude-code", "Stop", payload, {**env, "HIVE_HOOK_DEADLINE_MS": ""},
-                                     no_opinion or None)
+            done, _ = run_hook(home, "claude-code", "Stop", payload, {**env, "HIVE_HOOK_DEADLINE_MS": ""},
+                                 no_opinion or None)
             assert (done.returncode, done.stdout.decode(), done.stderr) == (0, no_opinion, b"")
-            assert elapsed < 1.0
+            # Answered while the hung sidecar still holds the request: the hook gave up by its own
+            # deadline (how soon is bench_hook's figure, not an assert on a loaded machine).
             assert len(accepted) == 1
         assert not (home / "sidecar.starting").exists(), "a sidecar that answers the socket is not restarted"
 
@@ -547,7 +548,27 @@ def test_errors_and_garbage_get_no_opinion(peer_hive: Hive) -> None:
     assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
 
 
-def test_a_hook_killed_after_reading_mail_leaves_it_unread(make_hive: Callable[..., Hive], workdir: Path) -> None:
+# The real hook client, killed (SIGKILL, as a harness's timeout would) the moment it has read the
+# sidecar's reply: it holds the shown mail and has printed nothing.
+KILLED_AFTER_REPLY = f"""
+import posix, sys
+sys.path.insert(0, {str(HOOK.parent)!r})
+import hook_client
+
+read_line = hook_client._read_line
+
+def killed_after(sock):
+    line = read_line(sock)
+    posix.kill(posix.getpid(), 9)
+    return line
+
+hook_client._read_line = killed_after
+posix._exit(hook_client.run(sys.argv))
+"""
+
+
+def test_a_hook_killed_after_reading_mail_leaves_it_unread(make_hive: Callable[..., Hive], workdir: Path,
+                                                           tmp_path: Path) -> None:
     machine = make_hive()  # the default in-flight timeout (90 s): closing the connection is what releases it
     machine.start()
     add_peer(machine)
@@ -555,8 +576,11 @@ def test_a_hook_killed_after_reading_mail_leaves_it_unread(make_hive: Callable[.
     fire(machine, "claude-code", "SessionStart", sid, str(workdir))
     message_id = send(machine, sid, "do not lose me")
     payload, env = claude_payload("PostToolUse", sid, str(workdir))
-    fault = {**env, "HIVE_HOOK_FAULT": "kill-after-reply"}
-    done, _ = run_hook(machine.home, "claude-code", "PostToolUse", payload, fault)
+    killed = tmp_path / "killed_hook.py"
+    killed.write_text(KILLED_AFTER_REPLY, encoding="utf-8")
+    done = subprocess.run([PYTHON, "-I", "-S", str(killed), "claude-code", "PostToolUse"],
+                          input=json.dumps(payload).encode(), env=clean_env(machine.home, env),
+                          capture_output=True, timeout=20, check=False)
     assert done.returncode == -signal.SIGKILL and done.stdout == b""
     assert unread(machine, sid) == 1
     deadline = time.monotonic() + 30  # the sidecar sees the dead hook's connection close
@@ -678,7 +702,7 @@ def test_a_long_state_folder_uses_the_same_hashed_socket(make_hive: Callable[...
     base = make_hive()
     deep = base.home / ("nested-" * 14)
     deep.mkdir()
-    (deep / "config.toml").write_text('person = "alice"\nmachine = "deep"\n')
+    (deep / "config.toml").write_text(loopback_config('person = "alice"\nmachine = "deep"\n'))
     machine = Hive(deep)
     machine.start()
     try:
@@ -776,26 +800,24 @@ def test_one_watcher_per_session(hive: Hive, workdir: Path) -> None:
 def test_no_watcher_in_a_headless_claude_run(hive: Hive, workdir: Path) -> None:
     # `claude -p` would wait for a pending background hook instead of exiting.
     payload, env = claude_payload("SessionStart", "claude-headless", str(workdir))
-    start = time.monotonic()
+    # A watcher that waited would outlive this call: its session never ends here.
     done, _ = run_hook(hive.home, "claude-code", "watch", payload, {**env, "CLAUDE_CODE_ENTRYPOINT": "sdk-cli"})
     assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
-    assert time.monotonic() - start < 2
     assert not (hive.home / "watchers").exists()
 
 
 def test_cursor_running_the_claude_watcher_lets_it_go_at_once(hive: Hive, workdir: Path) -> None:
     payload, env = cursor_payload("sessionStart", "cursor-watch", str(workdir))
-    start = time.monotonic()
     done, _ = run_hook(hive.home, "claude-code", "watch", payload, env)
     assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
-    assert time.monotonic() - start < 2
+    assert not (hive.home / "watchers").exists(), "no watcher took a lock for a Cursor session"
 
 
 def test_a_watcher_with_nothing_to_watch_exits_at_once(hive: Hive) -> None:
     for payload in (b"", b"not json", json.dumps({"cwd": "/tmp"}).encode()):
-        done, elapsed = run_hook(hive.home, "claude-code", "watch", payload)
+        done, _ = run_hook(hive.home, "claude-code", "watch", payload)
         assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
-        assert elapsed < 2
+        assert not (hive.home / "watchers").exists(), f"a watcher took a lock for {payload!r}"
 
 
 def test_the_watcher_exits_when_its_session_ends(hive: Hive, workdir: Path) -> None:
@@ -844,8 +866,8 @@ def test_the_watcher_exits_when_its_claude_process_dies(hive: Hive, workdir: Pat
     report = json.loads(done.stdout)
     statuses = {int(pid): code for pid, code in report["statuses"].items()}
     assert statuses.pop(report["claude"]) == -signal.SIGKILL
+    # A watcher that missed the death would never exit, and the supervisor would wait for it forever.
     assert statuses and set(statuses.values()) == {0}, "the shell and the watcher exit cleanly"
-    assert report["seconds"] < hook_client.WATCH_POLL + 5
 
 
 def test_the_benchmark_runs() -> None:

@@ -20,7 +20,7 @@ import pytest
 
 from hive.sidecar.discover import places, read_transcript
 
-from ..conftest import Hive
+from ..conftest import Hive, process_gone
 from .test_mcp_server import call, data, hive_mcp, text
 from .test_mesh import form_team, ok, wait_for
 from .test_observe import claude, claude_edit, git_repo, hook
@@ -153,8 +153,10 @@ def test_a_session_found_on_disk_becomes_managed_at_its_first_hook_and_its_file_
     hook(hive, "claude-code", "PostToolUse", claude_edit("c-new", cwd, f"{cwd}/src/app.py"), {"CLAUDECODE": "1"})
     assert ok(hive, "who")["sessions"][0]["state"] == "busy"  # the person answered; the tool ran
     first.unlink()  # a managed session's end is its hooks' business
-    time.sleep(1)
-    assert ok(hive, "who")["sessions"][0]["live"]
+    # A file written after the removal, in the same folder, shows once the removal was looked at.
+    running_file(home, os.getpid(), "c-marker", cwd, "idle")
+    wait_for(lambda: session_at(hive, unmanaged=True, live=True), what="the session written after the removal")
+    assert session_at(hive, address=me["address"], live=True), "the managed session ended with its file"
 
 
 def test_sessions_found_in_a_folder_turned_off_are_never_listed(make_hive: Any, home: Path, tmp_path: Path,
@@ -169,8 +171,10 @@ def test_sessions_found_in_a_folder_turned_off_are_never_listed(make_hive: Any, 
     try:
         running_file(home, other.pid, "c-public", public, "busy")
         wait_for(lambda: session_at(hive, unmanaged=True), what="the session in the folder that is on")
-        time.sleep(1)  # both files are in one folder: the one turned off was looked at too
-        assert [s["folder"] for s in ok(hive, "who", all=True)["sessions"]] == ["public"]
+        # A file written after both, in the same folder, shows once those before it were looked at.
+        running_file(home, os.getpid(), "c-marker", public, "busy")
+        wait_for(lambda: len(ok(hive, "who", all=True)["sessions"]) == 2, what="the session written after both")
+        assert [s["folder"] for s in ok(hive, "who", all=True)["sessions"]] == ["public", "public"]
         # Turned off later: the session already listed leaves.
         hive.cli("folder", public, "off", check=True)
         wait_for(lambda: ok(hive, "who")["sessions"] == [], what="the listed session leaving")
@@ -267,3 +271,29 @@ async def test_list_team_text_shows_state_head_files_and_unmanaged(make_hive: An
     other = next(line for line in shown.splitlines() if line.startswith("- ") and "this is you" not in line)
     assert "unmanaged" in other and ", idle" in other
     assert {s["unmanaged"] for s in data(result)["sessions"]} == {True, False}
+
+
+def test_hive_stop_ends_both_file_watchers_by_the_stopping_event_rather_than_their_next_wake_up(
+        make_hive: Any, home: Path, tmp_path: Path, harness_process: subprocess.Popen[bytes]) -> None:
+    cwd, _ = git_repo(tmp_path / "api")
+    transcript = home / ".claude" / "projects" / "-tmp-api" / "c-stop.jsonl"
+    transcript.parent.mkdir(parents=True)
+    transcript.write_text(json.dumps({"type": "ai-title", "aiTitle": "JWT middleware"}) + "\n", encoding="utf-8")
+    running_file(home, harness_process.pid, "c-stop", cwd, "idle")
+    hive = make_hive()
+    pid = hive.start()
+    wait_for(lambda: session_at(hive, unmanaged=True, doing="JWT middleware"), what="the session, found on disk")
+    # Each watcher has delivered a change since it started, so each is back waiting in its thread.
+    with transcript.open("a", encoding="utf-8") as f:
+        f.write(json.dumps({"type": "ai-title", "aiTitle": "JWT refresh"}) + "\n")
+    wait_for(lambda: session_at(hive, doing="JWT refresh"), what="the new title, from the transcript watcher")
+    running_file(home, harness_process.pid, "c-stop", cwd, "busy")
+    wait_for(lambda: session_at(hive, state="busy"), what="busy, from the harness-folder watcher")
+    stopped = hive.cli("stop", timeout=30)
+    assert stopped.returncode == 0 and f"stopped the sidecar (pid {pid})" in stopped.stdout, stopped
+    assert process_gone(pid)
+    # The watchers returned because the stopping event was set, not because a wake-up came and
+    # the cancellation followed it: only the former logs these lines.
+    log = (hive.home / "sidecar.log").read_text()
+    assert "stopped watching harnesses' folders: the sidecar is stopping" in log, log
+    assert "stopped following what harnesses write: the sidecar is stopping" in log, log

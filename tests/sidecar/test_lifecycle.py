@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import Hive
+from tests.conftest import Hive, loopback_config
 
 
 def test_the_first_client_starts_a_sidecar_when_none_is_running(make_hive: Any) -> None:
@@ -48,7 +48,7 @@ def test_a_state_folder_too_long_for_a_socket_path_still_works(make_hive: Any) -
     hive: Hive = make_hive()
     deep = hive.home / ("d" * 60) / ("e" * 60)
     deep.mkdir(parents=True)
-    (deep / "config.toml").write_text('person = "alice"\n')
+    (deep / "config.toml").write_text(loopback_config('person = "alice"\n'))
     long_hive = Hive(deep)
     try:
         assert long_hive.cli("send", "alice/terminal", "hello", check=True).returncode == 0

@@ -167,8 +167,10 @@ def test_kill_the_recipient_send_restart_it_and_the_message_arrives_exactly_once
     bob.start()
     wait_for(lambda: inbox(bob, "api-codex"), what="the message after bob's restart", timeout=60)
     wait_for(lambda: not sent(alice, result["id"])["in_outbox"], what="the ack after the relink")
-    time.sleep(1)  # replays after the relink must not deposit it again
-    assert [m["body"] for m in inbox(bob, "api-codex")] == ["are you back?"]
+    # A message sent after the ack comes behind any replay of the first on the same link.
+    send(alice, "bob/api-codex", "marker")
+    wait_for(lambda: len(inbox(bob, "api-codex")) >= 2, what="the marker message")
+    assert [m["body"] for m in inbox(bob, "api-codex")] == ["are you back?", "marker"]
 
 
 def test_kill_the_sender_after_send_returned_and_its_outbox_delivers_after_restart(make_hive: Any) -> None:
