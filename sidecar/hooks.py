@@ -312,6 +312,7 @@ async def hook(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> d
     if await folders.is_off(sidecar, _cwd(caller, request)):  # the person turned hive off here
         return {"stdout": point.no_opinion, "ids": [], "session": None}
     session = await refresh(sidecar, caller, request, force=point.event == "session.start")
+    session.harness_cwd = _cwd(caller, request) or session.harness_cwd  # what attachments are confined to
     nothing = {"stdout": point.no_opinion, "ids": [], "session": session.key}
     try:  # events, presence and overlaps; a failure there must not cost the hook its mail
         await observe.ingest(sidecar, caller.harness.name, point, caller.payload, session,
