@@ -196,9 +196,14 @@ def redact(text: str) -> str:
     return _TOKEN.sub(lambda m: m.group(1) + REDACTED, text)
 
 
+# What is read past the cut: longer than any secret the rules match whole, so one that starts
+# before the cut is redacted whole (a private key block with no end is redacted to the end).
+_CUT_MARGIN = 4096
+
+
 def clean(text: str, cap: int = STRING_CAP) -> str:
     """Redacted, then cut to ``cap`` bytes (never the other way round)."""
-    text = redact(text)
+    text = redact(text[: cap + _CUT_MARGIN])  # the rest is cut anyway: never redact a megabyte for 4 KB
     if len(text) * 4 <= cap:  # no character takes more than 4 bytes: short enough without encoding
         return text
     data = text.encode("utf-8")
