@@ -24,8 +24,6 @@ import unicodedata
 from dataclasses import dataclass
 from functools import cache
 
-from confusable_homoglyphs import confusables as _confusables
-
 _LEET = str.maketrans({
     "0": "o", "1": "i", "!": "i", "|": "i", "3": "e", "4": "a", "@": "a",
     "5": "s", "$": "s", "7": "t", "#": "h", "€": "e", "¡": "i",
@@ -46,7 +44,10 @@ _FILLERS = "\u115f\u1160\u17b4\u17b5\u180e\u2800\u3164\uffa0"
 
 def _confusable_with(target: str) -> set[str]:
     """Single characters Unicode's confusables table lists as look-alikes of ``target``, either way."""
-    data = _confusables.confusables_data
+    # Imported here: loading the table takes ~0.1 s, which every CLI command would pay otherwise.
+    from confusable_homoglyphs import confusables
+
+    data = confusables.confusables_data
     found = {h["c"] for h in data.get(target, []) if len(h["c"]) == 1}
     found |= {c for c, homoglyphs in data.items() if len(c) == 1 and any(h["c"] == target for h in homoglyphs)}
     return found
