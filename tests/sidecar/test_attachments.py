@@ -9,9 +9,12 @@ Refusals are asserted by their error codes.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -204,6 +207,26 @@ def test_the_folder_an_agent_attaches_from_is_the_one_its_harness_reported_not_o
     assert code_of(send_files(hive, "alice/web-codex", "look", ["/etc/passwd"], cwd="/etc")) == "attachment_home"
     assert inbox(hive, "web-codex") == []
     assert send_files(hive, "alice/web-codex", "fine", ["notes.md"], **{"from": "a1"})["ok"]
+
+
+def test_a_plugin_registering_from_inside_its_harness_sets_the_folder_its_agent_attaches_from(
+        hive: Hive, repo: Path, tmp_path: Path) -> None:
+    # A process that runs as opencode and registers its own session, as hive's opencode plugin does.
+    plugin = tmp_path / "opencode"
+    session = {"key": "o1", "agent": "opencode", "cwd": str(repo), "tier": "push"}
+    plugin.write_text(
+        "import json, os, socket\n"
+        f"session = {{**{session!r}, 'pid': os.getpid()}}\n"
+        "link = socket.socket(socket.AF_UNIX)\n"
+        f"link.connect({str(hive.paths.socket)!r})\n"
+        "link.sendall((json.dumps({'id': 1, 'op': 'register', 'session': session}) + '\\n').encode())\n"
+        "print(link.makefile().readline())\n")
+    done = subprocess.run([sys.executable, str(plugin)], capture_output=True, text=True, timeout=60, env=hive.env)
+    assert json.loads(done.stdout)["ok"], done
+    register(hive, "a2", "/src/web")
+    assert send_files(hive, "alice/web-codex", "see", ["notes.md"], **{"from": "o1"})["ok"]
+    assert code_of(send_files(hive, "alice/web-codex", "look", ["/etc/passwd"], **{"from": "o1"})) \
+        == "attachment_outside"
 
 
 def test_a_person_at_the_terminal_may_attach_any_text_file_and_a_process_without_one_may_not(
