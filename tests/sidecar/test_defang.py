@@ -9,7 +9,7 @@ import unicodedata
 
 import pytest
 from confusable_homoglyphs import confusables
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from hive.sidecar.defang import attr, brackets, defang, one_line
@@ -40,11 +40,11 @@ def _reader_view(text: str) -> str:
     folded = []
     for char in _entities_decoded(unicodedata.normalize("NFKC", text)):
         name = unicodedata.name(char, "")
-        if unicodedata.category(char) in ("Zs", "Zl", "Zp", "Cf", "Mn", "Me", "Cc") or char.isspace() \
-                or "FILLER" in name:
-            continue  # blanks and invisibles between bracket and name are read past
         if char in brackets() or _looks_like(char, "<") or "LESS-THAN" in name or ("ANGLE" in name and "LEFT" in name):
             folded.append("<")
+        elif unicodedata.category(char) in ("Zs", "Zl", "Zp", "Cf", "Mn", "Me", "Cc") or char.isspace() \
+                or "FILLER" in name:
+            continue  # blanks and invisibles between bracket and name are read past
         elif _looks_like(char, "/") or "SOLIDUS" in name:
             folded.append("/")
         else:
@@ -83,16 +83,18 @@ attack = st.builds(lambda a, b, g, c, d: a + b + g + c + d, st.text(max_size=20)
                    st.text(max_size=20))
 
 
-@settings(max_examples=1000)
+@settings(max_examples=1000, deadline=None)  # noisy shared machines: behaviour, not speed
 @given(st.one_of(st.text(), attack, st.lists(st.one_of(attack, st.text(max_size=5))).map("".join)))
 def test_defanged_text_never_opens_a_frame(text: str) -> None:
     assert not opens_a_frame(defang(text))
 
 
-@settings(max_examples=300)
+@settings(max_examples=300, deadline=None)
 @given(attack)
 def test_every_generated_forgery_is_changed_by_defang(text: str) -> None:
-    assert opens_a_frame(text)  # the family really forges a tag as a model reads it
+    # The family forges a tag as a model reads it, but for the rare draw where NFKC composes a gap's
+    # combining mark with the character before it (an entity's last digit: "&#X3C" + U+0301).
+    assume(opens_a_frame(text))
     assert defang(text) != text and not opens_a_frame(defang(text))
 
 
