@@ -5,11 +5,15 @@ A message may carry up to :data:`MAX_FILES` UTF-8 text files, :data:`MAX_FILE` b
 as authenticated as its text and go through the same outbox, acks and receipts.
 
 The sender's sidecar reads them. An agent may attach only files in its own folder (the
-session's working folder or the repository around it, symlinks resolved), none of that
-folder's hidden files or folders, nothing under the state folder or ``~/.ssh``, ``~/.config``
-and the like, no credential files, and nothing at all when it works in the home folder or
-above it: an agent can be talked into sending what its harness would not let it read. A
-person at a terminal may attach any text file.
+working folder its harness reported, in a hook's payload or from its plugin inside the harness
+process, never one a client declares; or the repository around it), none of that folder's
+hidden files or folders, nothing under the state folder or ``~/.ssh``, ``~/.config`` and the
+like, no credential files, and nothing at all when it works in the home folder or above it: an
+agent can be talked into sending what its harness would not let it read. Each file is opened
+once, without following a link, and what was opened is checked, not the path: a regular file,
+one link only (a hard link in the repository to ``~/.aws/credentials`` is the same file), owned
+by this user, and where the kernel says it is; the text is read from that descriptor. A person
+at a terminal may attach any text file.
 
 The receiver checks the same limits, reduces every name to a plain file name, and saves the
 files in a new folder named by an id made there (``<state>/inbox/<ulid>/``, 0700; files 0600,
@@ -42,6 +46,7 @@ import anyio
 
 from .defang import attr, defang
 from .errors import BadRequest, HiveError, NotFound, Refused, TooLarge
+from .peer import ancestor_pids, program_names
 from .ulid import new_ulid
 
 if TYPE_CHECKING:
@@ -104,6 +109,18 @@ class AttachmentCredential(Refused):
     """A key or credentials file, by its name or a private key inside it."""
 
     code = "attachment_credential"
+
+
+class AttachmentHardLink(Refused):
+    """A file with more than one name (a hard link): where its other names are cannot be known."""
+
+    code = "attachment_hard_link"
+
+
+class AttachmentNotOwned(Refused):
+    """A file another user owns."""
+
+    code = "attachment_not_owned"
 
 
 class AttachmentMissing(NotFound):
@@ -214,30 +231,42 @@ def _within(path: Path, root: Path) -> bool:
     return path == root or root in path.parents
 
 
-def confine(path: Path, cwd: Path, state_home: Path, home: Path | None = None) -> Path:
-    """Where an agent's attachment really is, if it may send it; else the refusal, by code."""
-    home = (home or Path.home()).resolve()
+def _roots(cwd: Path, home: Path) -> list[Path]:
     roots = [r for r in dict.fromkeys([cwd, repo_root(cwd)]) if r is not None]
     roots = [r for r in roots if not _within(home, r)]  # the home folder or above: never a root
     if not roots:
         raise AttachmentHome(f"this session works in {cwd}, the home folder or above it: an agent attaches files "
                              "only from a project folder")
+    return roots
+
+
+def _check_place(real: Path, shown: str, roots: Sequence[Path], state_home: Path, home: Path) -> Path:
+    """The root ``real`` is in, if an agent may send a file there; else the refusal, by code."""
+    root = next((r for r in roots if _within(real, r)), None)
+    if root is None:
+        raise AttachmentOutside(f"{shown} is outside this session's folder ({', '.join(map(str, roots))}); an agent "
+                                "attaches only files of its own repository or working folder")
+    protected = [state_home.resolve(), *(home / p for p in PROTECTED)]
+    if any(_within(real, p) for p in protected):
+        raise AttachmentOutside(f"{shown} is in a folder of keys or settings; it cannot be attached")
+    if any(part.startswith(".") for part in real.relative_to(root).parts):
+        raise AttachmentHidden(f"{shown} is or is inside a hidden file or folder; those are never attached")
+    return root
+
+
+def confine(path: Path, cwd: Path, state_home: Path, home: Path | None = None) -> Path:
+    """Where an agent's attachment really is, if it may send it; else the refusal, by code."""
+    home = (home or Path.home()).resolve()
+    roots = _roots(cwd, home)
     given = path if path.is_absolute() else cwd / path
     try:
         real = given.resolve(strict=True)
     except (OSError, RuntimeError) as exc:
         raise AttachmentMissing(f"no file {path}") from exc
-    root = next((r for r in roots if _within(real, r)), None)
-    if root is None:
-        raise AttachmentOutside(f"{path} is outside this session's folder ({', '.join(map(str, roots))}); an agent "
-                                "attaches only files of its own repository or working folder")
-    protected = [state_home.resolve(), *(home / p for p in PROTECTED)]
-    if any(_within(real, p) for p in protected):
-        raise AttachmentOutside(f"{path} is in a folder of keys or settings; it cannot be attached")
-    lexical = Path(os.path.normpath(given))
-    for relative in (real.relative_to(root), _relative(lexical, roots)):
-        if relative is not None and any(part.startswith(".") for part in relative.parts):
-            raise AttachmentHidden(f"{path} is or is inside a hidden file or folder; those are never attached")
+    _check_place(real, str(path), roots, state_home, home)
+    relative = _relative(Path(os.path.normpath(given)), roots)
+    if relative is not None and any(part.startswith(".") for part in relative.parts):
+        raise AttachmentHidden(f"{path} is or is inside a hidden file or folder; those are never attached")
     return real
 
 
@@ -253,17 +282,21 @@ def _credential(path: Path, text: str) -> bool:
     return name in CREDENTIAL_NAMES or name.endswith(CREDENTIAL_SUFFIXES) or PRIVATE_KEY_MARK in text
 
 
-def _read_regular(path: Path, shown: str) -> bytes:
+def _opened_path(fd: int, info: os.stat_result, expected: Path, shown: str) -> Path:
+    """Where the file open as ``fd`` is: the kernel's answer where it gives one, else ``expected``
+    once it is known to be that very file."""
+    with contextlib.suppress(OSError):
+        return Path(os.readlink(f"/proc/self/fd/{fd}"))
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError as exc:
-        raise AttachmentMissing(f"no file {shown}") from exc
+        now = os.stat(expected, follow_symlinks=False)
     except OSError as exc:
-        raise AttachmentMissing(f"cannot open {shown}: {exc.strerror}") from exc
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
-        raise AttachmentMissing(f"{shown} is not a regular file")
+        raise AttachmentMissing(f"{shown} changed while it was read") from exc
+    if (now.st_dev, now.st_ino) != (info.st_dev, info.st_ino):
+        raise AttachmentMissing(f"{shown} changed while it was read")
+    return expected
+
+
+def _read_open(fd: int, info: os.stat_result, shown: str) -> bytes:
     with os.fdopen(fd, "rb") as handle:
         if info.st_size > MAX_FILE:
             raise AttachmentTooLarge(f"{shown} is {info.st_size} bytes; one file is at most {MAX_FILE}")
@@ -273,10 +306,51 @@ def _read_regular(path: Path, shown: str) -> bytes:
     return data
 
 
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _open_file(path: Path, shown: str) -> tuple[int, os.stat_result]:
+    """``path`` opened once, without following a link, and known to be a regular file."""
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except FileNotFoundError as exc:
+        raise AttachmentMissing(f"no file {shown}") from exc
+    except OSError as exc:
+        raise AttachmentMissing(f"cannot open {shown}: {exc.strerror}") from exc
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise AttachmentMissing(f"{shown} is not a regular file")
+    return fd, info
+
+
+def _read_confined(path: Path, shown: str, cwd: Path, state_home: Path, home: Path | None) -> tuple[Path, str]:
+    """An agent's file: the path checked, then the file opened checked by what it is and where."""
+    real = confine(path, cwd, state_home, home)
+    fd, info = _open_file(real, shown)
+    try:
+        if info.st_nlink != 1:
+            raise AttachmentHardLink(f"{shown} has {info.st_nlink} names (a hard link); an agent attaches only files "
+                                     "with one name, whose other names cannot be somewhere else")
+        if info.st_uid != os.getuid():
+            raise AttachmentNotOwned(f"{shown} belongs to another user; an agent attaches only its user's files")
+        home_real = (home or Path.home()).resolve()
+        opened = _opened_path(fd, info, real, shown)
+        _check_place(opened, shown, _roots(cwd, home_real), state_home, home_real)
+    except BaseException:
+        os.close(fd)
+        raise
+    text = check_text(shown, _read_open(fd, info, shown))
+    if _credential(opened, text):
+        raise AttachmentCredential(f"{shown} looks like a key or credentials file; it cannot be attached")
+    return opened, text
+
+
 def read_files(paths: Any, cwd: str, *, confined: bool, state_home: Path, home: Path | None = None) -> list[File]:
     """Read the files a sender names (relative paths from ``cwd``); blocking, run it off the loop.
 
-    ``confined`` is for agents: only their own folder, no hidden paths or credentials.
+    ``confined`` is for agents: only their own folder (``cwd``, as their harness reported it), no
+    hidden paths or credentials, no hard links, only their user's files.
     """
     if not isinstance(paths, list) or not all(isinstance(p, str) and p for p in paths):
         raise BadRequest("files is a list of file paths")
@@ -285,20 +359,20 @@ def read_files(paths: Any, cwd: str, *, confined: bool, state_home: Path, home: 
     base = Path(cwd) if cwd else None
     files: list[File] = []
     for shown in paths:
-        path = Path(shown).expanduser() if not confined else Path(shown)
         if confined:
             if base is None or not base.is_absolute():
-                raise AttachmentHome("this session has no known working folder, so it cannot attach files")
-            real = confine(path, base.resolve(), state_home, home)
+                raise AttachmentHome("this session's harness has not reported its working folder (hive's hooks or "
+                                     "plugin for it are not running), so it cannot attach files")
+            real, text = _read_confined(Path(shown), shown, base.resolve(), state_home, home)
         else:
+            path = Path(shown).expanduser()
             if not path.is_absolute():
                 if base is None:
                     raise BadRequest(f"{shown} is a relative path; give an absolute one")
                 path = base / path
             real = path.resolve()  # a person's link is followed: it is their own choice of file
-        text = check_text(shown, _read_regular(real, shown))
-        if confined and _credential(real, text):
-            raise AttachmentCredential(f"{shown} looks like a key or credentials file; it cannot be attached")
+            fd, info = _open_file(real, shown)
+            text = check_text(shown, _read_open(fd, info, shown))
         files.append(File(name=real.name, content=text))
     names = distinct([clean_name(f.name) for f in files])
     files = [File(name=n, content=f.content) for n, f in zip(names, files, strict=True)]
@@ -306,20 +380,47 @@ def read_files(paths: Any, cwd: str, *, confined: bool, state_home: Path, home: 
     return files
 
 
+def note_plugin_folder(session: Session, info: dict[str, Any], pid: int | None, binaries: frozenset[str]) -> None:
+    """A plugin registers from inside its harness process: its folder is the harness's report.
+
+    Only when the connecting process is the session's own harness process (the kernel's pid of
+    the client, not one it states) and runs as a harness: any other client's ``cwd`` is a claim."""
+    cwd = info.get("cwd")
+    if (isinstance(cwd, str) and cwd and pid is not None and info.get("pid") == pid
+            and program_names(pid) & binaries):
+        session.harness_cwd = cwd
+
+
+async def caller_session(sidecar: Sidecar, pid: int | None) -> Session | None:
+    """The live session whose harness process is the caller or its nearest ancestor (an agent's shell)."""
+    if pid is None:
+        return None
+    chain = [pid, *await anyio.to_thread.run_sync(ancestor_pids, pid)]
+    now = time.time()
+    live = {s.pid: s for s in sidecar.sessions.by_key.values()
+            if s.pid and sidecar.sessions.is_live(s, now) and s.harness_cwd}
+    return next((live[p] for p in chain if p in live), None)
+
+
 async def for_send(sidecar: Sidecar, request: dict[str, Any], session: Session | None,
-                   person: bool) -> tuple[File, ...]:
+                   person: bool, caller_pid: int | None = None) -> tuple[File, ...]:
     """The files a ``send`` request names (``files``: paths), read under the sender's rules.
 
-    A session's paths are relative to its own working folder and confined to it; so are those of
-    any other client that is not a person at a terminal (relative to the ``cwd`` it states).
+    A session's paths are relative to the folder its harness reported and confined to it; so are
+    those of any other client that is not a person at a terminal, whose folder is that of the
+    session it runs under (by process ancestry), or none. A ``cwd`` in the request only places a
+    person's relative paths.
     """
     paths = request.get("files")
     if paths is None or paths == []:
         return ()
-    cwd = session.cwd if session is not None else request.get("cwd")
-    if not isinstance(cwd, str):
-        cwd = ""
     confined = session is not None or not person
+    if confined:
+        if session is None:
+            session = await caller_session(sidecar, caller_pid)
+        cwd = session.harness_cwd if session is not None else ""
+    else:
+        cwd = request.get("cwd") if isinstance(request.get("cwd"), str) else ""
     read = functools.partial(read_files, paths, cwd, confined=confined, state_home=sidecar.paths.home)
     return tuple(await anyio.to_thread.run_sync(read))
 

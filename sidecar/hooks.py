@@ -318,6 +318,7 @@ async def hook(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> d
         # it would leave a gone session that mail could be queued to and nobody would ever read.
         return {"stdout": point.no_opinion, "ids": [], "session": None}
     session = await refresh(sidecar, caller, request, force=point.event == "session.start")
+    session.harness_cwd = _cwd(caller, request) or session.harness_cwd  # what attachments are confined to
     nothing = {"stdout": point.no_opinion, "ids": [], "session": session.key}
     try:  # events, presence and overlaps; a failure there must not cost the hook its mail
         await observe.ingest(sidecar, caller.harness.name, point, caller.payload, session,

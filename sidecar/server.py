@@ -480,6 +480,7 @@ class Sidecar:
                           "turns it back on")
         hold = bool(request.get("hold") or request.get("push"))
         session, new = await self.sessions.register(info, conn.id if hold else None)
+        attachments.note_plugin_folder(session, info, conn.pid, harness_binaries())
         if new and session.repo:
             self.tasks.start_soon(projects.on_session, self, session.repo)  # a first session there proposes its person
         observe.UNMANAGED.discard(session.key)  # a client speaks for it
@@ -550,7 +551,7 @@ class Sidecar:
         else:
             sender, agent, repo = self.terminal, "", ""
             kind = "person" if conn.at_terminal else "agent"
-        carried = await attachments.for_send(self, request, sender_session, kind == "person")
+        carried = await attachments.for_send(self, request, sender_session, kind == "person", conn.pid)
         # A group goes out only from the person's own mailbox, and only once they confirm it in a
         # pop-up (or, with no desktop, at this client's terminal): see ask.confirm_group.
         group = sender_session is None and is_group(to)

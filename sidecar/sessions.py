@@ -46,6 +46,9 @@ class Session:
     # Connections that hold the session open (MCP servers, plugins); not stored.
     holders: set[int] = field(default_factory=set, repr=False, compare=False)
     push_failed: bool = field(default=False, repr=False, compare=False)
+    # The working folder the harness itself reported (hook payload, or its plugin in-process), which
+    # attachments are confined to; never what a client declares. Not stored: the next hook tells it again.
+    harness_cwd: str = field(default="", repr=False, compare=False)
 
     def live(self, now: float, ttl: float) -> bool:
         if self.ended_at is not None:
@@ -61,6 +64,7 @@ class Session:
         data = asdict(self)
         data.pop("holders")
         data.pop("push_failed")
+        data.pop("harness_cwd")
         return data
 
 

@@ -1,15 +1,20 @@
 """Files carried inside a message, between real sidecars on loopback and on one machine.
 
-The sender's sidecar reads the files under the sender's rules (an agent: its own folder only, no
-hidden or credential files); the receiver saves them in a folder it names, 0700, files 0600,
-and lists their paths after the message's frame. Refusals are asserted by their error codes.
+The sender's sidecar reads the files under the sender's rules (an agent: the folder its harness
+reported only, no hidden or credential files, no hard links); the receiver saves them in a folder
+it names, 0700, files 0600, and lists their paths after the message's frame. Sending sessions
+start as their harness starts them, through a hook whose payload names the working folder.
+Refusals are asserted by their error codes.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -24,6 +29,7 @@ from hive.sidecar.ulid import is_ulid, new_ulid
 
 from ..conftest import Hive, run_in_terminal
 from .test_mesh import _address, _key_of, _msg, _raw_link, _team_id, form_team, inbox, ok, register, sent, wait_for, who
+from .test_observe import claude, hook
 
 
 @pytest.fixture(autouse=True)
@@ -45,6 +51,12 @@ def repo() -> Iterator[Path]:
     shutil.rmtree(root, ignore_errors=True)
 
 
+def start(hive: Hive, key: str, cwd: str) -> str:
+    """A Claude Code session as its harness starts it: the SessionStart hook's payload names its folder."""
+    return str(hook(hive, "claude-code", "SessionStart", claude(key, cwd, "SessionStart", source="startup"),
+                    {"CLAUDECODE": "1"})["session"])
+
+
 def send_files(hive: Hive, to: str, body: str, files: list[str], **extra: Any) -> dict[str, Any]:
     return hive.request({"id": 1, "op": "send", "to": to, "body": body, "files": files, **extra}, timeout=30)
 
@@ -61,7 +73,7 @@ def mode(path: Path) -> int:
 def test_an_agents_files_cross_to_a_teammate_saved_privately_and_listed_after_the_frame(
         make_hive: Any, repo: Path) -> None:
     alice, bob = form_team(make_hive, ["alice", "bob"])
-    register(alice, "a1", str(repo / "src"), repo="acme/api")
+    start(alice, "a1", str(repo / "src"))
     register(bob, "b1", "/src/api")
     wait_for(lambda: any(s["address"] == "bob/api-codex" for s in who(alice)), what="bob's session")
 
@@ -90,7 +102,7 @@ def test_an_agents_files_cross_to_a_teammate_saved_privately_and_listed_after_th
 
 
 def test_a_file_sent_to_a_session_on_the_same_machine_is_saved_the_same_way(hive: Hive, repo: Path) -> None:
-    register(hive, "a1", str(repo))
+    start(hive, "a1", str(repo))
     register(hive, "a2", "/src/web")
     reply = send_files(hive, "alice/web-codex", "here", ["notes.md"], **{"from": "a1"})
     assert reply["ok"], reply
@@ -115,10 +127,10 @@ def test_an_agent_may_attach_only_plain_text_files_of_its_own_folder(hive: Hive,
             (repo / f"part{n}.txt").write_text("y" * (200 * 1024))
         for n in range(11):
             (repo / f"small{n}.txt").write_text("z\n")
-        register(hive, "a1", str(repo))
+        start(hive, "a1", str(repo))
         register(hive, "a2", "/src/web")
-        register(hive, "a3", str(Path.home()), agent="cursor")
-        register(hive, "a4", str(hive.home), agent="gemini")
+        start(hive, "a3", str(Path.home()))
+        start(hive, "a4", str(hive.home))
 
         def refused(files: list[str], sender: str = "a1") -> str:
             return code_of(send_files(hive, "alice/web-codex", "look", files, **{"from": sender}))
@@ -146,6 +158,77 @@ def test_an_agent_may_attach_only_plain_text_files_of_its_own_folder(hive: Hive,
         shutil.rmtree(outside, ignore_errors=True)
 
 
+def test_hard_links_in_the_repository_to_keys_and_settings_are_refused(
+        make_hive: Any, repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = Path(tempfile.mkdtemp(prefix="hive-home-", dir="/tmp")).resolve()  # one file system with the repo
+    try:
+        monkeypatch.setenv("HOME", str(home))
+        (home / ".aws").mkdir()
+        (home / ".aws" / "credentials").write_text("[default]\naws_secret_access_key = abc123\n")
+        (home / ".config" / "gh").mkdir(parents=True)
+        (home / ".config" / "gh" / "hosts.yml").write_text("github.com:\n  oauth_token: gho_abc\n")
+        hive = make_hive()
+        hive.start()
+        hive.cli("status", check=True)
+        assert (hive.home / "machine.key").exists()
+        targets = {"aws.txt": home / ".aws" / "credentials", "machine.txt": hive.home / "machine.key",
+                   "gh.txt": home / ".config" / "gh" / "hosts.yml"}
+        for name, target in targets.items():
+            os.link(target, repo / name)
+        (repo / "plain.txt").write_text("one name only\n")
+        start(hive, "a1", str(repo))
+        register(hive, "a2", "/src/web")
+        for name in targets:
+            assert code_of(send_files(hive, "alice/web-codex", "look", [name], **{"from": "a1"})) \
+                == "attachment_hard_link", name
+        assert inbox(hive, "web-codex") == []
+        assert send_files(hive, "alice/web-codex", "fine", ["plain.txt"], **{"from": "a1"})["ok"]
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def test_the_folder_an_agent_attaches_from_is_the_one_its_harness_reported_not_one_it_declares(
+        hive: Hive, repo: Path) -> None:
+    register(hive, "a2", "/src/web")
+    register(hive, "x1", "/etc")  # a client declaring a session in /etc, with no harness behind it
+    assert code_of(send_files(hive, "alice/web-codex", "look", ["passwd"], **{"from": "x1"})) == "attachment_home"
+    assert code_of(send_files(hive, "alice/web-codex", "look", ["/etc/passwd"], **{"from": "x1"})) \
+        == "attachment_home"
+    # Naming its own pid as the harness's does not make a client a harness's plugin.
+    ok(hive, "register", session={"key": "x2", "agent": "opencode", "cwd": "/etc", "pid": os.getpid()})
+    assert code_of(send_files(hive, "alice/web-codex", "look", ["passwd"], **{"from": "x2"})) == "attachment_home"
+    # A session its harness started in the repository, declared again in /etc, stays in the repository.
+    start(hive, "a1", str(repo))
+    register(hive, "a1", "/etc")
+    assert code_of(send_files(hive, "alice/web-codex", "look", ["passwd"], **{"from": "a1"})) == "attachment_missing"
+    assert code_of(send_files(hive, "alice/web-codex", "look", ["/etc/passwd"], **{"from": "a1"})) \
+        == "attachment_outside"
+    # A client with no session and no terminal names its folder in vain.
+    assert code_of(send_files(hive, "alice/web-codex", "look", ["/etc/passwd"], cwd="/etc")) == "attachment_home"
+    assert inbox(hive, "web-codex") == []
+    assert send_files(hive, "alice/web-codex", "fine", ["notes.md"], **{"from": "a1"})["ok"]
+
+
+def test_a_plugin_registering_from_inside_its_harness_sets_the_folder_its_agent_attaches_from(
+        hive: Hive, repo: Path, tmp_path: Path) -> None:
+    # A process that runs as opencode and registers its own session, as hive's opencode plugin does.
+    plugin = tmp_path / "opencode"
+    session = {"key": "o1", "agent": "opencode", "cwd": str(repo), "tier": "push"}
+    plugin.write_text(
+        "import json, os, socket\n"
+        f"session = {{**{session!r}, 'pid': os.getpid()}}\n"
+        "link = socket.socket(socket.AF_UNIX)\n"
+        f"link.connect({str(hive.paths.socket)!r})\n"
+        "link.sendall((json.dumps({'id': 1, 'op': 'register', 'session': session}) + '\\n').encode())\n"
+        "print(link.makefile().readline())\n")
+    done = subprocess.run([sys.executable, str(plugin)], capture_output=True, text=True, timeout=60, env=hive.env)
+    assert json.loads(done.stdout)["ok"], done
+    register(hive, "a2", "/src/web")
+    assert send_files(hive, "alice/web-codex", "see", ["notes.md"], **{"from": "o1"})["ok"]
+    assert code_of(send_files(hive, "alice/web-codex", "look", ["/etc/passwd"], **{"from": "o1"})) \
+        == "attachment_outside"
+
+
 def test_a_person_at_the_terminal_may_attach_any_text_file_and_a_process_without_one_may_not(
         hive: Hive, repo: Path) -> None:
     outside = Path(tempfile.mkdtemp(prefix="hive-out-", dir="/tmp"))
@@ -157,10 +240,11 @@ def test_a_person_at_the_terminal_may_attach_any_text_file_and_a_process_without
         assert code == 0, output
         [message] = inbox(hive, "web-codex")
         assert Path(message["files"][0]).read_text() == "the plan\n"  # a person's link is followed
-        # The same command from a process with no terminal (an agent's shell tool) is held to the agent's rules.
+        # The same command from a process with no terminal (an agent's shell tool) is held to the agent's rules:
+        # under no session's harness, it has no folder to attach from, whatever folder it runs in.
         result = hive.cli("send", "--file", str(outside / "plan.txt"), "alice/web-codex", "again")
         assert result.returncode != 0
-        assert result.stderr.rstrip().endswith("[attachment_outside]"), result.stderr
+        assert result.stderr.rstrip().endswith("[attachment_home]"), result.stderr
     finally:
         shutil.rmtree(outside, ignore_errors=True)
 
@@ -195,7 +279,7 @@ def test_files_from_a_peer_get_plain_names_in_a_folder_of_their_own_and_oversize
 def test_past_a_persons_hourly_quota_files_wait_in_the_senders_outbox(make_hive: Any, repo: Path) -> None:
     (repo / "half.txt").write_text("h" * 700)
     alice, bob = form_team(make_hive, ["alice", "bob"], {"bob": "[attachments]\nperson_hour = 1000\n"})
-    register(alice, "a1", str(repo))
+    start(alice, "a1", str(repo))
     register(bob, "b1", "/src/api")
     wait_for(lambda: any(s["address"] == "bob/api-codex" for s in who(alice)), what="bob's session")
     first = send_files(alice, "bob/api-codex", "one", ["half.txt"], **{"from": "a1"})["result"]["results"][0]
@@ -212,7 +296,7 @@ def test_past_a_persons_hourly_quota_files_wait_in_the_senders_outbox(make_hive:
 def test_a_held_messages_files_are_saved_only_once_it_is_approved_and_never_if_dropped(
         make_hive: Any, repo: Path) -> None:
     alice, bob = form_team(make_hive, ["alice", "bob"], {"bob": '[inbound.people]\nalice = "hold"\n'})
-    register(alice, "a1", str(repo))
+    start(alice, "a1", str(repo))
     register(bob, "b1", "/src/api")
     wait_for(lambda: any(s["address"] == "bob/api-codex" for s in who(alice)), what="bob's session")
     kept = send_files(alice, "bob/api-codex", "keep this", ["notes.md"], **{"from": "a1"})["result"]["results"][0]
@@ -260,7 +344,7 @@ def test_files_for_a_machine_whose_hive_takes_none_go_in_the_text_or_the_send_is
         make_hive: Any, repo: Path) -> None:
     (repo / "big.txt").write_text("b" * (70 * 1024))
     alice, bob = form_team(make_hive, ["alice", "bob"])
-    register(alice, "a1", str(repo))
+    start(alice, "a1", str(repo))
     bob.stop()  # the test speaks for bob's machine, as an older hive
 
     def small() -> Any:

@@ -16,6 +16,7 @@ from mcp_types import Implementation
 
 from .test_mcp_server import HIVE_MCP, _stderr_file, call, data, error_code, hive_mcp, text
 from .test_mesh import _TEAM, MESH, inbox, linked, ok, register, who
+from .test_observe import step
 
 pytestmark = pytest.mark.anyio
 
@@ -99,6 +100,8 @@ async def test_an_agent_joins_with_an_invite_line_and_sends_a_file_of_its_repo(m
         joined = data(await call(session, "team", as_="b1", action="join", link=line, person="bob"))
         assert joined["me"]["person"] == "bob"
         await until(lambda: any(s["address"] == "alice/web-codex" for s in who(bob)), "alice's session")
+        # Its harness's hook reported the folder it works in: the folder the agent may attach from.
+        await anyio.to_thread.run_sync(lambda: step(bob, "codex", "start", "b1", str(project)))
         sent = data(await call(session, "send_message", as_="b1", to="alice/web-codex", message="see the trace",
                                files=["trace.log"]))
         assert sent["results"][0]["state"] in ("queued", "delivered")

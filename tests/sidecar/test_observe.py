@@ -235,6 +235,75 @@ def test_the_same_call_reported_twice_is_stored_once_and_secrets_never_reach_the
     assert "command.executed" in shown and "s3cr3t" not in shown
 
 
+# A secret in each, passed the ways shell commands pass them: options, assignments, headers,
+# program-specific short options, config setters, URLs.
+SECRET = "Zq9xW7kP"
+SECRET_COMMANDS = [
+    f"mysql -u root -p{SECRET} shop", f"mysqldump -h db -u app -p'{SECRET}' shop > dump.sql",
+    f"mysql --password={SECRET} shop", f"psql --password {SECRET}", f"curl --token {SECRET} https://x.io",
+    f"aws configure set aws_secret_access_key {SECRET}", f"aws configure set aws_session_token {SECRET}",
+    f"export GITHUB_TOKEN={SECRET}", f"DB_PASSWORD={SECRET} ./run.sh", f"SECRET_KEY={SECRET} python app.py",
+    f"API_KEY='{SECRET}' npm start", f"env DB_PASS={SECRET} make", f"STRIPE_KEY={SECRET} node serve.js",
+    f'curl -H "Authorization: Bearer {SECRET}" https://api.x.io', f"curl -H 'authorization: token {SECRET}' x.io",
+    f"curl -u admin:{SECRET} https://x.io", f"sshpass -p {SECRET} ssh host", f"sshpass -p{SECRET} ssh host",
+    f"redis-cli -a {SECRET} ping", f"docker login -u me -p {SECRET} registry.io",
+    f"gh secret set DEPLOY --body {SECRET}", f"npm config set //registry.npmjs.org/:_authToken {SECRET}",
+    f"git clone https://me:{SECRET}@github.com/a/b", f"openssl enc -aes256 -pass pass:{SECRET} -in f",
+    f"zip -P {SECRET} out.zip f", f"7z a -p{SECRET} out.7z f",
+    f"kubectl create secret generic x --from-literal=password={SECRET}",
+    f"vault login -method=userpass username=me password={SECRET}", f"wget --http-password={SECRET} https://x.io",
+    f"""curl -d '{{"client_secret": "{SECRET}"}}' https://x.io""", f"heroku config:set AUTH_TOKEN={SECRET}",
+    f"mongosh -u admin -p {SECRET}", f'curl -H "Cookie: session={SECRET}" https://x.io',
+    f'az login -u me --password "{SECRET}"', f"PGPASSWORD={SECRET} psql -h db",
+    f"yarn config set npmAuthToken {SECRET}",
+]
+HARMLESS_COMMANDS = [
+    "git status", "mkdir -p build/out", "ssh -p 2222 me@host", "docker run -p 8080:80 nginx",
+    "export PATH=$PATH:/usr/local/bin", "cd $PWD/src && make", "pytest -k password_reset -x", "grep -rn token src/",
+    'git commit -m "rotate token handling"', "kubectl get secrets -n prod", "mysql -u root -p shop",
+    "npm install --save-dev typescript",
+]
+
+
+def _bash(sid: str, cwd: str, call: str, command: str) -> dict[str, Any]:
+    return claude(sid, cwd, "PostToolUse", tool_name="Bash", tool_use_id=call, tool_input={"command": command},
+                  tool_response={"exit_code": 0})
+
+
+def test_secrets_passed_as_options_assignments_and_headers_never_show_in_hive_events(hive: Hive,
+                                                                                      tmp_path: Path) -> None:
+    cwd, _ = git_repo(tmp_path / "api")
+    step(hive, "claude-code", "start", "c1", cwd)
+    commands = SECRET_COMMANDS + HARMLESS_COMMANDS
+    for n, command in enumerate(commands):
+        hook(hive, "claude-code", "PostToolUse", _bash("c1", cwd, f"toolu_{n}", command))
+    rows = events(hive, "c1")
+    executed = [e["command"] for e in rows if e["action"] == "command.executed"]
+    assert len(executed) == len(commands)
+    assert SECRET not in json.dumps(rows)
+    shown = hive.cli("events", "--session", "c1", "--limit", "1000", check=True).stdout
+    assert SECRET not in shown
+    assert shown.count("[REDACTED]") >= len(SECRET_COMMANDS)
+    assert executed[len(SECRET_COMMANDS):] == HARMLESS_COMMANDS  # the harmless ones are recorded as run
+    assert all(command in shown for command in HARMLESS_COMMANDS)
+
+
+def test_a_quoted_authorization_header_leaves_the_stored_detail_valid_json(hive: Hive, tmp_path: Path) -> None:
+    cwd, _ = git_repo(tmp_path / "api")
+    step(hive, "claude-code", "start", "c1", cwd)
+    command = 'curl -s -H "Authorization: Bearer s3cr3t" -H "Content-Type: application/json" https://api.x.io'
+    hook(hive, "claude-code", "PostToolUse", _bash("c1", cwd, "toolu_1", command))
+    long = {"command": "echo " + "x" * 5000, "description": "a long one"}
+    hook(hive, "claude-code", "PostToolUse", claude("c1", cwd, "PostToolUse", tool_name="Bash", tool_use_id="toolu_2",
+                                                     tool_input=long, tool_response={"exit_code": 0}))
+    details = [e["detail"] for e in events(hive, "c1") if e["action"] == "tool.completed"]
+    assert len(details) == 2
+    first, second = (json.loads(d) for d in details)  # valid JSON, however long the input was
+    assert first["command"] == ('curl -s -H "Authorization: Bearer [REDACTED]" -H "Content-Type: application/json" '
+                                "https://api.x.io")
+    assert second["description"] == "a long one" and second["command"].startswith("echo xxx")
+
+
 # ---- two machines --------------------------------------------------------------------------------
 
 
