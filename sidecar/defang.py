@@ -17,12 +17,19 @@ together with every character whose NFKC form or name says it is one.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import html
+import json
+import os
 import re
 import sys
 import unicodedata
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
+
+import platformdirs
 
 _LEET = str.maketrans({
     "0": "o", "1": "i", "!": "i", "|": "i", "3": "e", "4": "a", "@": "a",
@@ -83,7 +90,36 @@ class _Tables:
 
 @cache
 def _tables() -> _Tables:
-    """The bracket set and the role of every character, made once (the server builds it at start)."""
+    """The bracket set and the role of every character, made once (the server builds it at start).
+
+    Reading all of Unicode takes a second or more; the result depends only on this file, the
+    interpreter's Unicode data and the confusables table, so it is kept in the user's cache
+    folder under a key of those three and read back in milliseconds by the next sidecar."""
+    cache_file = _cache_file()
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        saved = json.loads(cache_file.read_text())
+        return _made(*(set(map(chr, saved[k])) for k in ("opening", "closing", "slashes", "gaps", "ampersands")))
+    sets = _scan()
+    with contextlib.suppress(OSError):
+        cache_file.parent.mkdir(parents=True, exist_ok=True)
+        partial = cache_file.with_name(f"{cache_file.name}.{os.getpid()}")
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            names = ("opening", "closing", "slashes", "gaps", "ampersands")
+            json.dump({k: sorted(map(ord, chars)) for k, chars in zip(names, sets, strict=True)}, out)
+        os.replace(partial, cache_file)
+    return _made(*sets)
+
+
+def _cache_file() -> Path:
+    from importlib.metadata import version
+
+    key = hashlib.sha256(Path(__file__).read_bytes())
+    key.update(f"{unicodedata.unidata_version}/{version('confusable-homoglyphs')}".encode())
+    return Path(platformdirs.user_cache_dir("hive")) / f"defang-{key.hexdigest()[:16]}.json"
+
+
+def _scan() -> tuple[set[str], set[str], set[str], set[str], set[str]]:
     opening, closing, slashes, gaps, ampersands = {"<"}, {">"}, {"/", "\\"}, set(_FILLERS), {"&"}
     for code in range(0x80, sys.maxunicode + 1):
         char = chr(code)
@@ -107,6 +143,10 @@ def _tables() -> _Tables:
     closing |= _confusable_with(">") - opening
     slashes |= (_confusable_with("/") | _confusable_with("\\")) - opening - closing
     gaps = (gaps | set(" \t\r\n\x0b\x0c")) - opening - closing - slashes
+    return opening, closing, slashes, gaps, ampersands
+
+
+def _made(opening: set[str], closing: set[str], slashes: set[str], gaps: set[str], ampersands: set[str]) -> _Tables:
     roles = {ord(c): _OTHER for c in (_GAP, _SLASH, _CLOSE, _OPEN, _OTHER)}
     for chars, role in ((gaps, _GAP), (slashes, _SLASH), (closing, _CLOSE), (opening, _OPEN)):
         roles.update(dict.fromkeys(map(ord, chars), role))

@@ -201,7 +201,7 @@ class Sidecar:
             self.mailbox = Mailbox(self.store, self.settings)
             self.mesh = Mesh(self)  # links to teammates' sidecars; idle until this machine is in a team
             await attach_team(self)  # sidecar.team; in a team, the roster's names replace config's
-            # Building the look-alike bracket table scans all of Unicode (~0.1 s): do it before
+            # The look-alike bracket table (a scan of all of Unicode, unless the cache has it): build it before
             # the first client waits on it, and off the event loop.
             await anyio.to_thread.run_sync(brackets)
             with contextlib.suppress(FileNotFoundError):

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import html
 import html.entities
+import json
+import os
 import re
+import subprocess
+import sys
 import unicodedata
+from pathlib import Path
+from typing import Any
 
 import pytest
 from confusable_homoglyphs import confusables
@@ -152,3 +158,21 @@ def test_attribute_values_cannot_end_the_attribute_or_tag(value: str) -> None:
 def test_one_line_fields_are_one_printable_line(value: str) -> None:
     line = one_line(value, limit=50)
     assert "\n" not in line and len(line) <= 50 and all(c.isprintable() for c in line)
+
+
+def _tables_in_a_fresh_process(cache: Path) -> dict[str, Any]:
+    code = ("import json; from hive.sidecar import defang; t = defang._tables(); "
+            "print(json.dumps({'opening': sorted(map(ord, t.opening)), 'roles': sorted(t.roles.items())}))")
+    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "XDG_CACHE_HOME": str(cache)},
+                          capture_output=True, text=True, timeout=120, check=True)
+    return json.loads(done.stdout)
+
+
+def test_the_bracket_table_a_sidecar_reads_from_the_cache_is_the_one_a_scan_of_unicode_makes(tmp_path: Path) -> None:
+    scanned = _tables_in_a_fresh_process(tmp_path)  # nothing cached yet: the scan, then the cache file
+    [saved] = (tmp_path / "hive").glob("defang-*.json")
+    assert saved.stat().st_mode & 0o777 == 0o600
+    assert _tables_in_a_fresh_process(tmp_path) == scanned
+    saved.write_text('{"opening": [60')  # cut short, as by a full disk
+    assert _tables_in_a_fresh_process(tmp_path) == scanned
+    assert ord("˂") in scanned["opening"]
