@@ -21,15 +21,12 @@ import contextlib
 import hashlib
 import html
 import json
-import os
 import re
 import sys
 import unicodedata
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-
-import platformdirs
 
 _LEET = str.maketrans({
     "0": "o", "1": "i", "!": "i", "|": "i", "3": "e", "4": "a", "@": "a",
@@ -88,35 +85,38 @@ class _Tables:
     trigger: re.Pattern[str]  # a character that may start a bracket, or an entity
 
 
+_SETS = ("opening", "closing", "slashes", "gaps", "ampersands")
+# The scan's result, shipped with hive for the Unicode data it was made with (regenerate it with
+# ``python -m hive.sidecar.defang``; tests/sidecar/test_defang.py checks it is current).
+SHIPPED_TABLE = Path(__file__).with_name("defang_table.json")
+
+
 @cache
 def _tables() -> _Tables:
     """The bracket set and the role of every character, made once (the server builds it at start).
 
-    Reading all of Unicode takes a second or more; the result depends only on this file, the
-    interpreter's Unicode data and the confusables table, so it is kept in the user's cache
-    folder under a key of those three and read back in milliseconds by the next sidecar."""
-    cache_file = _cache_file()
+    Reading all of Unicode takes a second or more on every sidecar start; the result depends only
+    on this file, the interpreter's Unicode data and the confusables table, so hive ships it under
+    a key of those three and scans only when the key differs (another Python, an edited rule)."""
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        saved = json.loads(cache_file.read_text())
-        return _made(*(set(map(chr, saved[k])) for k in ("opening", "closing", "slashes", "gaps", "ampersands")))
-    sets = _scan()
-    with contextlib.suppress(OSError):
-        cache_file.parent.mkdir(parents=True, exist_ok=True)
-        partial = cache_file.with_name(f"{cache_file.name}.{os.getpid()}")
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as out:
-            names = ("opening", "closing", "slashes", "gaps", "ampersands")
-            json.dump({k: sorted(map(ord, chars)) for k, chars in zip(names, sets, strict=True)}, out)
-        os.replace(partial, cache_file)
-    return _made(*sets)
+        shipped = json.loads(SHIPPED_TABLE.read_text())
+        if shipped["key"] == table_key():
+            return _made(*(set(map(chr, shipped[name])) for name in _SETS))
+    return _made(*_scan())
 
 
-def _cache_file() -> Path:
+def table_key() -> str:
     from importlib.metadata import version
 
     key = hashlib.sha256(Path(__file__).read_bytes())
     key.update(f"{unicodedata.unidata_version}/{version('confusable-homoglyphs')}".encode())
-    return Path(platformdirs.user_cache_dir("hive")) / f"defang-{key.hexdigest()[:16]}.json"
+    return key.hexdigest()[:16]
+
+
+def table_json() -> str:
+    """What :data:`SHIPPED_TABLE` holds: the key and each set as sorted code points."""
+    sets = dict(zip(_SETS, _scan(), strict=True))
+    return json.dumps({"key": table_key(), **{name: sorted(map(ord, chars)) for name, chars in sets.items()}}) + "\n"
 
 
 def _scan() -> tuple[set[str], set[str], set[str], set[str], set[str]]:
@@ -286,3 +286,7 @@ _ATTR_SAFE = re.compile(r"[^A-Za-z0-9._/@:+*-]")
 def attr(value: object, limit: int = 128) -> str:
     """A frame attribute value: only characters that cannot end the attribute or the tag."""
     return _ATTR_SAFE.sub("_", "" if value is None else str(value))[:limit]
+
+
+if __name__ == "__main__":
+    SHIPPED_TABLE.write_text(table_json())
