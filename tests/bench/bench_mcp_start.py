@@ -18,6 +18,12 @@ figure alike):
 
 It prints p50 and p90 of each figure and each p50's ratio to both baselines. Nothing is
 asserted. At the end the sidecar is stopped and the folder removed.
+
+Measured on the loaded 2-core dev machine (8 samples, p50 initialize, ratio to ``import mcp``):
+``hive mcp`` 3022 ms (1.21x) when it went through the CLI parser, 2556 ms (1.16x) once the
+console script goes straight to the server; ``python -m hive.sidecar.cli mcp`` still loads the
+CLI (1.3-2.0x). Module counts are steadier than times there: 748 imported before the server
+answered, now 615, of which 594 are the SDK's own.
 """
 
 from __future__ import annotations
