@@ -448,11 +448,22 @@ def _summary(harness_plans: list[HarnessPlan], files: dict[Path, FilePlan], out:
     return printed
 
 
+TABLE_WIDTH = 100
+MIN_LAST_COLUMN = 30
+
+
 def _table(rows: Iterable[tuple[str, ...]], out: TextIO) -> None:
     rows = list(rows)
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    indent = sum(widths) + 2 * len(widths)
+    # The last column (the plan: a list of files) is wrapped under itself to fit a terminal.
+    last = max(TABLE_WIDTH - indent, MIN_LAST_COLUMN)
     for row in rows:
-        print("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])) + "  " + row[-1], file=out)
+        lead = "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:-1])) + "  "
+        lines = textwrap.wrap(row[-1], width=last, break_long_words=False, break_on_hyphens=False) or [""]
+        print(lead + lines[0], file=out)
+        for line in lines[1:]:
+            print(" " * indent + line, file=out)
 
 
 def _intent(hplan: HarnessPlan, files: dict[Path, FilePlan], scope: Scope) -> str:

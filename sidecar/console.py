@@ -1,10 +1,16 @@
 """The ``hive`` console script.
 
-``hive hook <harness> <event>`` is what committed project files name (they cannot hold this
-machine's paths), and it runs on every tool call of every hooked session: it goes straight to
-the standard-library hook client instead of loading the CLI, whose parser pulls in the mesh,
-the gate and the lessons (about two seconds per call on a loaded machine). Everything else is
-``hive.sidecar.cli``.
+Two commands are started by harnesses, which wait on them, and skip the CLI, whose parser pulls in
+the mesh, the gate and the lessons (about two seconds per call on a loaded machine):
+
+- ``hive hook <harness> <event>`` is what committed project files name (they cannot hold this
+  machine's paths), and it runs on every tool call of every hooked session: it goes straight to
+  the standard-library hook client.
+- ``hive mcp`` is started once per session, and a harness gives it only a few seconds to answer
+  ``initialize`` (Claude Code: 5 s before the first turn, or that turn has no hive tools): it
+  goes straight to the MCP server.
+
+Everything else (``hive mcp --help`` too) is ``hive.sidecar.cli``.
 """
 
 from __future__ import annotations
@@ -18,6 +24,10 @@ def main() -> int:
         from hive.integrations.hook_command import run_hook
 
         return run_hook(argv[1], argv[2])
+    if argv == ["mcp"]:
+        from .mcp_server import main as mcp_main
+
+        return mcp_main()
     from .cli import main as cli_main
 
     return cli_main()

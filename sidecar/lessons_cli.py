@@ -255,10 +255,16 @@ def run(args: argparse.Namespace) -> int:
     return int(args.lessons_func(args))
 
 
+# lessons.KINDS, spelled out: every `hive` command builds this parser, and lessons.py is not light.
+LESSON_KINDS = ("convention", "correction", "gotcha", "decision", "routing", "preference", "workflow",
+                "debugging_pattern")
+
+
 def _add_proposal_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("text", nargs="+", help="the lesson in plain language (at most 1,200 characters); - reads stdin")
-    p.add_argument("--kind", required=True, choices=("convention", "correction", "gotcha", "decision", "routing",
-                                                     "preference", "workflow", "debugging_pattern"))
+    # A metavar: argparse would print all eight choices on one unwrappable line.
+    p.add_argument("--kind", required=True, metavar="KIND", choices=LESSON_KINDS,
+                   help=f"what sort of lesson: {', '.join(LESSON_KINDS[:-1])} or {LESSON_KINDS[-1]}")
     p.add_argument("--applicability", help="when it applies")
     p.add_argument("--scope", default="project", choices=("personal", "project", "team"))
     p.add_argument("--evidence", action="append", metavar="KIND:REF",

@@ -30,7 +30,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
@@ -41,13 +41,17 @@ from pydantic import Field
 from hive import skills
 
 from . import __version__
-from .client import Client
-from .config import slug
-from .defang import defang
-from .dialog import desktop_env
 from .errors import BadRequest, HiveError, NotFound, Unreachable
 from .paths import StatePaths, state_paths
 from .peer import ancestor_pids
+
+if TYPE_CHECKING:
+    from .client import Client
+
+# A harness waits only a few seconds for ``initialize`` and ``tools/list`` (Claude Code: 5 s
+# before the first turn), and the MCP SDK alone takes most of that on a loaded machine. So what
+# only a tool call needs (the sidecar client, defang, the desktop dialog, config) is imported
+# by the functions below when first called, not here.
 
 MAX_WAIT = 600.0
 HOOK_ARGUMENT = "_hook_session_id"
@@ -72,6 +76,21 @@ CLIENT_AGENTS = {
 ENV_AGENTS = (("CLAUDECODE", "claude-code"), ("GEMINI_CLI", "gemini"), ("OPENCODE", "opencode"),
               ("PI_CODING_AGENT", "pi"))
 
+
+def defang(text: str) -> str:
+    """:func:`hive.sidecar.defang.defang`, imported on first use (see above)."""
+    from .defang import defang as clean
+
+    return clean(text)
+
+
+def desktop_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """:func:`hive.sidecar.dialog.desktop_env`, imported on first use (see above)."""
+    from .dialog import desktop_env as env
+
+    return env(environ)
+
+
 def behaviour_rules() -> str:
     """The "How to behave" section of the bundled hive skill: the server's instructions."""
     text = (skills.ROOT / "hive" / "SKILL.md").read_text(encoding="utf-8")
@@ -92,6 +111,8 @@ def behaviour_rules() -> str:
 
 def agent_name(client_name: str | None, environ: Mapping[str, str]) -> str:
     if client_name:
+        from .config import slug
+
         return CLIENT_AGENTS.get(client_name) or slug(client_name) or "agent"
     for variable, agent in ENV_AGENTS:
         if environ.get(variable):
@@ -150,6 +171,8 @@ class SidecarLink:
         self.generation = 0  # bumped per connection: sessions are held per connection
 
     async def _hold(self, *, task_status: TaskStatus[Client]) -> None:
+        from .client import Client
+
         held: Client | None = None
         try:
             with anyio.CancelScope() as scope:

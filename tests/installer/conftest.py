@@ -433,3 +433,16 @@ def bare_machine() -> Iterator[Machine]:
     """A machine with an empty HOME."""
     with machine_context(with_clis=False, defaults=False) as m:
         yield m
+
+
+def plan_rows(out: str) -> dict[str, str]:
+    """The rows of ``hive setup``'s plan table by harness, each wrapped PLAN cell joined back into one line."""
+    rows: dict[str, str] = {}
+    harness = ""
+    for line in out.split("\nHARNESS", 1)[1].split("\n\n", 1)[0].splitlines()[1:]:
+        if line.startswith(" "):
+            rows[harness] += " " + line.strip()
+        else:
+            harness = line.split()[0]
+            rows[harness] = line
+    return rows

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.installer.conftest import CLIS, Machine, machine_context, require_cli
+from tests.installer.conftest import CLIS, Machine, machine_context, plan_rows, require_cli
 
 
 def listing(root: Path) -> dict[str, tuple[int, int] | str]:
@@ -43,7 +43,7 @@ def test_dry_run_and_doctor_change_nothing_under_home_with_every_harness_cli_on_
     dry = machine.setup("--dry-run")
     assert differences(before, listing(machine.home)) == []
     # The versions still show: read from each CLI's npm package.json, not from running it.
-    rows = {line.split()[0]: line for line in dry.splitlines()[3:9]}
+    rows = plan_rows(dry)
     for harness, (_, _, version) in CLIS.items():
         assert f" {version} " in rows[harness], rows[harness]
 

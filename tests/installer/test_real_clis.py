@@ -29,6 +29,7 @@ from tests.installer.conftest import (
     installed_version,
     machine_context,
     npm_pins,
+    plan_rows,
     preinstall_opencode_plugin,
     require_cli,
 )
@@ -191,7 +192,7 @@ def explain(harness: str, done: subprocess.CompletedProcess[str]) -> str:
 
 
 def test_setup_detects_every_cli_with_its_version_and_says_what_it_will_do(real: RealRun) -> None:
-    rows = {line.split()[0]: line for line in real.setup_out.splitlines()[3:9]}
+    rows = plan_rows(real.setup_out)
     for harness, (binary, package, _) in CLIS.items():
         version = installed_version(package)  # the pin, or the latest release under HIVE_E2E_LATEST
         assert f" {version} " in rows[harness] and f"/.bin/{binary}" in rows[harness], rows[harness]

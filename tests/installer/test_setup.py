@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from tests.installer.conftest import Machine
+from tests.installer.conftest import Machine, plan_rows
 
 HARNESSES = ("claude-code", "codex", "cursor", "gemini", "opencode", "pi")
 
@@ -72,7 +72,11 @@ def test_setup_wires_every_harness_found_and_keeps_the_persons_entries(machine: 
 
 def test_a_second_setup_changes_no_byte_and_remove_gives_back_every_original(machine: Machine) -> None:
     original = machine.snapshot()
-    machine.setup()
+    first = machine.setup()
+    # The plan table wraps its last column (a list of files) to fit a 100-column terminal.
+    table = first.split("\nHARNESS", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert len(table) > len(HARNESSES) and max(len(line) for line in table) <= 100, first
+    assert "wire: ~/.claude.json, ~/.claude/settings.json" in plan_rows(first)["claude-code"]
     wired = machine.snapshot()
     assert changed(original, wired) >= {".claude.json", ".claude/settings.json", ".codex/config.toml",
                                         ".gemini/settings.json", ".cursor/mcp.json", ".cursor/hooks.json",

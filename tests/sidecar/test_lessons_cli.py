@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -215,3 +217,12 @@ def test_import_brings_beacon_lessons_in_as_proposals_with_their_evidence(hive: 
     assert sorted(s["id"] for s in again["skipped"]) == ["c1", "c2", "c3", "m1", "m2"]
     missing = run(hive, "lessons", "import", "--db", str(tmp_path / "none.db"))
     assert error_code(missing) == "not_found"
+
+
+def test_propose_help_names_every_kind_and_fits_100_columns(hive: Hive) -> None:
+    # A 100-column terminal; argparse wraps its help text to it, but not a list of choices.
+    done = subprocess.run([sys.executable, "-m", "hive.sidecar.cli", "lessons", "propose", "--help"],
+                          env={**hive.env, "COLUMNS": "100"}, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0
+    assert "--kind KIND" in done.stdout and "debugging_pattern" in done.stdout
+    assert max(len(line) for line in done.stdout.splitlines()) <= 100
