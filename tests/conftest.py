@@ -61,9 +61,12 @@ def pytest_configure(config: pytest.Config) -> None:
     _HOST_NETNS = os.readlink("/proc/self/ns/net")
 
 
-def _sidecars_of_this_run() -> dict[int, Path]:
-    """pid -> HIVE_HOME of every live sidecar this test process (or what it started) started."""
+def _sidecars_of_this_run(nodeid: str) -> dict[int, Path]:
+    """pid -> HIVE_HOME of every live sidecar this test (its setup, body or what they started)
+    started: pytest names the running test in PYTEST_CURRENT_TEST, which child processes inherit,
+    so a sidecar another test leaked is not blamed on this one."""
     mark = f"{RUN_MARK}={os.environ[RUN_MARK]}".encode()
+    started_by = f"PYTEST_CURRENT_TEST={nodeid} (".encode()
     found: dict[int, Path] = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -75,7 +78,7 @@ def _sidecars_of_this_run() -> dict[int, Path]:
             environ = Path(entry.path, "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if mark in environ:
+        if mark in environ and any(v.startswith(started_by) for v in environ):
             home = next((v[len(b"HIVE_HOME="):] for v in environ if v.startswith(b"HIVE_HOME=")), b"")
             found[int(entry.name)] = Path(home.decode(errors="replace")) if home else Path()
     return found
@@ -169,7 +172,7 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     test fails, and one listening beyond loopback fails it."""
     def look() -> list[str]:
         stray = []
-        for pid, home in _sidecars_of_this_run().items():
+        for pid, home in _sidecars_of_this_run(item.nodeid).items():
             if home.parts:
                 sidecar_logs(home)
             stray += [f"sidecar {pid} ({home}): {where}" for where in _off_loopback(pid, home)]
