@@ -61,12 +61,12 @@ def pytest_configure(config: pytest.Config) -> None:
     _HOST_NETNS = os.readlink("/proc/self/ns/net")
 
 
-def _sidecars_of_this_run(nodeid: str) -> dict[int, Path]:
+def _sidecars_of_this_run(nodeid: str, phase: str = "") -> dict[int, Path]:
     """pid -> HIVE_HOME of every live sidecar this test (its setup, body or what they started)
     started: pytest names the running test in PYTEST_CURRENT_TEST, which child processes inherit,
     so a sidecar another test leaked is not blamed on this one."""
     mark = f"{RUN_MARK}={os.environ[RUN_MARK]}".encode()
-    started_by = f"PYTEST_CURRENT_TEST={nodeid} (".encode()
+    started_by = f"PYTEST_CURRENT_TEST={nodeid} ({phase}".encode()
     found: dict[int, Path] = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -188,6 +188,16 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
         pytest.fail("a test sidecar listens beyond loopback (give it loopback_config(), or run it in a "
                     "network namespace):\n" + "\n".join(stray), pytrace=False)
     return result
+
+
+@pytest.fixture(autouse=True)
+def _no_sidecar_outlives_its_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Torn down after every other fixture of the test: a sidecar its body started (a plugin that
+    started one again after its fixture stopped it) is stopped, so none runs on, unwatched."""
+    yield
+    for pid in _sidecars_of_this_run(request.node.nodeid, phase="call"):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
 
 
 @pytest.hookimpl(wrapper=True)
