@@ -125,8 +125,12 @@ def _off_loopback(pid: int, home: Path) -> list[str]:
     except OSError:
         return []
     listening = None
-    with contextlib.suppress(Exception):
-        listening = Hive(home).request({"id": 1, "op": "mesh"}, timeout=5)["result"]["listening"]
+    with contextlib.suppress(Exception), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(5)  # closed whatever happens (a sidecar gone since the scan refuses the connect)
+        sock.connect(str(StatePaths(home).socket))
+        sock.sendall(b'{"id":1,"op":"mesh"}\n')
+        with sock.makefile("rb") as reply:
+            listening = json.loads(reply.readline())["result"]["listening"]
     sockets = _socket_addresses(pid)
     bad = [f"{proto} {address}:{port}" for port in (listening, 5353) if port
            for proto, address, _ in sockets.get(port, []) if not _is_loopback(address)]
@@ -258,7 +262,11 @@ class Hive:
     def connect(self, timeout: float = 10) -> Iterator[RawConnection]:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(timeout)
-        sock.connect(str(self.paths.socket))
+        try:
+            sock.connect(str(self.paths.socket))
+        except OSError:
+            sock.close()
+            raise
         conn = RawConnection(sock)
         try:
             yield conn
