@@ -61,9 +61,12 @@ def pytest_configure(config: pytest.Config) -> None:
     _HOST_NETNS = os.readlink("/proc/self/ns/net")
 
 
-def _sidecars_of_this_run() -> dict[int, Path]:
-    """pid -> HIVE_HOME of every live sidecar this test process (or what it started) started."""
+def _sidecars_of_this_run(nodeid: str, phase: str = "") -> dict[int, Path]:
+    """pid -> HIVE_HOME of every live sidecar this test (its setup, body or what they started)
+    started: pytest names the running test in PYTEST_CURRENT_TEST, which child processes inherit,
+    so a sidecar another test leaked is not blamed on this one."""
     mark = f"{RUN_MARK}={os.environ[RUN_MARK]}".encode()
+    started_by = f"PYTEST_CURRENT_TEST={nodeid} ({phase}".encode()
     found: dict[int, Path] = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -75,7 +78,7 @@ def _sidecars_of_this_run() -> dict[int, Path]:
             environ = Path(entry.path, "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if mark in environ:
+        if mark in environ and any(v.startswith(started_by) for v in environ):
             home = next((v[len(b"HIVE_HOME="):] for v in environ if v.startswith(b"HIVE_HOME=")), b"")
             found[int(entry.name)] = Path(home.decode(errors="replace")) if home else Path()
     return found
@@ -122,8 +125,12 @@ def _off_loopback(pid: int, home: Path) -> list[str]:
     except OSError:
         return []
     listening = None
-    with contextlib.suppress(Exception):
-        listening = Hive(home).request({"id": 1, "op": "mesh"}, timeout=5)["result"]["listening"]
+    with contextlib.suppress(Exception), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(5)  # closed whatever happens (a sidecar gone since the scan refuses the connect)
+        sock.connect(str(StatePaths(home).socket))
+        sock.sendall(b'{"id":1,"op":"mesh"}\n')
+        with sock.makefile("rb") as reply:
+            listening = json.loads(reply.readline())["result"]["listening"]
     sockets = _socket_addresses(pid)
     bad = [f"{proto} {address}:{port}" for port in (listening, 5353) if port
            for proto, address, _ in sockets.get(port, []) if not _is_loopback(address)]
@@ -169,7 +176,7 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
     test fails, and one listening beyond loopback fails it."""
     def look() -> list[str]:
         stray = []
-        for pid, home in _sidecars_of_this_run().items():
+        for pid, home in _sidecars_of_this_run(item.nodeid).items():
             if home.parts:
                 sidecar_logs(home)
             stray += [f"sidecar {pid} ({home}): {where}" for where in _off_loopback(pid, home)]
@@ -185,6 +192,16 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
         pytest.fail("a test sidecar listens beyond loopback (give it loopback_config(), or run it in a "
                     "network namespace):\n" + "\n".join(stray), pytrace=False)
     return result
+
+
+@pytest.fixture(autouse=True)
+def _no_sidecar_outlives_its_test(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Torn down after every other fixture of the test: a sidecar its body started (a plugin that
+    started one again after its fixture stopped it) is stopped, so none runs on, unwatched."""
+    yield
+    for pid in _sidecars_of_this_run(request.node.nodeid, phase="call"):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
 
 
 @pytest.hookimpl(wrapper=True)
