@@ -398,7 +398,7 @@ def test_project_files_hold_no_path_of_this_machine_so_the_team_can_commit_them(
         assert not found, f"{path.relative_to(project)} names {found}"
     # The hive every teammate has on PATH: `hive mcp` and `hive hook <harness> <event>`.
     assert json.loads((project / ".mcp.json").read_text())["mcpServers"]["hive"] == {
-        "type": "stdio", "command": "hive", "args": ["mcp"]}
+        "type": "stdio", "command": "hive", "args": ["mcp"], "alwaysLoad": True}
     assert tomllib.loads((project / ".codex/config.toml").read_text())["mcp_servers"]["hive"]["command"] == "hive"
     commands = [handler["command"] for groups in json.loads((project / ".codex/hooks.json").read_text())[
         "hooks"].values() for group in groups for handler in group["hooks"]]
