@@ -128,9 +128,13 @@ def hook(hive: Hive, event: str, payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def lesson_lines(reply: dict[str, Any]) -> list[str]:
-    """The <hive-lesson> lines of a hook reply (Claude Code's: JSON with additionalContext)."""
+    """The <hive-lesson> lines of a hook reply (Claude Code's: JSON with additionalContext, or at
+    Stop the text on stderr with exit 2)."""
     stdout = reply["stdout"]
-    context = json.loads(stdout)["hookSpecificOutput"]["additionalContext"] if stdout.strip() else ""
+    if reply.get("exit") == 2:
+        context = reply["stderr"]
+    else:
+        context = json.loads(stdout)["hookSpecificOutput"]["additionalContext"] if stdout.strip() else ""
     return [line for line in context.splitlines() if "<hive-lesson " in line]
 
 
