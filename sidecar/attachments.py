@@ -13,7 +13,9 @@ agent can be talked into sending what its harness would not let it read. Each fi
 once, without following a link, and what was opened is checked, not the path: a regular file,
 one link only (a hard link in the repository to ``~/.aws/credentials`` is the same file), owned
 by this user, and where the kernel says it is; the text is read from that descriptor. A person
-at a terminal may attach any text file.
+at a terminal may attach any text file; the person's own command without a terminal (not an
+agent's, by the same test as the rest of the sidecar: peer.agent_reason) attaches under the
+agent's rules from the folder it runs in.
 
 The receiver checks the same limits, reduces every name to a plain file name, and saves the
 files in a new folder named by an id made there (``<state>/inbox/<ulid>/``, 0700; files 0600,
@@ -402,23 +404,39 @@ async def caller_session(sidecar: Sidecar, pid: int | None) -> Session | None:
     return next((live[p] for p in chain if p in live), None)
 
 
-async def for_send(sidecar: Sidecar, request: dict[str, Any], session: Session | None,
-                   person: bool, caller_pid: int | None = None) -> tuple[File, ...]:
+def process_cwd(pid: int | None) -> str:
+    """The folder process ``pid`` runs in, as the kernel says (Linux /proc); "" when unknown."""
+    if not pid:
+        return ""
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:
+        return ""
+
+
+async def for_send(sidecar: Sidecar, request: dict[str, Any], session: Session | None, *,
+                   by_agent: bool, at_terminal: bool, caller_pid: int | None = None) -> tuple[File, ...]:
     """The files a ``send`` request names (``files``: paths), read under the sender's rules.
 
-    A session's paths are relative to the folder its harness reported and confined to it; so are
-    those of any other client that is not a person at a terminal, whose folder is that of the
-    session it runs under (by process ancestry), or none. A ``cwd`` in the request only places a
-    person's relative paths.
+    An agent's paths (a session's, or those of a client an agent harness started, see
+    peer.agent_reason) are relative to the folder its harness reported and confined to it: a
+    client with no session gets the folder of the session whose harness it runs under, or none.
+    The person's own command is not an agent's: at a terminal it may attach any text file (a
+    ``cwd`` in the request places its relative paths); without one (a script, a cron job) it is
+    confined the same way to the folder it runs in, as the kernel says, never a folder it names.
     """
     paths = request.get("files")
     if paths is None or paths == []:
         return ()
-    confined = session is not None or not person
-    if confined:
+    confined = session is not None or by_agent or not at_terminal
+    if session is not None or by_agent:
         if session is None:
             session = await caller_session(sidecar, caller_pid)
         cwd = session.harness_cwd if session is not None else ""
+    elif confined:
+        cwd = await anyio.to_thread.run_sync(process_cwd, caller_pid)
+        if not cwd:
+            raise AttachmentHome("the folder this command runs in cannot be read, so it cannot attach files")
     else:
         cwd = request.get("cwd") if isinstance(request.get("cwd"), str) else ""
     read = functools.partial(read_files, paths, cwd, confined=confined, state_home=sidecar.paths.home)

@@ -551,7 +551,8 @@ class Sidecar:
         else:
             sender, agent, repo = self.terminal, "", ""
             kind = "person" if conn.at_terminal else "agent"
-        carried = await attachments.for_send(self, request, sender_session, kind == "person", conn.pid)
+        carried = await attachments.for_send(self, request, sender_session, by_agent=conn.by_agent,
+                                             at_terminal=conn.at_terminal, caller_pid=conn.pid)
         # A group goes out only from the person's own mailbox, and only once they confirm it in a
         # pop-up (or, with no desktop, at this client's terminal): see ask.confirm_group.
         group = sender_session is None and is_group(to)

@@ -30,6 +30,7 @@ from hive.sidecar.ulid import is_ulid, new_ulid
 from ..conftest import Hive, run_in_terminal
 from .test_mesh import _address, _key_of, _msg, _raw_link, _team_id, form_team, inbox, ok, register, sent, wait_for, who
 from .test_observe import claude, hook
+from .test_team import AGENT_RUNS, HIVE
 
 
 @pytest.fixture(autouse=True)
@@ -169,7 +170,7 @@ def test_hard_links_in_the_repository_to_keys_and_settings_are_refused(
         (home / ".config" / "gh" / "hosts.yml").write_text("github.com:\n  oauth_token: gho_abc\n")
         hive = make_hive()
         hive.start()
-        hive.cli("status", check=True)
+        hive.cli("init", "acme", "--as", "alice", check=True)  # the machine key is made for a team
         assert (hive.home / "machine.key").exists()
         targets = {"aws.txt": home / ".aws" / "credentials", "machine.txt": hive.home / "machine.key",
                    "gh.txt": home / ".config" / "gh" / "hosts.yml"}
@@ -203,8 +204,8 @@ def test_the_folder_an_agent_attaches_from_is_the_one_its_harness_reported_not_o
     assert code_of(send_files(hive, "alice/web-codex", "look", ["passwd"], **{"from": "a1"})) == "attachment_missing"
     assert code_of(send_files(hive, "alice/web-codex", "look", ["/etc/passwd"], **{"from": "a1"})) \
         == "attachment_outside"
-    # A client with no session and no terminal names its folder in vain.
-    assert code_of(send_files(hive, "alice/web-codex", "look", ["/etc/passwd"], cwd="/etc")) == "attachment_home"
+    # A client with no session and no terminal names its folder in vain: the one it runs in counts.
+    assert code_of(send_files(hive, "alice/web-codex", "look", ["/etc/passwd"], cwd="/etc")) == "attachment_outside"
     assert inbox(hive, "web-codex") == []
     assert send_files(hive, "alice/web-codex", "fine", ["notes.md"], **{"from": "a1"})["ok"]
 
@@ -229,7 +230,7 @@ def test_a_plugin_registering_from_inside_its_harness_sets_the_folder_its_agent_
         == "attachment_outside"
 
 
-def test_a_person_at_the_terminal_may_attach_any_text_file_and_a_process_without_one_may_not(
+def test_a_person_at_the_terminal_may_attach_any_text_file_their_script_only_its_folders_and_an_agents_shell_none(
         hive: Hive, repo: Path) -> None:
     outside = Path(tempfile.mkdtemp(prefix="hive-out-", dir="/tmp"))
     try:
@@ -240,11 +241,23 @@ def test_a_person_at_the_terminal_may_attach_any_text_file_and_a_process_without
         assert code == 0, output
         [message] = inbox(hive, "web-codex")
         assert Path(message["files"][0]).read_text() == "the plan\n"  # a person's link is followed
-        # The same command from a process with no terminal (an agent's shell tool) is held to the agent's rules:
-        # under no session's harness, it has no folder to attach from, whatever folder it runs in.
-        result = hive.cli("send", "--file", str(outside / "plan.txt"), "alice/web-codex", "again")
-        assert result.returncode != 0
-        assert result.stderr.rstrip().endswith("[attachment_home]"), result.stderr
+        # The person's command with no terminal (a script) is held to the agent's rules in the folder it runs in.
+        script = subprocess.run([*HIVE, "send", "--file", str(outside / "plan.txt"), "alice/web-codex", "again"],
+                                env=hive.env, cwd=repo, capture_output=True, text=True, timeout=60)
+        assert script.stderr.rstrip().endswith("[attachment_outside]"), script.stderr
+        script = subprocess.run([*HIVE, "send", "--file", ".env", "alice/web-codex", "again"],
+                                env=hive.env, cwd=repo, capture_output=True, text=True, timeout=60)
+        assert script.stderr.rstrip().endswith("[attachment_hidden]"), script.stderr
+        # The same command in an agent's shell tool, under no session's harness, has no folder to attach
+        # from, whatever folder it runs in (here the very folder the file is in).
+        harness = outside / "claude"
+        harness.symlink_to(sys.executable)
+        agent = subprocess.run([str(harness), "-c", AGENT_RUNS, *HIVE, "send", "--file", "plan.txt",
+                                "alice/web-codex", "again"], env=hive.env, cwd=outside, capture_output=True,
+                               text=True, timeout=60, start_new_session=True)
+        assert agent.returncode != 0
+        assert agent.stderr.rstrip().endswith("[attachment_home]"), agent.stderr
+        assert len(inbox(hive, "web-codex")) == 1
     finally:
         shutil.rmtree(outside, ignore_errors=True)
 
