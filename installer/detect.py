@@ -90,8 +90,10 @@ def _probe_version(binary: Path, args: tuple[str, ...]) -> tuple[str | None, str
             env[var] = str(Path(scratch) / var.lower())
             os.mkdir(env[var])
         try:
+            # A session of its own: a harness sharing the person's session makes the sidecar take the
+            # person's other hive commands for its agent's while it runs (sidecar/peer.py).
             done = subprocess.run([str(binary), *args], stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                                  timeout=VERSION_TIMEOUT, env=env, cwd=scratch)
+                                  timeout=VERSION_TIMEOUT, env=env, cwd=scratch, start_new_session=True)
         except subprocess.TimeoutExpired:
             return None, f"`{binary.name} {' '.join(args)}` did not answer in {VERSION_TIMEOUT:.0f}s"
         except OSError as exc:

@@ -200,7 +200,8 @@ def _codex_hooks(binary: Path, hooks_file: Path) -> list[dict[str, Any]]:
         copy = str(home / hooks_file.name)
         env = {**os.environ, "CODEX_HOME": str(home)}
         process = subprocess.Popen([str(binary), "app-server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                   stderr=subprocess.DEVNULL, cwd=scratch, env=env, text=True)
+                                   stderr=subprocess.DEVNULL, cwd=scratch, env=env, text=True,
+                                   start_new_session=True)  # see detect._probe_version: not the person's session
         assert process.stdin is not None and process.stdout is not None
         try:
             process.stdin.write("".join(json.dumps(r) + "\n" for r in requests))

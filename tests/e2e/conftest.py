@@ -147,7 +147,7 @@ def claude_cli(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
 def _version_of(binary: Path) -> str:
     try:
         done = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60,
-                              env={**os.environ, "NO_COLOR": "1"})
+                              env={**os.environ, "NO_COLOR": "1"}, start_new_session=True)
         printed = (done.stdout or done.stderr).strip().splitlines()
         return printed[0] if printed else f"(exit {done.returncode}, nothing printed)"
     except (OSError, subprocess.TimeoutExpired) as exc:

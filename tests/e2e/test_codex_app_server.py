@@ -69,7 +69,8 @@ def daemon(model: ModelServer) -> Iterator[Daemon]:
     env = {"HOME": str(root), "CODEX_HOME": str(home), "FAKE_OPENAI_KEY": "sk-fake", "PATH": "/usr/bin:/bin",
            "NO_COLOR": "1"}
     process = subprocess.Popen([str(require_cli(HARNESS)), "app-server", "--listen", "unix://"], env=env,
-                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               start_new_session=True)
     daemon = Daemon(home, process)
     try:
         def answers() -> bool:

@@ -232,7 +232,7 @@ def stop_codex_daemon(machine: HarnessMachine) -> None:
     then its pid-update loop, which that command leaves running (by the pid Codex recorded)."""
     with contextlib.suppress(subprocess.TimeoutExpired):
         subprocess.run([str(require_cli("codex")), "app-server", "daemon", "stop"], env=machine.env(),
-                       capture_output=True, timeout=60)
+                       capture_output=True, timeout=60, start_new_session=True)
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         record = machine.home / ".codex" / "app-server-daemon" / "daemon-updater.pid"
         pid = int(json.loads(record.read_text(encoding="utf-8"))["pid"])

@@ -134,8 +134,10 @@ class Machine:
 
     def run(self, argv: list[str], cwd: Path | None = None, timeout: float = 120, input: str | None = None,
             **extra: str) -> subprocess.CompletedProcess[str]:
+        # A session of its own, as a harness a person starts in a terminal has: a harness in the
+        # test runner's session would make every other test's hive command look like its agent's.
         return subprocess.run(argv, cwd=cwd or self.project, env=self.env(**extra), input=input,
-                              capture_output=True, text=True, timeout=timeout)
+                              capture_output=True, text=True, timeout=timeout, start_new_session=True)
 
     def write(self, relative: str, text: str) -> Path:
         path = self.home / relative
