@@ -9,8 +9,11 @@ facts in ``/proc``. A process is an agent's (:func:`agent_reason`) when any of t
   that was handed to init (or to a ``systemd --user`` subreaper): ``setsid -f hive …`` from an
   agent's shell cuts the ancestry, and this is what that leaves behind. A person's commands run
   in a terminal, or under a parent that is still there;
-- it shares a process group, a session or a terminal with a running harness of this user: a
-  tool call's ``(hive … &)`` is handed to init but keeps its harness's group, session and tty.
+- it was handed to init inside a session it does not lead, and shares a process group, a session
+  or a terminal with a running harness of this user: a tool call's ``(hive … &)`` is handed to init
+  but keeps its harness's group, session and tty. A process that still descends from its session's
+  leader is not judged by what else runs in that session: a person's terminal, or a test runner,
+  may run a harness beside the person's own commands.
 
 A person's terminal (:func:`person_at_terminal`) is a controlling terminal in a process that is
 not an agent's. This decides who may address groups, change the team, review
@@ -140,6 +143,17 @@ def detached(pid: int) -> bool:
     return False
 
 
+def orphaned_in_session(pid: int) -> bool:
+    """Whether ``pid``, or an ancestor below its session's leader, was handed to init (a double fork)."""
+    for current in (pid, *ancestor_pids(pid)):
+        found = proc_stat(current)
+        if found is None or found.sid == current:
+            return False  # its session's leader, reached by parents that are all still there
+        if _orphan_keeper(found.ppid):
+            return True
+    return False
+
+
 def running_harnesses(binaries: Iterable[str], uid: int | None = None) -> list[tuple[int, Stat]]:
     """This user's running harness processes, with their stat (Linux /proc)."""
     wanted = set(binaries)
@@ -170,18 +184,20 @@ def agent_reason(pid: int | None, binaries: Iterable[str]) -> str:
     if not pid or not Path(f"/proc/{pid}").exists():
         return ""
     wanted = set(binaries)
+    if program_names(pid) & wanted:
+        return "it is an agent harness"
     for ancestor in ancestor_pids(pid):
         names = program_names(ancestor) & wanted
         if names:
             return f"it runs under the agent harness {min(names)} (pid {ancestor})"
     if detached(pid):
         return "it was detached from any terminal and from whatever started it (setsid)"
+    if not orphaned_in_session(pid):
+        return ""
     chain = [found for found in map(proc_stat, (pid, *ancestor_pids(pid))) if found is not None]
     groups = ({found.pgid for found in chain} | {found.sid for found in chain}) - {0}
     ttys = {found.tty for found in chain} - {0}
     for harness, stat in running_harnesses(wanted):
-        if harness == pid:
-            return "it is an agent harness"
         if stat.pgid in groups or stat.sid in groups or stat.tty in ttys:
             return f"it shares a process group, session or terminal with the agent harness pid {harness}"
     return ""

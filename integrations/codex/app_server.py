@@ -264,8 +264,10 @@ async def queue(codex: Path, home: Path, thread: str, text: str) -> Delivery:
     """``codex queue --thread``: the CLI's own way to hand a thread a message."""
     env = {**os.environ, "CODEX_HOME": str(home)}
     with anyio.fail_after(QUEUE_DEADLINE):
+        # A session of its own, as every harness process hive starts: one in its caller's session
+        # makes the sidecar take that session's other hive commands for an agent's (sidecar/peer.py).
         done = await anyio.run_process([str(codex), "queue", "--thread", thread, "--message", text],
-                                       env=env, check=False)
+                                       env=env, check=False, start_new_session=True)
     if done.returncode != 0:
         reason = (done.stderr or done.stdout).decode("utf-8", "replace").strip().splitlines()
         raise PushFailed(f"codex queue exited {done.returncode}: {(reason or [''])[-1][:200]}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -13,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from hive.sidecar import roster
+from hive.sidecar import peer, roster
 from hive.sidecar.config import load_settings
 from hive.sidecar.identity import KeyUnavailable
 from hive.sidecar.mailbox import Mailbox
@@ -471,6 +472,25 @@ def test_both_halves_of_a_join_ask_the_person_when_an_agent_runs_them(
     replies = agent_requests(harness, carol, {"op": "team_init", "team": "evil2", "person": "carol"})
     assert replies[0]["error"]["code"] == "needs_person"
     assert labels(call(alice, "team_show")) == {"alice@m1", "bob@m2"}
+
+
+
+def test_a_persons_own_request_beside_a_harness_in_the_same_session_is_still_the_persons(
+        make_hive: MakeHive, empty_runtime: Path, tmp_path: Path) -> None:
+    """A terminal (or a test runner) may run a harness next to the person's own commands: sharing a
+    session with it makes a process an agent's only once it was cut loose from its parents."""
+    alice, _bob, harness, _link = a_team_without_desktops(make_hive, empty_runtime, tmp_path)
+    beside = subprocess.Popen([str(harness), "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        assert beside.stdin is not None
+        deadline = time.monotonic() + 30
+        while harness.name not in peer.program_names(beside.pid):
+            assert time.monotonic() < deadline, "the stand-in harness did not start"
+            time.sleep(0.05)
+        assert call(alice, "team_invite")["link"]
+        assert not peer.agent_reason(os.getpid(), [harness.name])
+    finally:
+        beside.communicate(timeout=30)
 
 
 # Every op the sidecar serves, classified: the person confirms these when an agent asks (or always,
