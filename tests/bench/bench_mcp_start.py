@@ -30,16 +30,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import IO, Any
+
+from bench_hook import percentile, request  # this folder is on sys.path when a benchmark runs
 
 from hive.sidecar.client import start_detached
 from hive.sidecar.paths import StatePaths
@@ -49,22 +49,6 @@ INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
     "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "claude-code", "version": "bench"}}}
 INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 TOOLS_LIST = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
-
-
-def percentile(samples: list[float], pct: float) -> float:
-    ordered = sorted(samples)
-    return ordered[max(math.ceil(pct / 100 * len(ordered)) - 1, 0)]
-
-
-def request(paths: StatePaths, payload: dict[str, Any]) -> dict[str, Any]:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.connect(str(paths.socket))
-        sock.sendall(json.dumps(payload).encode() + b"\n")
-        with sock.makefile("rb") as reader:
-            reply = json.loads(reader.readline())
-    if not reply.get("ok"):
-        raise RuntimeError(reply)
-    return reply["result"]
 
 
 def _write(stream: IO[bytes], message: dict[str, Any]) -> None:
