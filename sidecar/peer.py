@@ -9,11 +9,12 @@ facts in ``/proc``. A process is an agent's (:func:`agent_reason`) when any of t
   that was handed to init (or to a ``systemd --user`` subreaper): ``setsid -f hive …`` from an
   agent's shell cuts the ancestry, and this is what that leaves behind. A person's commands run
   in a terminal, or under a parent that is still there;
-- it was handed to init inside a session it does not lead, and shares a process group, a session
-  or a terminal with a running harness of this user: a tool call's ``(hive … &)`` is handed to init
-  but keeps its harness's group, session and tty. A process that still descends from its session's
-  leader is not judged by what else runs in that session: a person's terminal, or a test runner,
-  may run a harness beside the person's own commands.
+- it was handed to init inside a session it does not lead, and is in the process group or the
+  session that a running harness of this user leads, or on its terminal: a tool call's
+  ``(hive … &)`` is handed to init but keeps its harness's group, session and tty. A process that
+  still descends from its session's leader is not judged by what else runs there, nor one that
+  merely shares a group with a harness (a test runner or a script may run a harness beside the
+  person's own commands).
 
 A person's terminal (:func:`person_at_terminal`) is a controlling terminal in a process that is
 not an agent's. This decides who may address groups, change the team, review
@@ -192,14 +193,15 @@ def agent_reason(pid: int | None, binaries: Iterable[str]) -> str:
             return f"it runs under the agent harness {min(names)} (pid {ancestor})"
     if detached(pid):
         return "it was detached from any terminal and from whatever started it (setsid)"
-    if not orphaned_in_session(pid):
+    own = proc_stat(pid)
+    if own is None or not orphaned_in_session(pid):
         return ""
-    chain = [found for found in map(proc_stat, (pid, *ancestor_pids(pid))) if found is not None]
-    groups = ({found.pgid for found in chain} | {found.sid for found in chain}) - {0}
-    ttys = {found.tty for found in chain} - {0}
     for harness, stat in running_harnesses(wanted):
-        if stat.pgid in groups or stat.sid in groups or stat.tty in ttys:
-            return f"it shares a process group, session or terminal with the agent harness pid {harness}"
+        # The group or session a harness leads (as a shell's job, or started in a session of its
+        # own) is its tool calls'; a harness that merely runs in the same group as this process
+        # (a test runner's, a script's) says nothing about who started this one.
+        if harness in (own.pgid, own.sid) or (own.tty and own.tty == stat.tty):
+            return f"it is in the process group, session or terminal of the agent harness pid {harness}"
     return ""
 
 
