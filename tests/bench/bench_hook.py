@@ -17,7 +17,14 @@ same run and in round-robin order (so drift hits every figure alike) it times:
 - the hook with one waking message waiting (the message is sent, untimed, before each sample;
   the hook injects it and tells the sidecar with ``hook_written`` before it exits; the next sample,
   a later hook of the same session, confirms it);
-- ``hive hook`` (the console script, for people) with no mail, for comparison.
+- ``hive hook`` (the console script, for people) with no mail, for comparison;
+- the hook where no sidecar answers (another ``HIVE_HOME``, whose sidecar start is already under
+  way, so the hook only finds no socket and answers no opinion);
+- the hook against a hung sidecar (a socket that accepts and never replies), which answers no
+  opinion at its own deadline.
+
+The last two replace the wall-clock asserts the hook tests once had: they must stay near the floor
+and near the floor plus the hook's deadline respectively.
 
 Each process is started the same way (``subprocess.run`` with stdin and stdout pipes), so the
 launcher's own cost is in every figure. It prints p50 and p99 and each p50's ratio to the
@@ -37,11 +44,14 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from hive.integrations import hook_client
 from hive.integrations.hook_command import hook_command
 from hive.sidecar.client import start_detached
 from hive.sidecar.paths import StatePaths
@@ -64,6 +74,37 @@ def request(paths: StatePaths, payload: dict[str, Any]) -> dict[str, Any]:
     if not reply.get("ok"):
         raise RuntimeError(reply)
     return reply["result"]
+
+
+@contextmanager
+def hung_sidecar(home: Path) -> Iterator[None]:
+    """A socket where a sidecar's would be that accepts each connection and never answers."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(hook_client.socket_path(str(home)))
+    listener.listen(64)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+        listener.close()
+        for conn in held:
+            conn.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,16 +159,30 @@ def run(paths: StatePaths, env: dict[str, str], count: int) -> int:
                                   env=extra_env or env, check=True).stdout
         return once
 
-    hook = spawn(argv, hook_env)
-    hook()  # registers the session
-    address = request(paths, {"op": "who", "session": SESSION})["me"]
+    spawn(argv, hook_env)()  # registers the session
+    absent = Path(tempfile.mkdtemp(prefix="hive-bench-absent-", dir="/tmp"))
+    hung = Path(tempfile.mkdtemp(prefix="hive-bench-hung-", dir="/tmp"))
+    try:
+        with hung_sidecar(hung):
+            return measure(paths, env, count, python, argv, hook_env, hive, spawn, absent, hung)
+    finally:
+        shutil.rmtree(absent, ignore_errors=True)
+        shutil.rmtree(hung, ignore_errors=True)
 
+
+def measure(paths: StatePaths, env: dict[str, str], count: int, python: str, argv: list[str],
+            hook_env: dict[str, str], hive: str, spawn: Callable[..., Callable[[], bytes]],
+            absent: Path, hung: Path) -> int:
+    hook = spawn(argv, hook_env)
+    address = request(paths, {"op": "who", "session": SESSION})["me"]
     figures: dict[str, Callable[[], bytes]] = {
         "python -I -S -c pass (floor)": spawn([python, "-I", "-S", "-c", "pass"]),
         "python -c pass": spawn([python, "-c", "pass"]),
         "hook, no mail": hook,
         "hook, mail waiting": hook,
         "hive hook (console script), no mail": spawn([hive, "hook", "claude-code", "PostToolUse"], hook_env),
+        "hook, no sidecar (start under way)": spawn(argv, {**hook_env, "HIVE_HOME": str(absent)}),
+        "hook, hung sidecar (own deadline)": spawn(argv, {**hook_env, "HIVE_HOME": str(hung)}),
     }
     samples: dict[str, list[float]] = {name: [] for name in figures}
     for round_number in range(WARMUP + count):
@@ -135,12 +190,15 @@ def run(paths: StatePaths, env: dict[str, str], count: int) -> int:
             mail = name == "hook, mail waiting"
             if mail:
                 request(paths, {"op": "send", "from": "bench-peer", "to": address, "body": "bench message"})
+            if name.startswith("hook, no sidecar"):
+                # A fresh marker says a start is under way, so this hook does not fork one.
+                (absent / "sidecar.starting").touch()
             start = time.perf_counter()
             out = once()
             elapsed = time.perf_counter() - start
             if mail and not out.startswith(b'{"hookSpecificOutput"'):
                 raise RuntimeError(f"the hook did not inject the waiting message: {out!r}")
-            if name.startswith("hook, no") and out:
+            if name.startswith(("hook, no", "hook, hung")) and out:
                 raise RuntimeError(f"the hook answered something with no mail waiting: {out!r}")
             if round_number >= WARMUP:
                 samples[name].append(elapsed)
@@ -156,6 +214,11 @@ def run(paths: StatePaths, env: dict[str, str], count: int) -> int:
     hook_p50 = max(percentile(samples["hook, no mail"], 50), percentile(samples["hook, mail waiting"], 50))
     verdict = "within" if hook_p50 <= 1.5 * floor else "over"
     print(f"\nhook p50 (worse of mail / no mail) is {hook_p50 / floor:.2f}x the -I -S floor: {verdict} the 1.5x aim")
+    for name in ("hook, no sidecar (start under way)", "hook, hung sidecar (own deadline)"):
+        p99 = percentile(samples[name], 99)
+        print(f"{name}: p99 {p99 * 1000:.0f} ms, {'under' if p99 < 1.0 else 'OVER'} the 1 s a harness may wait")
+    if Path(hook_client.socket_path(str(absent))).exists():
+        raise RuntimeError("a hook with a start under way started a sidecar anyway")
     return 0
 
 

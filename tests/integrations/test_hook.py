@@ -875,7 +875,8 @@ def test_the_benchmark_runs() -> None:
     done = subprocess.run([sys.executable, str(bench), "--quick"], capture_output=True, text=True, timeout=240,
                           check=False)
     assert done.returncode == 0, done.stdout + done.stderr
-    for figure in ("python -I -S -c pass (floor)", "python -c pass", "hook, no mail", "hook, mail waiting"):
+    for figure in ("python -I -S -c pass (floor)", "python -c pass", "hook, no mail", "hook, mail waiting",
+                   "hook, no sidecar (start under way)", "hook, hung sidecar (own deadline)"):
         assert re.search(rf"^{re.escape(figure)}\s+\d+\.\d+\s+\d+\.\d+\s+\d+\.\d+x$", done.stdout, re.MULTILINE), \
             done.stdout
     assert "removed" in done.stdout.splitlines()[-1]
