@@ -375,3 +375,27 @@ def run_in_terminal(hive: Hive, *args: str, timeout: float = 30) -> tuple[int, s
         output += chunk
     os.close(master)
     return process.wait(timeout=timeout), output.decode(errors="replace").replace("\r\n", "\n")
+
+
+# ---- where the suite's time goes -----------------------------------------------------------------
+
+# Test seconds (setup, call and teardown) per test folder, summed on the controller from every
+# worker's reports, so each CI log carries the per-directory table the suite's speed is judged by.
+_SECONDS_BY_FOLDER: dict[str, float] = {}
+_TESTS_BY_FOLDER: dict[str, set[str]] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    folder = str(Path(report.location[0]).parent)
+    _SECONDS_BY_FOLDER[folder] = _SECONDS_BY_FOLDER.get(folder, 0.0) + report.duration
+    _TESTS_BY_FOLDER.setdefault(folder, set()).add(report.nodeid)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not _SECONDS_BY_FOLDER:
+        return
+    terminalreporter.section("test seconds by folder (summed over workers)")
+    for folder, seconds in sorted(_SECONDS_BY_FOLDER.items(), key=lambda item: -item[1]):
+        terminalreporter.write_line(f"{folder:<24} {len(_TESTS_BY_FOLDER[folder]):>5} tests {seconds:>9.1f} s")
+    terminalreporter.write_line(f"{'total':<24} {sum(map(len, _TESTS_BY_FOLDER.values())):>5} tests "
+                                f"{sum(_SECONDS_BY_FOLDER.values()):>9.1f} s")
