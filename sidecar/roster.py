@@ -18,7 +18,10 @@ The state (:class:`TeamState`), and how each part merges
                     A machine is admitted only if a chain of admissions reaches the founder's
                     self-signed one: the founder is depth 0, and an admission counts only if its
                     signer is already admitted and signed it before any departure or removal of
-                    its own. Who may sign never depends on arrival order.
+                    its own, and it names the invite it redeemed (``redeems``): one the roster holds,
+                    either a team link's or a one-time invite marked used by that very machine. So
+                    every admission is accounted for by an invite, and one invite admits one machine.
+                    Who may sign never depends on arrival order.
     ``members``     each machine's latest *standing* entry (person, machine name, role, active,
                     static addresses), last writer wins by ``(ts, sig)``. Standing entries are those
                     signed by another machine, and a machine's own departure. A machine's
@@ -31,6 +34,9 @@ The state (:class:`TeamState`), and how each part merges
                     so a machine may sign its own departure but never its own return.
     ``invites``     keyed by a hash of the secret (the secret itself is never stored); a used
                     one-time invite stays used (``used_by``); the team link's invite is reusable.
+                    An invite an admission redeemed is kept for good, since that admission counts
+                    only while it is there; so is a replaced team link's invite (it no longer
+                    admits, but a machine admitted through it before the news arrived still counts).
     ``link``        the reusable team-link secret, last writer wins. Its invite works until the
                     link is replaced.
     ``projects``    project membership (:class:`ProjectMember`), one per (project, person), last
@@ -139,6 +145,7 @@ class Member:
     role: str = "member"
     active: bool = True
     addresses: tuple[str, ...] = ()  # static ones (a VPN or public host); the mesh learns the rest
+    redeems: str = ""  # admissions only: the secret hash of the invite or team link that let it in
 
 
 @dataclass(frozen=True)
@@ -396,8 +403,13 @@ def entries(state: TeamState) -> Iterator[Entry]:
 
 
 def without_secrets(state: TeamState) -> TeamState:
-    """The state a removed machine is sent: who is in and who is out, no link and no invites."""
-    return dataclasses.replace(state.copy(), invites={}, link=None)
+    """The state a removed machine is sent: who is in and who is out, no link and no live invite.
+
+    The invites admissions redeemed stay (hashes only, none of them live), since without them no
+    admission counts and the removed machine could not even read that it was removed."""
+    redeemed = {adm.body.redeems for adm in state.admissions.values()}
+    kept = {h: s for h, s in state.invites.items() if h in redeemed}
+    return dataclasses.replace(state.copy(), invites=kept, link=None)
 
 
 # ---- merging ----------------------------------------------------------------------------------
@@ -428,6 +440,8 @@ def _refusal(state: TeamState, entry: Entry, now: int) -> str | None:
                 return "an admission admits an active machine"
             if signed.by == body.key and body.key != state.founder:
                 return "a machine cannot admit itself"
+            if body.key != state.founder and not _HASH.fullmatch(body.redeems):
+                return "an admission names the invite it redeemed"
     elif isinstance(body, Invite):
         if not _HASH.fullmatch(body.hash) or not is_key_id(body.maker) or body.expires < 0:
             return "malformed invite"
@@ -501,14 +515,11 @@ def _prune(state: TeamState, now: int) -> None:
         standing = state.members.get(key)
         if standing is not None and update.order <= standing.order:
             del state.updates[key]  # can never count again: standing entries only get newer
-    link = state.link
-    link_hash = secret_hash(link.body.secret) if link else None
+    redeemed = {adm.body.redeems for adm in state.admissions.values()}
     for h, invite in list(state.invites.items()):
         body = invite.body
-        if body.expires and body.expires + PRUNE_AFTER_MS < now:
+        if body.expires and body.expires + PRUNE_AFTER_MS < now and h not in redeemed:
             del state.invites[h]
-        elif body.reusable and link is not None and h != link_hash and body.ts < link.body.ts:
-            del state.invites[h]  # the invite of a replaced team link
 
 
 def _held(state: TeamState, entry: Entry) -> bool:
@@ -653,7 +664,17 @@ def view(state: TeamState, now: int | None = None) -> Roster:
 
     # The admission chain, breadth first from the founder's self-signed admission. An admission a
     # machine signed after its own departure or removal is no link in it: a removed machine cannot
-    # admit a helper that would then sign it back in.
+    # admit a helper that would then sign it back in. Nor is one that redeemed no invite of the team.
+    admitters = {adm.by for adm in state.admissions.values()} | {adm.body.key for adm in state.admissions.values()}
+
+    def redeemed(adm: Signed[Member]) -> bool:
+        if adm.by == adm.body.key == founder:
+            return True  # the founding admission, the chain's root
+        invite = state.invites.get(adm.body.redeems)
+        if invite is None or invite.by not in admitters:
+            return False
+        return invite.body.reusable or invite.body.used_by == adm.body.key
+
     depth: dict[str, int] = {}
     if f"{founder}/{founder}" in state.admissions:
         depth[founder] = 0
@@ -662,13 +683,13 @@ def view(state: TeamState, now: int | None = None) -> Roster:
         following: list[str] = []
         for signer in frontier:
             for adm in by_signer.get(signer, ()):
-                if adm.body.key not in depth and not _departed_before(state, adm):
+                if adm.body.key not in depth and not _departed_before(state, adm) and redeemed(adm):
                     depth[adm.body.key] = depth[signer] + 1
                     following.append(adm.body.key)
         frontier = following
 
     def valid_admissions(key: str) -> list[Signed[Member]]:
-        return [a for a in by_subject.get(key, ()) if a.by in depth]
+        return [a for a in by_subject.get(key, ()) if a.by in depth and redeemed(a)]
 
     def first_admission(key: str) -> tuple[int, str]:
         return min((a.order for a in valid_admissions(key)), default=(0, ""))
@@ -687,7 +708,7 @@ def view(state: TeamState, now: int | None = None) -> Roster:
         while frontier:
             frontier = [adm.body.key for signer in frontier for adm in by_signer.get(signer, ())
                         if adm.body.key not in seen and adm.body.key != skipped and adm.body.key in depth
-                        and not _departed_before(state, adm)]
+                        and not _departed_before(state, adm) and redeemed(adm)]
             seen.update(frontier)
         return seen
 
@@ -905,7 +926,8 @@ def admit(state: TeamState, identity: Identity, request: JoinRequest, invite_has
                   addresses=request.addresses)
     made = []
     if request.key not in roster.depth:
-        made.append(Entry("admission", sign(identity, state.id, "admission", body)))
+        admission = dataclasses.replace(body, redeems=invite_hash)
+        made.append(Entry("admission", sign(identity, state.id, "admission", admission)))
     made.append(Entry("member", sign(identity, state.id, "member", body)))
     invite = state.invites[invite_hash]
     if not invite.body.reusable:

@@ -117,10 +117,12 @@ def team() -> dict[str, Any]:
     """alice (two machines) and bob in one signed roster; mallory's key is in no team."""
     alice, desk, bob, mallory = (Identity.generate() for _ in range(4))
     state = roster.found(alice, "acme", "alice", "lap")
+    assert state.link is not None
+    link = roster.secret_hash(state.link.body.secret)
     for ident, person, machine in ((desk, "alice", "desk"), (bob, "bob", "box")):
         state = roster.absorb(state, [roster.Entry("admission", roster.sign(
             alice, state.id, "admission", roster.Member(key=ident.key_id, person=person, machine=machine,
-                                                        ts=roster.now_ms())))])[0]
+                                                        ts=roster.now_ms(), redeems=link)))])[0]
     return {"state": state, "roster": roster.view(state), "alice": alice, "desk": desk, "bob": bob,
             "mallory": mallory}
 

@@ -62,6 +62,12 @@ def team_of_three(now: int = T0) -> TeamState:
     return join(state, b, c, "carol", "laptop", now + 2)
 
 
+def through_link(state: TeamState, body: Member) -> Member:
+    """An admission body that redeems the team link, as one a member machine signs on a join."""
+    assert state.link is not None
+    return dataclasses.replace(body, redeems=secret_hash(state.link.body.secret))
+
+
 def member_entry(signer: Identity, team_id: str, body: Member) -> Entry:
     return Entry("member", sign(signer, team_id, "member", body))
 
@@ -247,12 +253,12 @@ def test_a_machine_cannot_admit_itself() -> None:
 def test_an_admission_counts_only_through_a_chain_to_the_founder() -> None:
     state = team_of_three()
     outsider, newcomer = KEYS[5], KEYS[6]
-    body = Member(key=newcomer.key_id, person="eve", machine="x", ts=T0 + 5)
+    body = through_link(state, Member(key=newcomer.key_id, person="eve", machine="x", ts=T0 + 5))
     made = [Entry("admission", sign(outsider, state.id, "admission", body)), member_entry(outsider, state.id, body)]
     merged = absorb_all(state, made, T0 + 10)
     assert newcomer.key_id not in view(merged).depth
     # Once the outsider's own admission arrives, the chain reaches the founder and both count.
-    admission = Member(key=outsider.key_id, person="olga", machine="y", ts=T0 + 4)
+    admission = through_link(state, Member(key=outsider.key_id, person="olga", machine="y", ts=T0 + 4))
     merged = absorb_all(merged, [Entry("admission", sign(c, state.id, "admission", admission)),
                                  member_entry(c, state.id, admission)], T0 + 10)
     assert view(merged).depth[newcomer.key_id] == 4
@@ -303,7 +309,7 @@ def test_a_removed_machine_cannot_come_back_through_a_machine_it_admitted_after_
     state = team_of_three()
     state = departures(state, a, [c.key_id], now=T0 + 10)
     helper = KEYS[5]
-    admitted = Member(key=helper.key_id, person="helen", machine="h", ts=T0 + 20)
+    admitted = through_link(state, Member(key=helper.key_id, person="helen", machine="h", ts=T0 + 20))
     made = [Entry("admission", sign(c, state.id, "admission", admitted)), member_entry(c, state.id, admitted)]
     back = Member(key=c.key_id, person="carol", machine="laptop", ts=T0 + 30)
     removed_only = absorb_all(state, made, T0 + 40)
@@ -405,7 +411,7 @@ def test_removing_anyone_replaces_the_team_link_and_the_old_link_stops_working()
     state = new_link(departures(state, a, [c.key_id], now=T0 + 10), a, now=T0 + 10)
     new = view(state).link
     assert new is not None and new.secret != old.secret
-    assert secret_hash(old.secret) not in state.invites
+    assert secret_hash(old.secret) not in view(state).invites
     assert secret_hash(new.secret) in view(state).invites
 
 
@@ -423,7 +429,7 @@ def test_the_view_for_a_removed_machine_has_no_secrets() -> None:
     state = new_link(departures(state, a, [c.key_id], now=T0 + 10), a, now=T0 + 10)
     bare = without_secrets(state)
     text = json.dumps(bare.to_wire())
-    assert bare.link is None and bare.invites == {}
+    assert bare.link is None and view(bare).invites == {}
     assert view(state).link is not None and view(state).link.secret not in text  # type: ignore[union-attr]
     assert secret_hash(secret) not in text and secret not in text
     # It still tells the removed machine that it was removed, and verifies.
@@ -519,3 +525,62 @@ def test_a_ticket_with_bad_fields_is_refused_even_with_a_good_checksum() -> None
 def test_invite_records_round_trip_through_json() -> None:
     invite = Invite(hash="ab" * 32, maker=KEYS[0].key_id, ts=T0, expires=T0 + 1, own_machine=True)
     assert roster.parse_record(Invite, json.loads(json.dumps(dataclasses.asdict(invite)))) == invite
+
+
+# ---- every admission redeems an invite --------------------------------------------------------
+
+
+def test_an_admission_that_names_no_invite_is_refused_on_arrival() -> None:
+    state = team_of_three()
+    body = Member(key=KEYS[5].key_id, person="eve", machine="x", ts=T0 + 5)
+    assert refusals(state, [Entry("admission", sign(a, state.id, "admission", body))]) == [
+        "an admission names the invite it redeemed"]
+
+
+def test_an_admission_redeeming_an_invite_the_roster_does_not_hold_admits_no_one() -> None:
+    state = team_of_three()
+    newcomer = KEYS[5]
+    body = dataclasses.replace(Member(key=newcomer.key_id, person="eve", machine="x", ts=T0 + 5),
+                               redeems=secret_hash("a secret no member ever invited with"))
+    made = [Entry("admission", sign(a, state.id, "admission", body)), member_entry(a, state.id, body)]
+    merged = absorb_all(state, made, T0 + 10)
+    assert refusals(state, made) == []  # well-formed and signed by a member, so it travels
+    assert view(merged).status(newcomer.key_id) == "stranger"
+
+
+def test_one_time_invite_admits_one_machine_even_when_a_member_signs_a_second_admission() -> None:
+    state, secret = new_invite(team_of_three(), a, now=T0 + 10)
+    first, second = KEYS[5], KEYS[6]
+    request = JoinRequest(secret=secret, key=first.key_id, person="eve", machine="x", ts=T0 + 11)
+    state = admit(state, a, request, secret_hash(secret), now=T0 + 11)
+    assert view(state).is_active(first.key_id)
+    again = dataclasses.replace(Member(key=second.key_id, person="fay", machine="y", ts=T0 + 12),
+                                redeems=secret_hash(secret))
+    state = absorb_all(state, [Entry("admission", sign(b, state.id, "admission", again)),
+                               member_entry(b, state.id, again)], T0 + 13)
+    assert view(state).status(second.key_id) == "stranger"
+    assert view(state).is_active(first.key_id)
+
+
+def test_an_invite_an_admission_redeemed_outlives_the_pruning_of_expired_invites() -> None:
+    state, secret = new_invite(team_of_three(), a, now=T0 + 10, ttl_ms=1000)
+    joiner = KEYS[5]
+    request = JoinRequest(secret=secret, key=joiner.key_id, person="eve", machine="x", ts=T0 + 11)
+    state = admit(state, a, request, secret_hash(secret), now=T0 + 11)
+    years_later = absorb(state, [], T0 + 400 * DAY)[0]
+    assert secret_hash(secret) in years_later.invites
+    assert view(years_later, T0 + 400 * DAY).is_active(joiner.key_id)
+
+
+def test_a_machine_admitted_through_a_replaced_team_link_still_counts_where_the_replacement_arrived_first() -> None:
+    state = team_of_three()
+    joiner = KEYS[5]
+    assert state.link is not None
+    old_link = secret_hash(state.link.body.secret)
+    replaced = new_link(state, b, now=T0 + 10)  # bob replaces the link; alice has not heard yet
+    request = JoinRequest(secret=state.link.body.secret, key=joiner.key_id, person="eve", machine="x", ts=T0 + 11)
+    admitted = admit(state, a, request, old_link, now=T0 + 11)
+    converged = merge(replaced, admitted, T0 + 12)[0]
+    assert old_link not in view(converged).invites  # the old link admits no one any more
+    assert view(converged).is_active(joiner.key_id)
+    assert view(merge(admitted, replaced, T0 + 12)[0]) == view(converged)
