@@ -59,7 +59,7 @@ from .approvals import receive_approval, wire_of
 from .config import DAY, slug
 from .defang import defang, one_line
 from .errors import BadRequest, HiveError, NotFound, Refused
-from .person import asks_person
+from .person import asks_person, confirm_by_person
 from .render import Message
 from .sessions import TIERS
 from .transport import (
@@ -1876,8 +1876,14 @@ async def op_held(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -
     return {"held": await sidecar.mesh.held()}
 
 
+@asks_person
 async def op_approve(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
-    return {"settled": await sidecar.mesh.settle(_ids(request), approve=True)}
+    ids = _ids(request)
+    # Mail is held for the person to judge; the agent it would reach must not wave it through.
+    await confirm_by_person(conn, request, f"Deliver {len(ids)} held message(s) to your sessions?",
+                            title="hive · release held mail", outcome="not delivered",
+                            hint="Ask your person to run `hive approve` in a terminal.", agents_only=True)
+    return {"settled": await sidecar.mesh.settle(ids, approve=True)}
 
 
 async def op_drop(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:

@@ -224,8 +224,14 @@ async def op_project_confirm(sidecar: Sidecar, conn: Connection, request: dict[s
     return {**result, "confirmed": how}
 
 
+@asks_person
 async def op_project_remove(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
-    return await remove(sidecar, _project_arg(request), _person_arg(request))
+    project, person = _project_arg(request), _person_arg(request)
+    # Who receives a project's lessons is the person's call, not something a teammate's text can ask for.
+    await confirm_by_person(conn, request, f"Remove {person} from project {await label_of(sidecar, project)}?",
+                            title="hive · confirm a project change", outcome="not changed",
+                            hint="Ask your person to run `hive project remove` in a terminal.", agents_only=True)
+    return await remove(sidecar, project, person)
 
 
 async def op_project_show(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:

@@ -476,6 +476,17 @@ def test_both_halves_of_a_join_ask_the_person_when_an_agent_runs_them(
     assert labels(call(alice, "team_show")) == {"alice@m1", "bob@m2"}
 
 
+def test_an_agent_cannot_release_held_mail_or_remove_a_project_member_without_its_person(
+        make_hive: MakeHive, empty_runtime: Path, tmp_path: Path) -> None:
+    alice, _bob, harness, _link = a_team_without_desktops(make_hive, empty_runtime, tmp_path)
+    project = "sha256:" + "ab" * 32
+    replies = agent_requests(harness, alice, {"op": "approve", "ids": ["01JAAAAAAAAAAAAAAAAAAAAAAA"]},
+                             {"op": "project_remove", "project": project, "person": "bob"})
+    assert [r["error"]["code"] for r in replies] == ["needs_person", "needs_person"], replies
+    # The person's own request goes ahead (to the answers those ids and that project get).
+    assert call(alice, "approve", ids=["01JAAAAAAAAAAAAAAAAAAAAAAA"])["settled"][0]["state"] != "needs_person"
+
+
 
 def test_a_persons_own_request_beside_a_harness_in_the_same_session_is_still_the_persons(
         make_hive: MakeHive, empty_runtime: Path, tmp_path: Path) -> None:
@@ -500,15 +511,16 @@ def test_a_persons_own_request_beside_a_harness_in_the_same_session_is_still_the
 PERSON_OPS = {
     "team_init", "team_invite", "team_remove", "team_leave", "team_link_new", "team_join", "team_join_prepare",
     "team_join_accept", "team_join_finish", "send", "gate_prefs", "lesson_review", "project_confirm",
+    "approve", "project_remove",
 }
 # ... and these change none of the team, the link, group sends, gate preferences or reviews.
 FREE_OPS = {
-    "approve", "ask", "ask_stop", "attach", "delivered", "digest", "doing", "drop", "end", "events", "folder",
+    "ask", "ask_stop", "attach", "delivered", "digest", "doing", "drop", "end", "events", "folder",
     "gate_acted", "gate_breakpoint", "gate_fact", "gate_ledger", "gate_measures", "gate_offer", "gate_promote",
     "gate_shadow", "gate_why", "held", "hold", "hook", "hook_written", "inbox", "lesson_cite", "lesson_context",
     "lesson_import", "lesson_list", "lesson_pending", "lesson_promote", "lesson_propose", "lesson_retract",
     "lesson_search", "lesson_show", "lesson_sync_ingest", "lesson_sync_status", "mesh", "ping", "project_join",
-    "project_remove", "project_show", "register", "seen", "sent", "set_status", "shutdown", "status",
+    "project_show", "register", "seen", "sent", "set_status", "shutdown", "status",
     "stop_waiting", "team_show", "undelivered", "unread", "watch", "who",
 }
 
