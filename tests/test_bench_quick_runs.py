@@ -22,6 +22,8 @@ RUNS = {
     "bench_mcp_start.py": (["--quick", "-n", "1"], ["python -c pass", "hive mcp"]),
     "bench_codex_push.py": (["--quick"], ["push to model"]),
     "bench_doing_cpu.py": (["--seconds", "2"], ["baseline, idle", "managed, busy", "unmanaged, busy"]),
+    "bench_plugins.py": (["--quick"], ["opencode tool.execute.after, sidecar running", "pi check_inbox wake-up",
+                                       "opencode tool.execute.after, no sidecar"]),
 }
 
 
