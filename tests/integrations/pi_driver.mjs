@@ -3,11 +3,21 @@
 // and reports on stdout every pi.sendUserMessage call the extension made.
 // Usage: node pi_driver.mjs <compiled extension.js> <session id> <cwd>
 
+import { Socket } from "node:net";
 import { createInterface } from "node:readline";
 import { pathToFileURL } from "node:url";
 
 const [modulePath, sessionId, cwd] = process.argv.slice(2);
 const extension = await import(pathToFileURL(modulePath).href);
+
+// Every write the extension makes to a socket (its sidecar link): a test that something did not
+// happen compares this count before and after, instead of sleeping.
+let socketWrites = 0;
+const write = Socket.prototype.write;
+Socket.prototype.write = function (...args) {
+  if (this !== process.stdout && this !== process.stderr) socketWrites += 1;
+  return write.apply(this, args);
+};
 
 const tools = new Map();
 const handlers = new Map();
@@ -48,6 +58,9 @@ async function run(command) {
         tools: [...tools.values()].map((t) => ({ name: t.name, parameters: t.parameters })),
         events: [...handlers.keys()].sort(),
       };
+    case "socket_writes":
+      await new Promise((resolve) => setImmediate(resolve)); // what the last call set off has run
+      return { writes: socketWrites };
     case "set":
       Object.assign(state, command.state);
       return {};

@@ -600,9 +600,10 @@ def test_pi_extension_tools_push_and_injection(compiled: Callable[[str], Path], 
     assert message["options"] == {"deliverAs": "steer"}
     assert message["content"].startswith("<hive-message ") and "the port is 8443" in message["content"]
     request()  # a request built while the steer still waits in pi's queue does not carry it
+    writes = driver.call(do="socket_writes")["writes"]
     driver.call(do="emit", event="message_end", payload={
         "message": {"role": "user", "content": [{"type": "text", "text": message["content"]}], "timestamp": 1}})
-    time.sleep(0.3)
+    assert driver.call(do="socket_writes")["writes"] == writes, "message_end alone must not confirm anything"
     assert sidecar.state(pushed["id"]) == "queued"
     assert pushed["id"] not in sidecar.peek(address), "pi holds the steered message: no other reader may take it"
     request()
