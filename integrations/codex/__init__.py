@@ -37,6 +37,7 @@ IDENTITY = Identity(
     title="Codex CLI",
     aliases=("codex-cli", "openai-codex"),
     binaries=("codex",),
+    tested_up_to="0.171.0",  # .ci/npm-packages: the pin is also the current release
     config_dirs=(".codex",),
     # Hooks get the parent env plus these two, which only the npm launcher sets.
     caller_env=("CODEX_MANAGED_BY_NPM", "CODEX_MANAGED_PACKAGE_ROOT"),

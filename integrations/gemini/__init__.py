@@ -26,6 +26,7 @@ IDENTITY = Identity(
     title="Gemini CLI",
     aliases=("gemini-cli",),
     binaries=("gemini",),
+    tested_up_to="0.61.0",  # .ci/npm-packages: the pin is also the current release
     config_dirs=(".gemini",),
     session_env=("GEMINI_SESSION_ID",),
     caller_env=("GEMINI_SESSION_ID",),

@@ -30,6 +30,7 @@ IDENTITY = Identity(
     title="opencode",
     aliases=("opencode-ai", "open-code"),
     binaries=("opencode",),
+    tested_up_to="1.18.33",  # .ci/npm-packages: the pin is also the current release
     config_dirs=(".config/opencode", ".local/share/opencode"),
     stdin_session="sessionID",
     stdin_cwd="directory",

@@ -27,6 +27,7 @@ IDENTITY = Identity(
     title="pi",
     aliases=("pi-coding-agent", "pi-agent"),
     binaries=("pi",),
+    tested_up_to="0.73.1",  # .ci/npm-packages: the pin is also the current release
     config_dirs=(".pi/agent",),
     stdin_session="sessionId",
     stdin_cwd="cwd",

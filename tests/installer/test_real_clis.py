@@ -299,9 +299,11 @@ def test_ci_pins_an_exact_version_of_every_cli_these_tests_run() -> None:
             f"{harness}: .ci/npm-packages pins no exact version of {package}: {pins.get(package)!r}"
 
 
-def test_claude_codes_descriptor_names_the_newest_version_its_tests_run() -> None:
-    # hive doctor compares the installed Claude Code with this; the e2e tests run the pin and the current.
-    package = CLIS["claude-code"][1]
+@pytest.mark.parametrize("harness", sorted(CLIS))
+def test_each_descriptor_names_the_newest_version_its_tests_run(harness: str) -> None:
+    # hive doctor compares the installed harness with this; the e2e tests run the pin and, where a
+    # harness moved on, its current release too.
+    package = CLIS[harness][1]
     versions = [v for v in (npm_pins().get(package), npm_pins("npm-packages-current").get(package)) if v]
     newest = max(versions, key=lambda v: tuple(int(p) for p in v.split(".")))
-    assert registry.harness("claude-code").identity.tested_up_to == newest
+    assert registry.harness(harness).identity.tested_up_to == newest
