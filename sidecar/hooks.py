@@ -305,6 +305,16 @@ def _publish_env_names(sidecar: Sidecar) -> None:
         os.replace(temporary, path)
 
 
+async def session_ended(sidecar: Sidecar, session: Session) -> None:
+    """The session is over: its end hook said so, or its harness process exited (sessions.watch_processes)."""
+    sidecar.mailbox.release_held(session.key)
+    await sidecar.sessions.end(session)
+    ACTIVITY.pop(session.key, None)
+    for conn in sidecar.connections.values():
+        conn.push_sessions.discard(session.key)
+    sidecar.mesh.poke()
+
+
 async def hook(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     _publish_env_names(sidecar)
     caller = understand(request)
@@ -328,9 +338,7 @@ async def hook(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> d
     if point.event in PROOF:
         await sidecar.mailbox.confirm_held(session.key)
     if point.event == "session.end":
-        sidecar.mailbox.release_held(session.key)
-        await sidecar.sessions.end(session)
-        ACTIVITY.pop(session.key, None)
+        await session_ended(sidecar, session)
         return nothing
     _note_activity(caller, point, session.key)
     if point.event == "turn.stop":

@@ -34,7 +34,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 
 from hive.integrations import registry
 
-from . import __version__, attachments, codex_push, discover, folders, observe, projects, wire
+from . import __version__, attachments, codex_push, discover, folders, hooks, observe, projects, wire
 from .addresses import Entry, Target, is_group, resolve
 from .ask import confirm_group, confirm_override, group_question, notify_person
 from .config import HOUR, Settings, load_settings
@@ -47,7 +47,7 @@ from .paths import StatePaths, ensure_home
 from .peer import agent_reason, peer_pid, person_at_terminal
 from .person import asks_person
 from .render import Message, frames
-from .sessions import Session, Sessions
+from .sessions import Session, Sessions, watch_processes
 from .store import Store
 from .supervise import Supervised
 from .team import attach as attach_team
@@ -222,6 +222,8 @@ class Sidecar:
                 tg.start_soon(self._accept, listener, tg)
                 await tg.start(self.mesh.run)
                 tg.start_soon(discover.run, self)  # sessions hive does not manage, from harnesses' files
+                # Sessions end when their harness process does, end hook or not (Codex exec has none).
+                tg.start_soon(watch_processes, self.sessions, functools.partial(hooks.session_ended, self))
                 if ready is not None:
                     ready()
                 await self._stop.wait()

@@ -9,17 +9,23 @@ default name gets ``-2`` instead (the reference system keyed inheritance on the 
 Addresses name a person's session whichever of their machines it runs on, so a name that
 another machine of the same person holds (``elsewhere``, which the mesh fills from presence)
 is taken here too.
+
+A session ends when its harness process ends, whether or not a session-end hook said so (Codex
+``exec`` has none): the pid recorded at registration, with that process's start time so a reused
+pid is not taken for it, is watched (:func:`watch`, through :mod:`hive.sidecar.procs`).
 """
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
+
+from . import procs
 from .config import Settings, slug
 from .errors import BadRequest, Conflict, NotFound
 from .store import Store
@@ -43,6 +49,7 @@ class Session:
     created_at: float = 0.0
     last_seen: float = 0.0
     ended_at: float | None = None
+    pid_started: float | None = None  # when process ``pid`` started: the pair names one process
     # Connections that hold the session open (MCP servers, plugins); not stored.
     holders: set[int] = field(default_factory=set, repr=False, compare=False)
     push_failed: bool = field(default=False, repr=False, compare=False)
@@ -74,15 +81,7 @@ def default_base_name(cwd: str, repo_root: str, agent: str) -> str:
 
 
 def pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return procs.alive(pid, None)
 
 
 class Sessions:
@@ -93,6 +92,8 @@ class Sessions:
         self.settings = settings
         self.by_key: dict[str, Session] = {}
         self.elsewhere: Callable[[], set[str]] = set  # names this person's other machines hold
+        # Set when a session's recorded process may have changed (see watch_processes).
+        self.changed = anyio.Event()
 
     async def load(self) -> None:
         for row in await self.store.fetchall("SELECT * FROM sessions"):
@@ -173,7 +174,11 @@ class Sessions:
         session.repo = repo or session.repo
         session.branch = str(info.get("branch") or session.branch)
         session.tier = tier
-        session.pid = int(info["pid"]) if str(info.get("pid") or "").isdigit() else session.pid
+        pid = int(info["pid"]) if str(info.get("pid") or "").isdigit() else session.pid
+        process_changed = pid != session.pid or session.pid_started is None or session.ended_at is not None
+        if pid != session.pid or session.pid_started is None:
+            session.pid_started = procs.started(pid)
+        session.pid = pid
         session.transcript = str(info.get("transcript") or session.transcript)
         session.last_seen = now
         session.ended_at = None
@@ -186,6 +191,8 @@ class Sessions:
         statements.append(self._upsert(session))
         await self.store.write(statements)
         self.by_key[key] = session
+        if process_changed:
+            self.changed.set()  # watch_processes looks at by_key: only now is the session in it
         return session, existing is None
 
     def _upsert(self, session: Session) -> tuple[str, tuple[Any, ...]]:
@@ -278,3 +285,30 @@ class Sessions:
         if statements:
             await self.store.write(statements)
         return [s.name for s in gone]
+
+
+async def watch_processes(sessions: Sessions, ended: Callable[[Session], Awaitable[None]]) -> None:
+    """For as long as the sidecar runs: each session whose harness process is known is ended (by
+    ``ended``) as soon as that process exits, hook or no hook. A process that had already exited
+    when hive first saw its pid was never recorded (no start time), so it ends nothing."""
+    async with anyio.create_task_group() as tg:
+        watched: dict[str, tuple[int, float]] = {}
+        while True:
+            sessions.changed = anyio.Event()
+            for key, session in sessions.by_key.items():
+                process = (session.pid, session.pid_started)
+                if session.ended_at is None and session.pid and session.pid_started is not None \
+                        and watched.get(key) != process:
+                    watched[key] = (session.pid, session.pid_started)
+                    tg.start_soon(_follow, sessions, key, session.pid, session.pid_started, ended, watched)
+            await sessions.changed.wait()
+
+
+async def _follow(sessions: Sessions, key: str, pid: int, start: float,
+                  ended: Callable[[Session], Awaitable[None]], watched: dict[str, tuple[int, float]]) -> None:
+    await procs.exited(pid, start)
+    if watched.get(key) == (pid, start):
+        del watched[key]
+    session = sessions.by_key.get(key)
+    if session is not None and session.ended_at is None and (session.pid, session.pid_started) == (pid, start):
+        await ended(session)

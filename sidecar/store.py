@@ -313,6 +313,11 @@ MIGRATIONS: list[str] = [
     """
     CREATE VIRTUAL TABLE lesson_vocab USING fts5vocab(lesson_fts, row);
     """,
+    # when a session's process started (hive.sidecar.procs): with its pid it names that process, so
+    # the session ends when it exits and a reused pid is not taken for it
+    """
+    ALTER TABLE sessions ADD COLUMN pid_started REAL;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

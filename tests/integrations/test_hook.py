@@ -376,17 +376,24 @@ def test_plugin_points_leave_mail_for_the_plugin(peer_hive: Hive, workdir: Path,
 def test_the_session_is_registered_under_the_harness_process_behind_the_shell(hive: Hive, workdir: Path) -> None:
     payload, env = claude_payload("SessionStart", "claude-pid", str(workdir))
     # A fake harness runs the hook as Claude Code does, through `sh -c`; "; true" stops the
-    # shell from replacing itself with the command.
+    # shell from replacing itself with the command. It keeps running (until its stdin closes), as
+    # a harness does: the session ends when its harness process exits.
     script = ("import os, subprocess, sys; print(os.getpid(), flush=True); "
-              "subprocess.run(['sh', '-c', sys.argv[1] + '; true'], input=sys.argv[2].encode(), check=True)")
+              "subprocess.run(['sh', '-c', sys.argv[1] + '; true'], input=sys.argv[2].encode(), check=True); "
+              "print('ran', flush=True); sys.stdin.read()")
     command = shlex.join(hook_argv("claude-code", "SessionStart"))
-    done = subprocess.run([sys.executable, "-c", script, command, json.dumps(payload)], env=clean_env(hive.home, env),
-                          capture_output=True, text=True, timeout=20, check=True)
-    harness_pid = int(done.stdout.split()[0])
-    found = ok(hive, {"op": "attach", "pids": [harness_pid], "cwd": str(workdir)})
-    assert (found["key"], found["via"]) == ("claude-pid", "ancestry")
-    entry = session_entry(hive, "claude-pid")
-    assert (entry["agent"], entry["tier"], entry["folder"]) == ("claude-code", "push", workdir.name)
+    harness = subprocess.Popen([sys.executable, "-c", script, command, json.dumps(payload)],
+                               env=clean_env(hive.home, env), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert harness.stdout is not None
+        harness_pid = int(harness.stdout.readline())
+        assert harness.stdout.readline().strip() == "ran"
+        found = ok(hive, {"op": "attach", "pids": [harness_pid], "cwd": str(workdir)})
+        assert (found["key"], found["via"]) == ("claude-pid", "ancestry")
+        entry = session_entry(hive, "claude-pid")
+        assert (entry["agent"], entry["tier"], entry["folder"]) == ("claude-code", "push", workdir.name)
+    finally:
+        harness.communicate(timeout=20)
 
 
 def test_a_codex_session_is_keyed_by_its_thread_id(hive: Hive, workdir: Path) -> None:

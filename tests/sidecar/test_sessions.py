@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sqlite3
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -128,3 +131,70 @@ def test_nothing_is_forgotten_in_the_first_hours_after_the_sidecar_starts(make_h
         "api-codex"
     ]
     assert register(machine, "s2", "/src/api")["unread"] == 1
+
+
+def _harness_process() -> subprocess.Popen[bytes]:
+    """A stand-in for a harness: a real process whose pid a hook would record."""
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+
+
+def _live_names(hive: Hive) -> set[str]:
+    return {s["name"] for s in hive.request({"id": 1, "op": "who"})["result"]["sessions"]}
+
+
+def _wait(condition: Any, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_a_session_ends_when_its_harness_process_exits_without_an_end_hook(hive: Hive) -> None:
+    first, second = _harness_process(), _harness_process()
+    try:
+        register(hive, "run1", "/src/api", repo="acme/api", pid=first.pid)
+        register(hive, "run2", "/src/api", repo="acme/api", pid=second.pid)
+        assert _live_names(hive) == {"api-codex", "api-codex-2"}
+        first.kill()
+        first.wait()
+        _wait(lambda: _live_names(hive) == {"api-codex-2"}, "the first run's session to end")
+        # Sending to its name says it is gone, and queues under the name for whoever inherits it.
+        result = send(hive, "alice/api-codex", "are you there?")["result"]["results"][0]
+        assert result["state"] == "queued" and "offline" in result["note"]
+        second.kill()
+        second.wait()
+        _wait(lambda: not _live_names(hive), "the second run's session to end")
+        # A group never includes ended sessions: with both ended, nothing matches.
+        assert send(hive, "repo:acme/api", "anyone?")["error"]["code"] == "not_found"
+        # The next run in the same place inherits the first name and the mail queued for it.
+        third = _harness_process()
+        try:
+            fresh = register(hive, "run3", "/src/api", repo="acme/api", pid=third.pid)
+            assert fresh["name"] == "api-codex" and fresh["unread"] == 1
+        finally:
+            third.kill()
+            third.wait()
+    finally:
+        for process in (first, second):
+            process.kill()
+            process.wait()
+
+
+def test_a_recorded_pid_now_held_by_another_process_is_not_taken_for_the_session(make_hive: Any) -> None:
+    machine: Hive = make_hive()
+    machine.start()
+    harness = _harness_process()
+    try:
+        register(machine, "run1", "/src/api", pid=harness.pid)
+        register(machine, "run2", "/src/web", pid=harness.pid)
+        machine.stop()
+        # While the sidecar was down, run1's harness exited and its pid went to another process:
+        # what the database recorded for it started at another time.
+        with sqlite3.connect(machine.paths.database) as db:
+            db.execute("UPDATE sessions SET pid_started = pid_started - 100 WHERE key = 'run1'")
+        machine.start()
+        _wait(lambda: _live_names(machine) == {"web-codex"}, "run1 to be taken as ended")
+    finally:
+        harness.kill()
+        harness.wait()
