@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import Hive
+from tests.sidecar.test_mesh import wait_for
 
 
 def register(hive: Hive, key: str, cwd: str, agent: str = "codex", **extra: Any) -> dict[str, Any]:
@@ -142,14 +143,6 @@ def _live_names(hive: Hive) -> set[str]:
     return {s["name"] for s in hive.request({"id": 1, "op": "who"})["result"]["sessions"]}
 
 
-def _wait(condition: Any, what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
 def test_a_session_ends_when_its_harness_process_exits_without_an_end_hook(hive: Hive) -> None:
     first, second = _harness_process(), _harness_process()
     try:
@@ -158,13 +151,13 @@ def test_a_session_ends_when_its_harness_process_exits_without_an_end_hook(hive:
         assert _live_names(hive) == {"api-codex", "api-codex-2"}
         first.kill()
         first.wait()
-        _wait(lambda: _live_names(hive) == {"api-codex-2"}, "the first run's session to end")
+        wait_for(lambda: _live_names(hive) == {"api-codex-2"}, what="the first run's session to end")
         # Sending to its name says it is gone, and queues under the name for whoever inherits it.
         result = send(hive, "alice/api-codex", "are you there?")["result"]["results"][0]
         assert result["state"] == "queued" and "offline" in result["note"]
         second.kill()
         second.wait()
-        _wait(lambda: not _live_names(hive), "the second run's session to end")
+        wait_for(lambda: not _live_names(hive), what="the second run's session to end")
         # A group never includes ended sessions: with both ended, nothing matches.
         assert send(hive, "repo:acme/api", "anyone?")["error"]["code"] == "not_found"
         # The next run in the same place inherits the first name and the mail queued for it.
@@ -194,7 +187,7 @@ def test_a_recorded_pid_now_held_by_another_process_is_not_taken_for_the_session
         with sqlite3.connect(machine.paths.database) as db:
             db.execute("UPDATE sessions SET pid_started = pid_started - 100 WHERE key = 'run1'")
         machine.start()
-        _wait(lambda: _live_names(machine) == {"web-codex"}, "run1 to be taken as ended")
+        wait_for(lambda: _live_names(machine) == {"web-codex"}, what="run1 to be taken as ended")
     finally:
         harness.kill()
         harness.wait()
