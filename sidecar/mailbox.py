@@ -17,6 +17,7 @@ to the hook's connection: a hook that dies before printing releases the mail whe
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
 import sqlite3
@@ -32,6 +33,8 @@ from hive.integrations.hook_client import process_alive
 from .config import Settings
 from .render import Message
 from .store import Store
+
+log = logging.getLogger(__name__)
 
 _COLUMNS = (
     "id, sender, sender_kind, sender_agent, sender_repo, recipient, reply_to, body, wake, sent_at, read_at, approval, "
@@ -186,7 +189,10 @@ class Mailbox:
 
     def connection_closed(self, connection: int) -> None:
         """A hook's connection closed before it said its reply was written: it never printed it."""
-        self.unshow([i for i, s in self.inflight.items() if s.connection == connection])
+        ids = [i for i, s in self.inflight.items() if s.connection == connection]
+        if ids:  # most often a hook past its deadline (HIVE_HOOK_DEADLINE_MS) on a loaded machine
+            log.info("a hook left before printing its reply: %d message(s) visible again", len(ids))
+        self.unshow(ids)
 
     def unshow(self, ids: Sequence[str]) -> None:
         """A reader gave up before showing these: make them visible again now."""

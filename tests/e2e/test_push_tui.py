@@ -283,8 +283,13 @@ def test_codex_tui_push_wakes_an_idle_session_lands_mid_turn_leaves_the_prompt_w
     after = codex_team.send_from_bob(me, "PUSHMARK_closed still there?")
     assert after["state"] == "queued", f"{who}: bob's send to a closed Codex came back {after}"
     # "queued" is bob's outbox: the message is still crossing to alice's machine.
-    wait_for(lambda: after["id"] in codex_team.alice_unread(me), timeout=30,
-             what=f"{who}: the mail for a closed Codex to wait in alice's inbox")
+    try:
+        wait_for(lambda: after["id"] in codex_team.alice_unread(me), timeout=30,
+                 what=f"{who}: the mail for a closed Codex to wait in alice's inbox")
+    except AssertionError as exc:
+        sent = codex_team.bob_ok("sent", ids=[after["id"]])["messages"]
+        sessions = machine.ok("who", all=True)["sessions"]
+        raise AssertionError(f"{exc}\nbob's record of it: {sent}\nalice's sessions: {sessions}") from None
     listed = [s for s in machine.ok("who", all=True)["sessions"] if s["address"] == me]
     assert [s["tier"] for s in listed] == ["turn"], f"{who}: a closed Codex is listed as {listed}"
     assert not model.seen("PUSHMARK_closed"), f"{who}: a turn ran with nobody watching:\n{model.transcript()}"
