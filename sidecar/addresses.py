@@ -1,13 +1,15 @@
 """Resolving what a sender typed (``bob/api-codex``, ``api-codex``, ``repo:acme/api``, ``*``) to mailboxes.
 
 The directory is a flat list of :class:`Entry` records, one per session hive knows (live or
-recently gone), plus each person's own terminal mailbox. Resolution prefers live sessions,
+recently gone); people's own mailboxes (``bob/terminal``, ``bob/ci``) come as one entry per machine
+of theirs (hive.sidecar.mailboxes). Resolution prefers live sessions,
 never includes the sender in a group, and explains every refusal with the choices the sender
 could make instead.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from .errors import Ambiguous, BadRequest, GroupRefused, NotFound, Refused
@@ -41,7 +43,7 @@ class Target:
     """One mailbox a message goes to."""
 
     address: str
-    entry: Entry | None  # None for a person's terminal mailbox
+    entry: Entry | None  # None for this machine's person's own mailboxes (terminal, named)
 
 
 def is_group(to: str) -> bool:
@@ -53,17 +55,22 @@ def _listing(entries: list[Entry]) -> str:
 
 
 def resolve(to: str, directory: list[Entry], people: set[str], sender: str | None, *,
-            may_use_groups: bool) -> list[Target]:
+            may_use_groups: bool, mailboxes: Sequence[Entry] = (), own: Collection[str] = ()) -> list[Target]:
     """Resolve ``to`` against ``directory``.
 
     ``sender`` is the sending session's address (excluded from groups); ``people`` are the
-    person names hive knows. Raises NotFound, Ambiguous, GroupRefused or Refused with the
-    candidates in the message.
+    person names hive knows. ``own`` are this machine's person's mailbox addresses (delivered
+    here); ``mailboxes`` are teammates' mailboxes, one entry per machine (hive.sidecar.mailboxes
+    picks which of them a message goes to). Raises NotFound, Ambiguous, GroupRefused or Refused
+    with the candidates in the message.
     """
     to = to.strip()
     if not to:
         raise BadRequest("say who the message is for: person/session, a session name, or see `hive who`")
     live = [e for e in directory if e.live]
+    group_machine = None
+    if is_group(to.rsplit("@", 1)[0]) and "@" in to:  # alice/*@xps, repo:acme/api@xps
+        to, group_machine = to.rsplit("@", 1)
     if is_group(to):
         if to == "*":
             members = live
@@ -73,6 +80,9 @@ def resolve(to: str, directory: list[Entry], people: set[str], sender: str | Non
         else:
             members = [e for e in live if e.person == to[:-2]]
         members = [e for e in members if e.address != sender]
+        if group_machine is not None:
+            members = [e for e in members if e.machine == group_machine]
+            to = f"{to}@{group_machine}"
         if not may_use_groups:
             raise GroupRefused(
                 f"agents message one session, not a group ({to}): pick one with list_team, or ask "
@@ -87,9 +97,13 @@ def resolve(to: str, directory: list[Entry], people: set[str], sender: str | Non
         to, machine = to.rsplit("@", 1)
     if "/" in to:
         person, name = to.split("/", 1)
-        if name == "terminal" and person in people:
-            return [Target(f"{person}/terminal", None)]
+        if to in own and machine is None:
+            return [Target(to, None)]
+        boxes = [e for e in mailboxes if e.person == person and e.name == name
+                 and (machine is None or e.machine == machine)]
         candidates = [e for e in directory if e.person == person and e.name == name]
+        if boxes and not candidates:
+            return [Target(e.address, e) for e in boxes]
     else:
         name = to
         if name in people:

@@ -28,6 +28,8 @@ from .errors import ConfirmOnTerminal, HiveError, UnknownOp, Unreachable
 from .paths import state_paths
 from .render import for_person
 
+LISTEN_WAIT = 600  # the sidecar's longest wait per request; listen asks again until mail comes
+
 Command = Callable[[argparse.Namespace], int]
 
 
@@ -232,7 +234,7 @@ def cmd_ask(args: argparse.Namespace) -> int:
     return 0 if result["answer"] == "approved" else 3
 
 
-def cmd_inbox(args: argparse.Namespace) -> int:
+def cmd_inbox(args: argparse.Namespace, until_mail: bool = False) -> int:
     # At a terminal a person reads the mail; piped (an agent's shell, a script) it stays in frames.
     human = not args.json and not args.raw and sys.stdout.isatty()
 
@@ -240,11 +242,14 @@ def cmd_inbox(args: argparse.Namespace) -> int:
         async with Client.open(state_paths()) as client:
             mailbox = {"as": args.as_} if args.as_ else {}
             result = await client.call("inbox", wait=0, peek=args.peek, **mailbox)
-            if not result["messages"] and args.wait > 0:
+            if not result["messages"] and (args.wait > 0 or until_mail):
                 if sys.stderr.isatty() and not args.json:
-                    print(f"waiting up to {args.wait:g} s for mail to {result['to']} (Ctrl-C stops)…",
+                    how_long = "" if until_mail else f" up to {args.wait:g} s"
+                    print(f"waiting{how_long} for mail to {result['to']} (Ctrl-C stops)…",
                           file=sys.stderr, flush=True)
-                result = await client.call("inbox", wait=args.wait, peek=args.peek, **mailbox)
+                result = await client.call("inbox", wait=args.wait or LISTEN_WAIT, peek=args.peek, **mailbox)
+                while until_mail and not result["messages"]:
+                    result = await client.call("inbox", wait=LISTEN_WAIT, peek=args.peek, **mailbox)
             if not result["messages"]:
                 if not args.json:
                     print(f"no unread messages for {result['to']}")
@@ -267,6 +272,12 @@ def cmd_inbox(args: argparse.Namespace) -> int:
             return 0
 
     return anyio.run(go)
+
+
+def cmd_listen(args: argparse.Namespace) -> int:
+    """Wait for the next mail to one of your mailboxes (``--as ci``: ``you/ci``, opened if new)."""
+    args.wait, args.peek, args.raw = 0, False, False
+    return cmd_inbox(args, until_mail=True)
 
 
 def cmd_sent(args: argparse.Namespace) -> int:
@@ -575,9 +586,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p = add("inbox", cmd_inbox, "show unread messages (yours, or a session's with --as) and mark them read")
     p.add_argument("--wait", type=float, default=0, help="wait up to N seconds (at most 600) for mail")
-    p.add_argument("--as", dest="as_", help="read a session's mailbox instead of your own")
+    p.add_argument("--as", dest="as_", help="read a session's mailbox, or a named mailbox of yours "
+                   "(you/NAME, opened on first use, for a script or notes), instead of your terminal's")
     p.add_argument("--peek", action="store_true", help="show without marking anything read")
     p.add_argument("--raw", action="store_true", help="print the framed messages an agent sees, even at a terminal")
+    p.add_argument("--json", action="store_true")
+    p = add("listen", cmd_listen, "wait for the next message to your terminal, or to a named mailbox with --as")
+    p.add_argument("--as", dest="as_", help="a named mailbox of yours (you/NAME), opened on first use")
     p.add_argument("--json", action="store_true")
     p = add("sent", cmd_sent, "what you (or a session, with --from) sent, and whether it was read")
     p.add_argument("ids", nargs="*", help="message ids (default: the last 50)")

@@ -45,7 +45,7 @@ import sqlite3
 import time
 import tomllib
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
-from . import attachments, discover, observe
+from . import attachments, discover, mailboxes, observe
 from .addresses import Entry, Target
 from .approvals import receive_approval, wire_of
 from .config import DAY, slug
@@ -92,7 +92,8 @@ PROTO = 1
 FEATURES = ("receipts", "hold", "loop-guard", "files")
 # Modules that speak frame kinds of their own. Each has ``attach(mesh)``, which registers its
 # frames, feature and link-up hook with :meth:`Mesh.add_frames`, so _dispatch needs no branch per module.
-FRAME_MODULES: tuple[str, ...] = ("hive.sidecar.lesson_sync", "hive.sidecar.gate", "hive.sidecar.ask")
+FRAME_MODULES: tuple[str, ...] = ("hive.sidecar.lesson_sync", "hive.sidecar.gate", "hive.sidecar.ask",
+                                   "hive.sidecar.mailboxes")
 BACKOFF_START = 2.0
 BACKOFF_MAX = 60.0
 REPLACE_AFTER = 5.0  # a redial replaces an established link older than this
@@ -132,6 +133,7 @@ FRAME_FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "gate": {"id": str, "item": dict},
     "gate_ack": {"id": str},
     "notify": {"id": str, "from": str, "to": str, "body": str, "sent_at": _NUMBER},
+    "copies_read": {"ids": list, "at": _NUMBER},
 }
 _ADDRESS = re.compile(r"^[A-Za-z0-9._:\[\]-]{1,100}:[0-9]{1,5}$")
 _HEX_KEY = re.compile(r"^[0-9a-f]{64}$")
@@ -269,7 +271,8 @@ def sanitise_presence(raw: Any) -> dict[str, Any]:
                 good = [a for a in values[:MAX_ADDRESSES] if valid_address(a)]
                 if good:
                     peers[key] = good
-    return {"sessions": sessions, "known": known, "features": features, "addresses": addresses, "peers": peers}
+    return {"sessions": sessions, "known": known, "features": features, "addresses": addresses, "peers": peers,
+            "mailboxes": mailboxes.sanitise(raw.get("mailboxes"))}
 
 
 def _activity_of(key: str) -> str:
@@ -437,7 +440,8 @@ class Mesh:
         self._presence_dirty: set[str] = set()
         self._staged = False  # statements staged (acks' outbox updates) await the flusher's commit
         self._sent_peers = ""
-        sidecar.sessions.elsewhere = self.names_elsewhere
+        # Names a session may not take: the person's other machines' sessions, and their mailboxes here.
+        sidecar.sessions.elsewhere = lambda: self.names_elsewhere() | mailboxes.named(sidecar)
         self.started = anyio.Event()
         self.frame_handlers: dict[str, FrameHandler] = {}
         self.extra_features: list[str] = []
@@ -1012,7 +1016,8 @@ class Mesh:
                 known.append(s.name)
         sessions.sort(key=lambda d: d["name"])
         presence: dict[str, Any] = {"sessions": sessions[:MAX_SESSIONS], "known": sorted(known)[:MAX_KNOWN],
-                                    "features": self.features(), "addresses": self.my_addresses}
+                                    "features": self.features(), "addresses": self.my_addresses,
+                                    "mailboxes": mailboxes.presence_field(self.sc)}
         if with_peers:
             presence["peers"] = self._peer_addresses()
         return presence
@@ -1117,6 +1122,12 @@ class Mesh:
     def is_remote(self, target: Target) -> bool:
         return target.entry is not None and target.entry.key is None
 
+    def receipts_owed(self, count: int) -> None:
+        """``count`` messages from teammates were read other than through this machine's mailbox
+        (another machine of the person read their copies): send their receipts at the next flush."""
+        self._open_inbound += count
+        self.poke()
+
     # ---- background work -----------------------------------------------------------------
 
     async def _flusher(self) -> None:
@@ -1147,6 +1158,7 @@ class Mesh:
                 if self.links:
                     await self._send_presence_if_changed()
                     await self._flush_receipts(None)
+                    await mailboxes.tell(self)
             except Exception:
                 log.exception("mesh flush failed")
 
@@ -1181,10 +1193,13 @@ class Mesh:
         return approval, body
 
     async def send(self, pairs: Sequence[tuple[Target, Message]], sender_key: str | None,
-                   notify: bool = False) -> dict[str, dict[str, Any]]:
-        """Queue messages for teammates' sessions; returns each one's result keyed by message id.
+                   notify: bool = False,
+                   copies: Mapping[str, Sequence[str]] | None = None) -> dict[str, dict[str, Any]]:
+        """Queue messages for teammates' sessions and mailboxes; returns each one's result keyed by message id.
 
         ``notify``: the recipient's machine also shows each as a notification to its person (ask.py).
+        ``copies``: for a message sent to one person's mailbox on several machines, the ids of
+        its other copies (hive.sidecar.mailboxes marks them read together).
 
         Each message is in the durable outbox before this returns. A linked recipient usually
         answers within milliseconds; after ``ack_wait`` seconds the answer is ``queued``.
@@ -1217,6 +1232,8 @@ class Mesh:
             payload = self._msg_payload(message)
             if notify:
                 payload["notify"] = True
+            if copies and copies.get(message.id):
+                payload["copies"] = list(copies[message.id])
             statements.append((
                 "INSERT OR IGNORE INTO outbox (id, peer, recipient, sender, sender_key, frame, created_at, "
                 "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -1252,6 +1269,9 @@ class Mesh:
                 note = (f"queued in the outbox: {who} is not reachable right now; it goes out when it is"
                         if peer not in self.links else f"queued in the outbox: {who} has not answered yet")
             results[message_id] = {"to": payload["to"], "id": message_id, "state": state, "note": note}
+            member = self.team.member(peer)
+            if member is not None:
+                results[message_id]["machine"] = member.machine
         return results
 
     async def _send_and_wait(self, peer: str, payload: dict[str, Any], waiter: _AckWait) -> None:
@@ -1545,16 +1565,11 @@ class Mesh:
         if to_person != local_person:
             await self._refuse(link, message_id, sender, recipient, f"refused: no {to_person} on this machine")
             return
-        if to_name == "terminal":
-            if member.person != local_person:
-                await self._refuse(link, message_id, sender, recipient,
-                                   f"refused: messages go to {local_person}'s agent sessions, not to the person")
-                return
-        else:
+        if not mailboxes.is_own(self.sc, recipient):  # the person's own mailboxes take mail from the team
             entry = next((e for e in self.sc.directory() if e.key is not None and e.name == to_name), None)
             if entry is None:
                 await self._refuse(link, message_id, sender, recipient,
-                                   f"refused: no session called {to_name} on {local_person}'s machine")
+                                   f"refused: no session or mailbox called {to_name} on {local_person}'s machine")
                 return
         if policy != "hold":  # a held message's files are saved (and counted) once it is approved
             wait = await attachments.quota_wait(self.sc, member.person, carried)
@@ -1582,7 +1597,8 @@ class Mesh:
             return
         # The message, its inbound record and its thread step share one commit, made before the ack
         # (a second commit for the record would hold up both the ack and the recipient's read).
-        state, note = await self._deposit(message, entry, also=[*thread, (
+        state, note = await self._deposit(message, entry, also=[*thread, *mailboxes.record_copies(
+            message_id, raw.get("copies")), (
             "INSERT OR IGNORE INTO inbound (id, peer, sender, recipient, state, note, received_at) "
             "VALUES (?, ?, ?, ?, 'accepted', 'accepted', ?)", (message_id, link.peer, sender, recipient, now))])
         if raw.get("notify") is True:

@@ -34,7 +34,7 @@ from anyio.streams.buffered import BufferedByteReceiveStream
 
 from hive.integrations import registry
 
-from . import __version__, attachments, codex_push, discover, folders, hooks, observe, projects, wire
+from . import __version__, attachments, codex_push, discover, folders, hooks, mailboxes, observe, projects, wire
 from .addresses import Entry, Target, is_group, resolve
 from .ask import confirm_group, confirm_override, group_question, notify_person
 from .config import HOUR, Settings, load_settings
@@ -383,10 +383,18 @@ class Sidecar:
         return session
 
     def _mailbox_of(self, request: dict[str, Any]) -> tuple[str, Session | None]:
+        """The mailbox a request reads: a session's (``session``, or ``as`` naming one), the
+        person's terminal, or a named mailbox of theirs (``as``: opened on first use)."""
         ref = request.get("session") or request.get("as")
         if ref in (None, "", "terminal", self.terminal):
             return self.terminal, None
-        session = self._session_ref(ref)
+        try:
+            session = self._session_ref(ref)
+        except NotFound:
+            if request.get("session") or not isinstance(ref, str):
+                raise
+            name = ref.split("/", 1)[1] if ref.startswith(self.settings.person + "/") else ref
+            return mailboxes.open_named(self, name), None
         return self._address_of(session), session
 
     def directory(self) -> list[Entry]:
@@ -559,7 +567,9 @@ class Sidecar:
         # pop-up (or, with no desktop, at this client's terminal): see ask.confirm_group.
         group = sender_session is None and is_group(to)
         targets = resolve(to, self.directory(), {self.settings.person} | self.mesh.people(), sender,
-                          may_use_groups=group)
+                          may_use_groups=group, mailboxes=mailboxes.entries(self.mesh),
+                          own={f"{self.settings.person}/{n}" for n in mailboxes.names(self)})
+        targets = await mailboxes.route(self, targets, reply_to if isinstance(reply_to, str) else None)
         if is_group(to) and not targets:
             raise NotFound(f"no live session matches {to}")
         if group:
@@ -577,9 +587,14 @@ class Sidecar:
         ]
         waiting = {t.address for t in targets if self.parked[t.address] > 0}
         sender_key = sender_session.key if sender_session else None
+        copies: dict[str, list[str]] = {}  # one person's mailbox on several machines: each copy names the others
+        for message in messages:
+            copies.setdefault(message.recipient, []).append(message.id)
         remote = await self.mesh.send(
             [(t, m) for t, m in zip(targets, messages, strict=True) if self.mesh.is_remote(t)], sender_key,
-            notify=bool(request.get("notify")))
+            notify=bool(request.get("notify")),
+            copies={m.id: mailboxes.copies_of(copies[m.recipient], m.id) for m in messages
+                    if len(copies[m.recipient]) > 1})
         local = [await attachments.keep(self, m) for m in messages if m.id not in remote]  # files saved first
         await self.mailbox.deposit(local, sender_key)
         results = []
@@ -596,7 +611,9 @@ class Sidecar:
 
     async def _after_deposit(self, target: Target, wake: bool, waiting: bool) -> tuple[str, str]:
         if target.entry is None:
-            return "queued", f"queued: {target.address.split('/')[0]} sees it with `hive inbox`"
+            person, name = target.address.split("/", 1)
+            command = "hive inbox" if name == mailboxes.TERMINAL else f"hive inbox --as {name}"
+            return "queued", f"queued: {person} sees it with `{command}` on {self.settings.machine}"
         session = self.sessions.by_key.get(target.entry.key or "")
         if session is None or not self.sessions.is_live(session):
             return "queued", "queued: that session is offline; it sees this when it comes back"

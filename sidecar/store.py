@@ -318,6 +318,11 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE sessions ADD COLUMN pid_started REAL;
     """,
+    # a message to a person's mailbox sent to several of their machines: the ids of its other
+    # copies, so reading one marks the rest read (hive.sidecar.mailboxes)
+    """
+    CREATE TABLE mail_copies (id TEXT NOT NULL, sibling TEXT NOT NULL, PRIMARY KEY (id, sibling));
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -427,6 +427,7 @@ def test_presence_from_a_peer_is_cut_to_counts_lengths_and_one_printable_line() 
         "features": ["receipts", 42, "y" * 100],
         "addresses": ["127.0.0.1:1", "not an address", "[::1]:2", "x:99999"],
         "peers": {"a" * 64: ["10.0.0.1:5"], "not-a-key": ["10.0.0.2:5"]},
+        "mailboxes": ["CI", "terminal", 7, "ci", *(f"box-{n}" for n in range(40))],
     }
     presence = sanitise_presence(raw)
     assert len(presence["sessions"]) == 200
@@ -440,7 +441,9 @@ def test_presence_from_a_peer_is_cut_to_counts_lengths_and_one_printable_line() 
     assert presence["features"] == ["receipts", "y" * 32]
     assert presence["addresses"] == ["127.0.0.1:1", "[::1]:2"]
     assert presence["peers"] == {"a" * 64: ["10.0.0.1:5"]}
-    assert sanitise_presence("junk") == {"sessions": [], "known": [], "features": [], "addresses": [], "peers": {}}
+    assert presence["mailboxes"][:2] == ["ci", "box-0"] and len(presence["mailboxes"]) <= 16
+    assert sanitise_presence("junk") == {"sessions": [], "known": [], "features": [], "addresses": [], "peers": {},
+                                         "mailboxes": []}
     assert json.dumps(presence)  # what is stored is plain JSON
 
 
