@@ -527,7 +527,7 @@ def attach(mesh: Mesh) -> None:
         if isinstance(found, str):
             log.info("ignored a notify frame from %s (%s): %s", member.machine, link.peer[:12], found)
             return
-        if mesh.config.policy(member.person) != "accept":  # as for their messages: held or refused, no pop-up
+        if mesh.inbound.of(member.person) != "accept":  # as for their messages: held or refused, no pop-up
             log.info("no notify for %s: %s's messages are not accepted here as they come", found.id, member.person)
             return
         notify_received(sidecar, found, frame.get("sent_at"))

@@ -280,6 +280,25 @@ def cmd_listen(args: argparse.Namespace) -> int:
     return cmd_inbox(args, until_mail=True)
 
 
+def cmd_policy(args: argparse.Namespace) -> int:
+    words = list(args.words)
+    if len(words) > 2:
+        raise SystemExit("hive policy: at most a person and a policy, e.g. `hive policy bob hold`")
+    request: dict[str, Any] = {}
+    if words:
+        request["value"] = words[-1]
+    if len(words) == 2:
+        request["person"] = words[0]
+    result = _call("policy", **request)
+    if args.json:
+        _print_json(result)
+        return 0
+    print(f"everyone: {result['default']}")
+    for person, value in result["people"].items():
+        print(f"{person}: {value}")
+    return 0
+
+
 def cmd_sent(args: argparse.Namespace) -> int:
     request: dict[str, Any] = {"ids": args.ids}
     if args.sender:
@@ -630,6 +649,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("link", help="the invite (hive1:…), or the whole invite line")
     p.add_argument("--as", dest="as_", help="your name in the team (an own-machine invite sets it)")
     p.add_argument("--machine", help="this machine's name in the team")
+    p.add_argument("--json", action="store_true")
+    p = add("policy", cmd_policy, "what this machine does with teammates' mail: accept, hold or refuse, per person")
+    p.add_argument("words", nargs="*", metavar="[PERSON] POLICY",
+                   help="`hive policy hold` for everyone, `hive policy bob accept` for bob, "
+                        "`hive policy bob default` to drop bob's own; none to list")
     p.add_argument("--json", action="store_true")
     p = add("held", cmd_held, "messages from teammates held by your inbound policy, waiting for you")
     p.add_argument("--json", action="store_true")

@@ -5,10 +5,12 @@ The file is optional. Unknown keys are kept (the installer edits it with tomlkit
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import os
 import re
 import socket
+import tempfile
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,3 +60,20 @@ def load_settings(path: Path) -> Settings:
     share = any(v is True for v in sharing)
     return Settings(person=person, machine=machine, share_unmanaged=share,
                     **{k: v for k, v in tuning.items() if k in allowed})
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Replace config.toml (or any state file) whole: a reader sees the old text or the new, never half."""
+    mode = path.stat().st_mode & 0o777 if path.exists() else 0o600
+    fd, tmp = tempfile.mkstemp(prefix=".config-", suffix=".toml", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

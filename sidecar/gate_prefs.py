@@ -38,7 +38,6 @@ import functools
 import math
 import os
 import re
-import tempfile
 import time
 import tomllib
 import zoneinfo
@@ -51,6 +50,7 @@ import tomlkit
 import tomlkit.exceptions
 from tomlkit.items import Table
 
+from .config import write_atomically
 from .errors import BadRequest
 
 CHANNELS = ("session", "popup", "digest")
@@ -457,20 +457,4 @@ def write_changes(path: Path, person: str, changes: list[Change], current: Prefs
             own.pop(change.key, None)
         else:
             own[change.key] = change.value
-    _write_atomically(path, tomlkit.dumps(doc))
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o600
-    fd, tmp = tempfile.mkstemp(prefix=".config-", suffix=".toml", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_atomically(path, tomlkit.dumps(doc))

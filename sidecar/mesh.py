@@ -60,6 +60,7 @@ from .config import DAY, slug
 from .defang import defang, one_line
 from .errors import BadRequest, HiveError, NotFound, Refused
 from .person import asks_person, confirm_by_person
+from .policy import InboundPolicy
 from .render import Message
 from .sessions import TIERS
 from .transport import (
@@ -144,13 +145,11 @@ _HEX_KEY = re.compile(r"^[0-9a-f]{64}$")
 
 @dataclass(frozen=True)
 class MeshConfig:
-    """``[mesh]`` and ``[inbound]`` in config.toml.
+    """``[mesh]`` in config.toml (``[inbound]`` is hive.sidecar.policy's, read as it changes).
 
     ``listen`` is ``host:port`` (port 0: reuse the last port if free, else any); ``advertise``
     overrides the addresses told to teammates; ``static`` lists addresses always worth dialing
     (a VPN or public host); ``mdns`` turns LAN discovery on, on ``mdns_interfaces`` or all.
-    Inbound policy is ``accept``, ``hold`` or ``refuse``: ``[inbound] default`` and, per person,
-    ``[inbound.people] bob = "hold"``.
     """
 
     listen: str = "0.0.0.0:0"
@@ -164,14 +163,6 @@ class MeshConfig:
     loop_limit: int = 12
     connect_timeout: float = 10.0
     outbox_give_up: float = OUTBOX_GIVE_UP
-    inbound_default: str = "accept"
-    inbound_people: dict[str, str] = field(default_factory=dict)
-
-    def policy(self, person: str) -> str:
-        return self.inbound_people.get(person, self.inbound_default)
-
-
-POLICIES = ("accept", "hold", "refuse")
 
 
 def load_mesh_config(path: Path) -> MeshConfig:
@@ -180,16 +171,11 @@ def load_mesh_config(path: Path) -> MeshConfig:
         with contextlib.suppress(tomllib.TOMLDecodeError, OSError):
             data = tomllib.loads(path.read_text(encoding="utf-8"))
     mesh = data.get("mesh") if isinstance(data.get("mesh"), dict) else {}
-    inbound = data.get("inbound") if isinstance(data.get("inbound"), dict) else {}
-    assert isinstance(mesh, dict) and isinstance(inbound, dict)
+    assert isinstance(mesh, dict)
 
     def strings(value: Any) -> tuple[str, ...]:
         return tuple(str(v) for v in value) if isinstance(value, list) else ()
 
-    default = str(inbound.get("default", "accept"))
-    people_section = inbound.get("people") if isinstance(inbound.get("people"), dict) else {}
-    assert isinstance(people_section, dict)
-    people = {slug(str(k)): str(v) for k, v in people_section.items() if str(v) in POLICIES}
     base = MeshConfig()
     return MeshConfig(
         listen=str(mesh.get("listen", base.listen)),
@@ -203,8 +189,6 @@ def load_mesh_config(path: Path) -> MeshConfig:
         loop_limit=int(mesh.get("loop_limit", base.loop_limit)),
         connect_timeout=float(mesh.get("connect_timeout", base.connect_timeout)),
         outbox_give_up=float(mesh.get("outbox_give_up", base.outbox_give_up)),
-        inbound_default=default if default in POLICIES else "accept",
-        inbound_people=people,
     )
 
 
@@ -405,6 +389,7 @@ class Mesh:
     def __init__(self, sidecar: Sidecar) -> None:
         self.sc = sidecar
         self.config = load_mesh_config(sidecar.paths.config)
+        self.inbound = InboundPolicy(sidecar.paths.config)
         self.team = TeamView(sidecar)
         self.links: dict[str, Link] = {}
         self.flows: dict[int, _Flow] = {}
@@ -1555,7 +1540,7 @@ class Mesh:
                             f"retry: {local_person}'s machine takes at most {self.config.rate_limit} "
                             "messages a minute from one machine", retry_after=round(wait, 2))
             return
-        policy = self.config.policy(member.person)
+        policy = self.inbound.of(member.person)
         if policy == "refuse":
             await self._refuse(link, message_id, sender, recipient,
                                f"refused: {local_person} does not take messages from {member.person} right now")

@@ -158,6 +158,7 @@ OP_MODULES: tuple[str, ...] = (
     "hive.sidecar.lesson_ops",
     "hive.sidecar.projects",
     "hive.sidecar.lesson_sync",
+    "hive.sidecar.policy",
 )
 
 
