@@ -353,6 +353,7 @@ async def hook(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> d
         return nothing  # this point cannot carry text to the model (a plugin's, say)
     await lesson_turn.shown(sidecar, session, lessons)
     sidecar.mailbox.mark_shown(messages, await _holder(session, request), conn.id)
+    conn.hook_shown = (session.key, "hook", point.native)  # recorded injected once the client printed it
     ids = [m.id for m in messages]
     if point.inject == "stderr_block":  # the client writes it to stderr and exits 2 (descriptor.py)
         return {"stdout": point.no_opinion, "stderr": stdout, "exit": 2, "ids": ids, "session": session.key}
@@ -373,7 +374,14 @@ async def hook_written(sidecar: Sidecar, conn: Connection, request: dict[str, An
     ids = request.get("ids")
     if not isinstance(ids, list):
         raise BadRequest("hook_written needs 'ids': the message ids in the reply the hook printed")
-    return {"held": sidecar.mailbox.written(ids, conn.id)}
+    printed = [i for i in ids if isinstance(i, str)
+               and (showing := sidecar.mailbox.inflight.get(i)) is not None and showing.connection == conn.id]
+    held = sidecar.mailbox.written(ids, conn.id)
+    if conn.hook_shown is not None:
+        key, channel, point = conn.hook_shown
+        conn.hook_shown = None
+        await observe.injected(sidecar, key, printed, channel, point)
+    return {"held": held}
 
 
 async def _turn_ended(sidecar: Sidecar, session: Session) -> None:
@@ -425,6 +433,7 @@ async def watch(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> 
         return {**answer, "ended": True}
     # The watcher's text reaches the model only with the woken turn: held like a hook's reply.
     sidecar.mailbox.mark_shown(messages, await _holder(session, request), conn.id)
+    conn.hook_shown = (session.key, "push", "watcher")
     return {**answer, "ids": [m.id for m in messages], "text": frames(messages)}
 
 
@@ -438,7 +447,10 @@ async def hold(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> d
     mine = {m.id for m in await sidecar.mailbox.unread(sidecar.sessions.address(session), include_inflight=True)}
     pid = conn.pid or 0
     holder = Holder(session.key, pid, start_time(pid) if pid else "")
-    return {"held": sidecar.mailbox.hold([i for i in ids if i in mine], holder)}
+    taken = [i for i in ids if i in mine]
+    held = sidecar.mailbox.hold(taken, holder)
+    await observe.injected(sidecar, session.key, taken, "plugin", "push")
+    return {"held": held}
 
 
 async def seen(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:

@@ -804,19 +804,28 @@ async def _gate_deliver(sidecar: Sidecar, item: Any) -> None:
 
 async def deliver_notice(sidecar: Sidecar, key: str, address: str, title: str, body: str, other: str,
                          path: str) -> None:
-    """Put the notice in the session's mailbox (turn tier: shown at its next hook), and record it injected."""
+    """Put the notice in the session's mailbox (turn tier: shown at its next hook, recorded injected then)."""
     from .ask import deliver_local
 
     message = Message(id=new_ulid(), sender=OVERLAP_SENDER, sender_kind="agent", sender_agent="hive",
                       sender_repo="", recipient=address, reply_to=None, body=f"{title}\n{body}", wake=True,
                       sent_at=time.time())
     await deliver_local(sidecar, message, None)
+
+
+async def injected(sidecar: Sidecar, key: str, ids: Sequence[str], channel: str, point: str) -> None:
+    """Record that messages entered a session's model context: ``team.message.injected``, one event
+    per message with its id, the session's tier and how it went in (``channel``: hook, push,
+    plugin, mcp; ``point``: the hook event, or the push's way), so ``hive events`` answers what a
+    model was shown. Recorded when the text left hive for the harness, never on deposit."""
     session = sidecar.sessions.by_key.get(key)
-    await store_events(sidecar.store, [Event(at=time.time(), session=key, harness=session.agent if session else "",
-                                       action="team.message.injected", path=path, method="hook",
-                                       fidelity="observed",
-                                       detail=json.dumps({"id": message.id, "from": OVERLAP_SENDER,
-                                                          "other": other}))])
+    if not ids or session is None:
+        return
+    now = time.time()
+    await store_events(sidecar.store, [Event(
+        at=now, session=key, harness=session.agent, action="team.message.injected", method=channel,
+        fidelity="observed", detail=json.dumps({"id": i, "tier": session.tier, "channel": channel, "point": point}))
+        for i in ids])
 
 
 # ---- who ---------------------------------------------------------------------------------------

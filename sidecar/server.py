@@ -89,6 +89,9 @@ class Connection:
         self._write_lock = anyio.Lock()
         self.pid = peer_pid(stream.extra(SocketAttribute.raw_socket, None))
         self.push_sessions: set[str] = set()
+        # (session key, channel, point) of mail a hook or watcher on this connection was given: it
+        # is recorded injected when the client says it printed it (hooks.hook_written).
+        self.hook_shown: tuple[str, str, str] | None = None
         self.closed = False
         self.scope = anyio.CancelScope()  # cancelled to drop the client (evicted, or not reading)
         self.last_active = time.monotonic()
@@ -673,11 +676,15 @@ class Sidecar:
         return {"to": recipient, "count": count, "from": senders}
 
     async def op_delivered(self, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
-        recipient, _ = self._mailbox_of(request)
+        recipient, session = self._mailbox_of(request)
         ids = request.get("ids")
         if not isinstance(ids, list):
             raise BadRequest("delivered needs 'ids': the message ids that reached the agent")
-        return {"confirmed": await self.mailbox.confirm(recipient, ids)}
+        confirmed = await self.mailbox.confirm(recipient, ids)
+        if session is not None and confirmed:  # check_inbox's result (or an agent's `hive inbox --as`)
+            channel = "mcp" if conn.id in session.holders else "cli"
+            await observe.injected(self, session.key, [i for i in ids if isinstance(i, str)], channel, "check_inbox")
+        return {"confirmed": confirmed}
 
     async def op_undelivered(self, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
         """A client was shown messages but could not pass them on: make them visible now.

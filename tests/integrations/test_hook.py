@@ -599,6 +599,47 @@ def test_a_hook_killed_after_reading_mail_leaves_it_unread(make_hive: Callable[.
     assert unread(machine, sid) == 0
 
 
+def injections(hive: Hive, key: str) -> list[dict[str, Any]]:
+    events = ok(hive, {"op": "events", "session": key, "action": "team.message.injected"})["events"]
+    return [json.loads(e["detail"]) for e in events]
+
+
+def test_each_message_a_hook_or_the_watcher_printed_is_recorded_injected_with_its_channel(
+        peer_hive: Hive, workdir: Path) -> None:
+    sid = "claude-recorded"
+    cwd = str(workdir)
+    fire(peer_hive, "claude-code", "SessionStart", sid, cwd)
+    first = send(peer_hive, sid, "one")
+    fire(peer_hive, "claude-code", "PostToolUse", sid, cwd)
+    watcher = start_watcher(peer_hive.home, sid, cwd)
+    try:
+        wait_parked(peer_hive, sid)
+        second = send(peer_hive, sid, "two")
+    finally:
+        code, _, _ = finish(watcher, 10)
+    assert code == 2
+    tier = session_entry(peer_hive, sid)["tier"]
+    assert injections(peer_hive, sid) == [
+        {"id": first, "tier": tier, "channel": "hook", "point": "PostToolUse"},
+        {"id": second, "tier": tier, "channel": "push", "point": "watcher"}]
+
+
+def test_mail_a_hook_could_not_print_is_not_recorded_injected(peer_hive: Hive, workdir: Path) -> None:
+    sid = "claude-unprinted"
+    fire(peer_hive, "claude-code", "SessionStart", sid, str(workdir))
+    send(peer_hive, sid, "lost pipe")
+    payload, env = claude_payload("PostToolUse", sid, str(workdir))
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        run_hook(peer_hive.home, "claude-code", "PostToolUse", payload, env, stdout=write_end)
+    finally:
+        os.close(write_end)
+    shown = fire(peer_hive, "claude-code", "Stop", sid, str(workdir))  # printed: the one record
+    assert "lost pipe" in shown
+    assert [i["point"] for i in injections(peer_hive, sid)] == ["Stop"]
+
+
 def test_a_hook_that_cannot_write_its_reply_releases_the_mail_at_once(peer_hive: Hive, workdir: Path) -> None:
     sid = "claude-epipe"
     fire(peer_hive, "claude-code", "SessionStart", sid, str(workdir))

@@ -152,6 +152,10 @@ async def test_two_sessions_in_one_process_are_told_apart_by_meta_and_can_messag
     assert data(inbox)["ids"] == [r["id"] for r in sent["results"]]
     assert data(again)["ids"] == []
     assert data(own)["ids"] == []
+    # What entered ses_two's model context, and through which door (hive events).
+    recorded = hive.request({"id": 1, "op": "events", "session": "ses_two", "action": "team.message.injected"})
+    assert [(json.loads(e["detail"])["id"], json.loads(e["detail"])["channel"])
+            for e in recorded["result"]["events"]] == [(sent["results"][0]["id"], "mcp")]
 
 
 async def test_every_result_carries_an_unread_notice_while_mail_waits(make_hive: Any) -> None:

@@ -42,6 +42,19 @@ def hook(hive: Hive, harness: str, event: str, payload: dict[str, Any], env: dic
     return ok(hive, "hook", harness=harness, event=event, payload=payload, env=env or {})
 
 
+def hook_printing(hive: Hive, harness: str, event: str, payload: dict[str, Any]) -> Any:
+    """A hook as the hook client runs it: the reply, then, on the same connection, that it was printed."""
+    with hive.connect() as conn:
+        conn.send_line({"id": 1, "op": "hook", "harness": harness, "event": event, "payload": payload, "env": {}})
+        reply = conn.read()
+        assert reply["ok"], reply
+        result = reply["result"]
+        if result["ids"]:
+            conn.send_line({"id": 2, "op": "hook_written", "session": result["session"], "ids": result["ids"]})
+            assert conn.read()["ok"]
+    return result
+
+
 # Recorded shapes: (harness, start, prompt, tool, stop, sid field, payload of an edit of `path`)
 def claude(sid: str, cwd: str, event: str, **extra: Any) -> dict[str, Any]:
     return {"session_id": sid, "cwd": cwd, "hook_event_name": event,
@@ -346,8 +359,8 @@ def test_two_sessions_on_two_machines_editing_one_file_each_get_exactly_one_noti
         for offered in (a_offers[0], b_offers[0]):
             assert json.loads(offered["detail"])["outcome"] == "wait"
         stops = {
-            "a1": hook(alice, "claude-code", "Stop", claude("a1", a_cwd, "Stop", stop_hook_active=False)),
-            "b1": hook(bob, "codex", "Stop", codex("b1", b_cwd, "Stop", stop_hook_active=False)),
+            "a1": hook_printing(alice, "claude-code", "Stop", claude("a1", a_cwd, "Stop", stop_hook_active=False)),
+            "b1": hook_printing(bob, "codex", "Stop", codex("b1", b_cwd, "Stop", stop_hook_active=False)),
         }
         # Claude Code's Stop blocks by exiting 2 with the text on stderr; Codex's by a decision:block reply.
         assert stops["a1"]["exit"] == 2
@@ -356,8 +369,8 @@ def test_two_sessions_on_two_machines_editing_one_file_each_get_exactly_one_noti
             reason = reasons[sid]
             assert reason.count('<hive-message from="hive/overlap"') == 1
             assert "src/app.py" in reason and other in reason
-            injected = [e for e in events(hive, sid) if e["action"] == "team.message.injected"]
-            assert len(injected) == 1
+            injected = [json.loads(e["detail"]) for e in events(hive, sid) if e["action"] == "team.message.injected"]
+            assert [(i["channel"], i["point"]) for i in injected] == [("hook", "Stop")], injected
         seen_by_bob = json.dumps(ok(bob, "who")["sessions"]) + json.dumps(ok(bob, "mesh"))
         assert ".env" not in seen_by_bob
         assert any(e["path"].endswith(".env") for e in events(alice, "a1"))
