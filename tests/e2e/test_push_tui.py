@@ -82,8 +82,7 @@ def push_checks(harness: str, agent: str, team: Team, model: ModelServer, tui: T
     if opening:
         model.script = Script({"E2E-HELLO": [say("HELLO-ANSWER-OK")]})
         tui.wait_screen(opening, timeout=60)
-        time.sleep(1)
-        tui.type("E2E-HELLO good morning")
+        tui.type("E2E-HELLO good morning")  # typed again until the prompt box shows it
         tui.wait_screen("HELLO-ANSWER-OK", timeout=60)
     me = wait_for(lambda: team.machine.session_of(agent), timeout=60, what=f"{who}: the TUI's session to register")
     address = me["address"]

@@ -43,10 +43,23 @@ class Tui:
     def screen(self) -> str:
         return self.tmux("capture-pane", "-p", "-t", "main").stdout
 
-    def type(self, text: str) -> None:
-        """Type ``text`` literally, then Enter, as a person would."""
-        self.tmux("send-keys", "-t", "main", "-l", text)
-        time.sleep(0.3)  # a TUI may treat text and Enter arriving together as a paste
+    def type(self, text: str, timeout: float = 30) -> None:
+        """Type ``text`` literally, then Enter once the TUI shows it, as a person would.
+
+        Enter goes only after the text is on the screen: a TUI may take text and Enter arriving
+        together as a paste, and one still starting drops keys sent before it reads input, so
+        text that does not show within a few seconds is typed again."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.tmux("send-keys", "-t", "main", "-l", text)
+            try:
+                self.wait_screen(text, timeout=min(5.0, max(deadline - time.monotonic(), 0.1)))
+                break
+            except AssertionError:
+                if time.monotonic() >= deadline:
+                    raise
+                if text in self.screen():
+                    break
         self.tmux("send-keys", "-t", "main", "Enter")
 
     def wait_screen(self, needle: str, timeout: float = 30) -> str:

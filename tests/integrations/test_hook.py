@@ -821,11 +821,22 @@ def test_the_watcher_wakes_its_session_with_the_framed_message(peer_hive: Hive, 
 
 def test_the_watcher_waits_for_a_sidecar_without_starting_one(make_hive: Callable[..., Hive], workdir: Path) -> None:
     machine = make_hive()
+    # Where the sidecar would listen, a socket that only counts the watcher's tries: two tries (a
+    # retry after the first failed) prove it had its chance to start a sidecar, with no fixed sleep.
+    machine.paths.socket.parent.mkdir(parents=True, exist_ok=True)
+    door = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    door.bind(str(machine.paths.socket))
+    door.listen(8)
+    door.settimeout(30)
     watcher = start_watcher(machine.home, "claude-early", str(workdir))
     try:
-        time.sleep(1.5)
+        for _ in range(2):
+            knock, _ = door.accept()
+            knock.close()  # no sidecar here: the watcher waits and tries again
+        door.close()
+        machine.paths.socket.unlink()
         assert watcher.poll() is None
-        assert not machine.paths.socket.exists(), "`hive stop` must stay stopped while sessions are open"
+        assert not machine.paths.lock.exists(), "`hive stop` must stay stopped while sessions are open"
         machine.start()
         add_peer(machine)
         wait_parked(machine, "claude-early")
