@@ -54,7 +54,7 @@ from hive.integrations import registry
 from hive.integrations.descriptor import HookPoint
 from hive.integrations.hook_client import ENV_FILE, ENV_NAMES, harness_pid, start_time
 
-from . import folders, lesson_turn, observe
+from . import codex_push, folders, lesson_turn, observe
 from .config import slug
 from .doing import doing_of, in_progress
 from .errors import BadRequest, NotFound
@@ -337,6 +337,9 @@ async def hook(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> d
         log.exception("recording the hook's events failed")
     if point.event in PROOF:
         await sidecar.mailbox.confirm_held(session.key)
+    # Mail the sidecar pushed into Codex: read if the rollout shows a model call had it, visible
+    # again (for this very hook to show) if its turn ended without it.
+    await codex_push.settle(sidecar, session)
     if point.event == "session.end":
         await session_ended(sidecar, session)
         return nothing

@@ -12,6 +12,8 @@ hook after a model call, or its ``check_inbox``: :meth:`Mailbox.confirm_held`). 
 dies first, the mail is visible again at the next read, and a long poll on that mailbox wakes
 (a pidfd where the system has them). Until the hook says its reply is written, the hold is tied
 to the hook's connection: a hook that dies before printing releases the mail when it closes.
+Mail the sidecar itself pushed into a harness (``Holder.pushed``: Codex, :mod:`hive.sidecar.codex_push`)
+is held the same way, but only that harness's record of a model call that carried it confirms it.
 """
 
 from __future__ import annotations
@@ -55,6 +57,10 @@ class Holder:
     session: str  # the session key whose next hook after a model call confirms the mail
     pid: int  # the harness process; 0 when unknown (then the in-flight timeout applies)
     started: str = ""  # its start time, telling a reused pid apart ("" where the system hides it)
+    # Pushed by the sidecar (codex_push), not shown by a hook: only the harness's own record that a
+    # model call had it confirms it, never the session's next hook or check_inbox (their model call
+    # may have begun before the push).
+    pushed: bool = False
 
     def alive(self) -> bool:
         return self.pid <= 0 or process_alive(self.pid, self.started)
@@ -201,6 +207,12 @@ class Mailbox:
             if showing is not None and showing.wake:
                 self.notify(showing.recipient)
 
+    def is_pushed(self, message_id: str) -> bool:
+        """Whether this message is held by a living harness the sidecar pushed it into."""
+        showing = self.inflight.get(message_id)
+        return showing is not None and showing.holder is not None and showing.holder.pushed \
+            and showing.holder.alive()
+
     def _held_by(self, session: str) -> list[tuple[str, Showing]]:
         return [(i, s) for i, s in self.inflight.items()
                 if s.holder is not None and s.holder.session == session and s.connection is None]
@@ -210,6 +222,8 @@ class Mailbox:
         harness holds. Mail whose harness died meanwhile is not confirmed (it is visible again)."""
         by_recipient: dict[str, list[str]] = {}
         for message_id, showing in self._held_by(session):
+            if showing.holder is not None and showing.holder.pushed:
+                continue  # proven by its harness's record, not by this
             if showing.holder is not None and showing.holder.alive():
                 by_recipient.setdefault(showing.recipient, []).append(message_id)
             else:

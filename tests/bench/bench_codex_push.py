@@ -13,7 +13,8 @@ waits for its turn to finish (not timed) before the next. It prints p50 and p99 
 - baseline: a fresh connection that only initializes and reads the thread (``thread/read``), the
   floor any client of the daemon pays, in the same run against the same daemon;
 - push accepted: hive's ``send`` (connect, initialize, ``thread/read``, ``turn/start``) until Codex
-  answered that it took the input, which is when the sidecar confirms the mail;
+  answered that it took the input, which is when the sidecar holds the mail for the TUI (read comes
+  later, once the rollout shows a model answer after it);
 - push to model: from the same start until the model server received the request carrying it;
 
 and each one's ratio to the baseline. Nothing is asserted. The daemon is stopped and the folder removed.

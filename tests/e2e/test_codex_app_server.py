@@ -10,19 +10,23 @@ then goes in as it does for a person's TUI. The whole TUI, in tmux, is ``test_pu
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import subprocess
 import tempfile
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
+import psutil
 import pytest
 
 from hive.integrations.codex import app_server
 from hive.integrations.codex.app_server import Delivery, NotRunning, PushFailed
+from hive.sidecar.codex_push import find_tui, is_tui
 from tests.conftest import Hive
 from tests.installer.conftest import require_cli
 
@@ -197,9 +201,10 @@ def ok(hive: Hive, request: dict[str, Any]) -> dict[str, Any]:
     return reply["result"]
 
 
-def codex_hook(hive: Hive, event: str, thread: str, codex_home: Path, cwd: Path, **extra: Any) -> dict[str, Any]:
+def codex_hook(hive: Hive, event: str, thread: str, codex_home: Path, cwd: Path, rollout: Path | None = None,
+               **extra: Any) -> dict[str, Any]:
     """A Codex hook's stdin, as the TUI's app-server sends it (../shared/notes/harnesses.md §2)."""
-    rollout = codex_home / "sessions" / "2026" / "12" / "02" / f"rollout-2026-12-02T15-36-58-{thread}.jsonl"
+    rollout = rollout or codex_home / "sessions" / "2026" / "12" / "02" / f"rollout-2026-12-02T15-36-58-{thread}.jsonl"
     payload = {"session_id": thread, "turn_id": "01a23766-ee2e-7143-a2b2-2461f54ed655",
                "transcript_path": str(rollout), "cwd": str(cwd), "hook_event_name": event, "model": "fake-model",
                "permission_mode": "bypassPermissions", **extra}
@@ -234,3 +239,149 @@ def test_a_codex_session_no_tui_runs_keeps_its_mail_for_the_next_hook_and_is_tol
     # A later sender is told the truth at once: queued for the next tool call or turn end.
     later = ok(hive, {"op": "send", "from": "peer-key", "to": me, "body": "PUSHMARK_second"})["results"][0]
     assert later["state"] == "queued"
+
+
+# ---- which process is a Codex TUI ----------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def running(argv: list[str], executable: str, home: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A real process with its own ``argv`` (``argv[0]`` as the caller names it) under CODEX_HOME ``home``."""
+    env = {"HOME": str(home.parent), "CODEX_HOME": str(home), "PATH": "/usr/bin:/bin", "NO_COLOR": "1"}
+    process = subprocess.Popen(argv, executable=executable, env=env, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        yield process
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, 9)
+        process.wait(timeout=30)
+
+
+def test_the_codex_binary_running_as_its_sandbox_helper_is_not_taken_for_a_tui(tmp_path: Path) -> None:
+    """What ``codex exec`` runs a sandboxed command under: the codex binary itself with ``argv[0]``
+    ``codex-linux-sandbox`` (here started by ``codex sandbox``, Codex's own way to run one)."""
+    home = tmp_path / ".codex"
+    home.mkdir()
+    codex = os.path.realpath(require_cli(HARNESS))
+    # The npm launcher is a node script: the native binary beside it is what Codex runs as the helper.
+    native = next(Path(codex).parents[1].glob("node_modules/@openai/codex-linux-*/vendor/*/bin/codex"), None) \
+        or next(Path(codex).parents[2].glob("codex-linux-*/vendor/*/bin/codex"), None)
+    assert native is not None, f"{contract(HARNESS)}: no native codex binary beside {codex}"
+    with running(["codex", "sandbox", "--", "sleep", "600"], str(native), home) as sandbox:
+        def helper() -> list[str]:
+            for process in psutil.Process(sandbox.pid).children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    argv = process.cmdline()
+                    if argv[:1] == ["codex-linux-sandbox"] and any(
+                            c.cmdline()[:1] == ["sleep"] for c in process.children()):
+                        assert os.path.basename(process.exe()) == "codex"  # the same binary
+                        return argv
+            return []
+
+        argv = wait_for(helper, timeout=30, what=f"{contract(HARNESS)}: the sandbox helper to run sleep")
+        assert not is_tui(argv)
+        assert find_tui(home) is None, f"{contract(HARNESS)}: took {argv[:3]} for a TUI"
+    # A process whose own arguments are a TUI's, under that home, is one; under another home it is not.
+    with running(["codex", "600"], "/bin/sleep", home) as tui:
+        found = wait_for(lambda: find_tui(home), timeout=10, what="the TUI stand-in to be found")
+        assert found.pid == tui.pid
+        assert find_tui(tmp_path / "elsewhere") is None
+
+
+# ---- the sidecar pushing into a Codex TUI: accepted by Codex is not read -----------------------------
+
+
+@dataclass
+class Pushed:
+    hive: Hive
+    daemon: Daemon
+    thread: str
+    address: str
+    rollout: Path
+    message: dict[str, Any]
+    asked: threading.Event  # the model got the request carrying the pushed text
+    answer: threading.Event  # set to let the model answer it
+
+    def state(self) -> str:
+        return str(ok(self.hive, {"op": "sent", "ids": [self.message["id"]]})["messages"][0]["state"])
+
+    def visible(self) -> list[str]:
+        return list(ok(self.hive, {"op": "inbox", "session": self.thread, "peek": True})["ids"])
+
+    def hook(self, event: str, **extra: Any) -> dict[str, Any]:
+        return codex_hook(self.hive, event, self.thread, self.daemon.home, self.daemon.home.parent / "project",
+                          rollout=self.rollout, **extra)
+
+
+@contextlib.contextmanager
+def pushed_while_the_model_thinks(hive: Hive, model: ModelServer, daemon: Daemon) -> Iterator[Pushed]:
+    """A Codex session whose TUI runs (a stand-in process with a TUI's arguments, on the real
+    app-server): a peer's message is pushed into its idle thread, and the model holds its answer
+    to the request that carries it until the test sets ``answer``."""
+    asked, answer = threading.Event(), threading.Event()
+
+    def hold_the_answer(request: Request) -> None:
+        asked.set()
+        answer.wait(60)
+
+    model.script = Script({"PUSHMARK_held": [say("HELD-OK", before=hold_the_answer)]})
+    thread = daemon.rpc("thread/start", {"cwd": str(daemon.home.parent / "project")})["thread"]
+    rollout = Path(thread["path"])
+    with running(["codex", "600"], "/bin/sleep", daemon.home):
+        wait_for(lambda: find_tui(daemon.home), timeout=10, what="the TUI stand-in to be found")
+        pushed = Pushed(hive, daemon, thread["id"], "", rollout, {}, asked, answer)
+        pushed.hook("SessionStart", source="startup")
+        ok(hive, {"op": "register", "session": {"key": "peer-key", "agent": "claude-code", "cwd": "/tmp/peer",
+                                                "name": "peer"}})
+        pushed.address = ok(hive, {"op": "who", "session": pushed.thread, "all": True})["me"]
+        pushed.message = ok(hive, {"op": "send", "from": "peer-key", "to": pushed.address,
+                                   "body": "PUSHMARK_held the port is 8443"})["results"][0]
+        try:
+            assert pushed.message["state"] == "pushed", pushed.message
+            assert asked.wait(60), f"{contract(HARNESS)}: the pushed turn never reached the model"
+            yield pushed
+        finally:
+            answer.set()
+
+
+def test_mail_pushed_into_a_codex_tui_is_read_only_once_the_model_answered_a_request_that_carried_it(
+        hive: Hive, model: ModelServer, daemon: Daemon) -> None:
+    who = contract(HARNESS)
+    with pushed_while_the_model_thinks(hive, model, daemon) as pushed:
+        # Codex took it (turn/start) and the model has the request, but has not answered: not read.
+        # The session's Stop hook (a hook that confirms mail a hook showed) looks at the rollout too.
+        stopped = pushed.hook("Stop", stop_hook_active=False, last_assistant_message="")
+        assert pushed.message["id"] not in stopped["stdout"], f"{who}: held mail shown again: {stopped}"
+        assert pushed.state() == "queued", f"{who}: read before the model answered"
+        assert pushed.visible() == [], f"{who}: mail Codex holds is shown to other readers"
+        pushed.answer.set()
+        model.wait_for(lambda: any("HELD-OK" in r.reply for r in model.requests), timeout=60,
+                       what=f"{who}: the model's answer")
+        wait_for(lambda: pushed.state() == "read", timeout=30, what=f"{who}: the read receipt after the answer")
+
+
+def test_mail_pushed_into_a_codex_turn_that_is_interrupted_before_the_model_answers_is_unread_and_shown_again(
+        hive: Hive, model: ModelServer, daemon: Daemon) -> None:
+    who = contract(HARNESS)
+    with pushed_while_the_model_thinks(hive, model, daemon) as pushed:
+        turn = daemon.rpc("thread/turns/list", {"threadId": pushed.thread, "limit": 1})["data"][0]["id"]
+        daemon.rpc("turn/interrupt", {"threadId": pushed.thread, "turnId": turn})
+        wait_for(lambda: pushed.visible() == [pushed.message["id"]], timeout=30,
+                 what=f"{who}: the pushed mail to be visible again after its turn was aborted")
+        assert pushed.state() == "queued"
+        shown = pushed.hook("PostToolUse", tool_name="exec_command", tool_input={"cmd": "true"},
+                            tool_use_id="call_1", tool_response={"content": ""})
+        assert pushed.message["id"] in shown["stdout"], f"{who}: the next hook did not show it: {shown}"
+
+
+def test_mail_pushed_into_a_codex_tui_that_exits_before_the_model_answers_is_unread_and_visible_again(
+        hive: Hive, model: ModelServer, daemon: Daemon) -> None:
+    who = contract(HARNESS)
+    with pushed_while_the_model_thinks(hive, model, daemon) as pushed:
+        tui = find_tui(daemon.home)
+        assert tui is not None
+        os.kill(tui.pid, 9)
+        wait_for(lambda: pushed.visible() == [pushed.message["id"]], timeout=30,
+                 what=f"{who}: the pushed mail to be visible again once its TUI is gone")
+        assert pushed.state() == "queued"
