@@ -51,6 +51,7 @@ from hive.integrations import registry
 from hive.integrations.codex.app_server import NotRunning, PushFailed, codex_home, deliver
 from hive.integrations.hook_client import start_time
 
+from . import observe
 from .mailbox import Holder
 from .render import frames
 from .sessions import Session
@@ -297,6 +298,7 @@ async def settle(sidecar: Sidecar, session: Session) -> None:
             outcome = verdict(pending, items)
         if outcome == "seen":
             await sidecar.mailbox.confirm(address, held)
+            await observe.injected(sidecar, session.key, held, "push", "app_server")
             sidecar.mesh.poke()  # read receipts for the senders
             log.info("codex thread %s: a model turn carried %d pushed message(s)", session.key, len(held))
         elif outcome == "lost":

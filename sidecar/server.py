@@ -68,7 +68,7 @@ ACCEPT_BACKOFF = (0.05, 2.0)
 log = logging.getLogger("hive.sidecar")
 
 TIER_NOTES = {
-    "push": "delivered into the session now; it wakes if idle",
+    "push": "pushed into the session now (it wakes if idle); read once its model has had it",
     "turn": "queued: it sees this at its next tool call or when its turn ends",
     "pull": "queued: it sees this when it checks its inbox",
 }
