@@ -9,6 +9,7 @@ holds the facts behind that choice, so a Claude Code release that changes them f
 - on the current one the inbox wakes an idle session, but the model is told the text came from
   "another Claude session" and was "not typed by your user": hive's frame says it is a
   teammate's agent, and Claude's wrapper would contradict it in the same request;
+- like the watcher's, inbox mail sent during a slow tool reaches the model with that tool's result;
 - both routes' idle wake latencies are printed, with their ratio (figures, never asserted).
 """
 
@@ -24,8 +25,9 @@ from pathlib import Path
 import pytest
 
 from .conftest import Team, cli, cli_version, contract, harness_team, wait_for
-from .model_server import ModelServer, Script, say
-from .test_push_tui import CLAUDE_KEY, seed_claude
+from .model_server import ModelServer, Script, call, say
+from .scenarios import after_last_call
+from .test_push_tui import CLAUDE_KEY, later, seed_claude
 from .tui import Tui
 
 
@@ -42,6 +44,13 @@ def version() -> tuple[int, ...]:
     found = re.match(r"(\d+)\.(\d+)\.(\d+)", cli_version("claude-code"))
     assert found, f"claude --version printed {cli_version('claude-code')!r}"
     return tuple(int(n) for n in found.groups())
+
+
+def post(inbox: str, line: str) -> None:
+    """One NDJSON line to a Claude Code session's inbox socket, as another session would send it."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.connect(inbox)
+        conn.sendall(line.encode() + b"\n")
 
 
 def session_file(home: Path) -> dict[str, object] | None:
@@ -63,7 +72,7 @@ def test_claude_codes_own_inbox_wakes_an_idle_session_but_calls_hives_mail_anoth
     env = machine.env(ANTHROPIC_BASE_URL=model.url, ANTHROPIC_API_KEY=CLAUDE_KEY, ANTHROPIC_MODEL="claude-fake",
                       TERM="xterm-256color")
     model.script = Script({"PUSHMARK": [say("ok")], "INBOXMARK": [say("ok")]})
-    tui.start([str(cli("claude-code"))], machine.project, env)
+    tui.start([str(cli("claude-code")), "--allowedTools", "Bash(sleep:*)"], machine.project, env)
     try:
         me = wait_for(lambda: machine.session_of("claude-code"), timeout=60, what=f"{who}: the TUI's session")
         wait_for(lambda: me["address"] in machine.ok("status")["waiting"], timeout=30,
@@ -90,15 +99,24 @@ def test_claude_codes_own_inbox_wakes_an_idle_session_but_calls_hives_mail_anoth
         assert Path(inbox).stat().st_mode & 0o777 == 0o600
         body = ('<hive-message from="bob/web-codex" agent="codex" repo="acme/web" id="INBOXMARK">'
                 "INBOXMARK is the build green?</hive-message>")
-        line = json.dumps({"type": "user", "message": {"role": "user", "content": body}}) + "\n"
         posted_at = time.monotonic()
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-            conn.connect(inbox)
-            conn.sendall(line.encode())
+        post(inbox, json.dumps({"type": "user", "message": {"role": "user", "content": body}}))
         carried = model.wait_for(lambda: model.seen("INBOXMARK is the build green?"), timeout=30,
                                  what=f"{who}: the inbox's wake")
         woken = model.requests[carried[0]]
         inbox_wake = woken.at - posted_at
+
+        # Mid-turn: posted while a slow tool runs, it reaches the model with that tool's result.
+        wait_for(lambda: (session_file(machine.home) or {}).get("status") == "idle", timeout=60,
+                 what=f"{who}: idle again after the inbox's turn")
+        busy_line = json.dumps({"type": "user", "message": {"role": "user", "content": "INBOXBUSY the port is 8443"}})
+        model.script = Script({"E2E-SLOW": [call("Bash", {"command": "sleep 6", "description": "slow"},
+                                                 before=lambda _: later(2.0, lambda: post(inbox, busy_line))),
+                                            say("slow done")]})
+        tui.type("E2E-SLOW run the slow check")
+        carried = model.wait_for(lambda: model.seen("INBOXBUSY the port is 8443"), timeout=45,
+                                 what=f"{who}: the inbox's mid-turn message")
+        mid_turn = model.requests[carried[0]]
     finally:
         tui.stop()
     shown = woken.text
@@ -106,5 +124,7 @@ def test_claude_codes_own_inbox_wakes_an_idle_session_but_calls_hives_mail_anoth
     assert "not typed by your user" in shown or "Another Claude session" in shown, (
         f"{who}: Claude Code no longer wraps inbox mail as another session's; revisit the push route:\n"
         f"{shown[-2000:]}")
+    assert "INBOXBUSY the port is 8443" in after_last_call(mid_turn), (
+        f"{who}: the inbox's mid-turn message did not come with the tool's result:\n{model.transcript()}")
     print(f"claude-code idle wake: watcher {watcher_wake:.2f} s (a local send to the model request), "
           f"inbox {inbox_wake:.2f} s (post to the model request), inbox/watcher {inbox_wake / watcher_wake:.2f}")
