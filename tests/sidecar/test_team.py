@@ -511,7 +511,7 @@ def test_a_persons_own_request_beside_a_harness_in_the_same_session_is_still_the
 PERSON_OPS = {
     "team_init", "team_invite", "team_remove", "team_leave", "team_link_new", "team_join", "team_join_prepare",
     "team_join_accept", "team_join_finish", "send", "gate_prefs", "lesson_review", "project_confirm",
-    "approve", "project_remove",
+    "approve", "project_remove", "policy",
 }
 # ... and these change none of the team, the link, group sends, gate preferences or reviews.
 FREE_OPS = {
