@@ -380,25 +380,18 @@ async def confirm_group(sidecar: Sidecar, conn: Connection, request: Mapping[str
 
 # ---- loop-guard overrides ----------------------------------------------------------------
 
-async def loop_run(sidecar: Sidecar, reply_to: str) -> int:
-    """Agent messages in a row, with no person in between, in the thread ``reply_to`` belongs to."""
-    row = await sidecar.store.fetchone("SELECT root FROM threads WHERE id = ?", (reply_to,))
-    root = row[0] if row else reply_to
-    row = await sidecar.store.fetchone("SELECT agents FROM thread_runs WHERE root = ?", (root,))
-    return int(row[0]) if row else 0
-
-
-async def confirm_override(sidecar: Sidecar, conn: Connection, request: Mapping[str, Any], reply_to: str,
+async def confirm_override(sidecar: Sidecar, conn: Connection, request: Mapping[str, Any], recipients: list[str],
                            body: str) -> str:
-    """A person's reply into a thread of agents restarts the loop guard's count, so it is confirmed in
-    the same dialog as a group send (not inferred from a ``…/terminal`` sender any process can claim).
+    """A person's reply to sessions in a run of agent messages restarts the loop guard's count, so it
+    is confirmed in the same dialog as a group send (not inferred from a ``…/terminal`` sender any
+    process can claim).
 
-    Returns "" when the thread has no agent run to restart, else how the person confirmed.
+    Returns "" when no recipient is in a run to restart, else how the person confirmed.
     """
-    run = await loop_run(sidecar, reply_to)
+    run = max([await sidecar.guards.busiest(address) for address in recipients], default=0)
     if run == 0:
         return ""
-    limit = sidecar.mesh.config.loop_limit
+    limit = sidecar.guards.loop_limit
     question = (f"Reply as {sidecar.settings.person} in this thread? It restarts the loop guard, which stops agents "
                 f"after {limit} messages in a row with no person in between (now {run}).")
     return await confirm_group(sidecar, conn, request, question, body)

@@ -12,6 +12,8 @@ again from those replies, so callers on both sides catch the same classes:
     │   └── Ambiguous       several sessions match; the message lists them   (ambiguous)
     ├── Refused             allowed syntax, refused by policy                (refused)
     │   ├── GroupRefused    a group address from an agent                    (group_refused)
+    │   ├── LoopGuard       too many agent messages in a row between two sessions (loop_guard)
+    │   ├── RateLimited     a sender over its messages a minute; ``retry_after`` (rate_limited)
     │   └── NeedsPerson     only the person may do that, and they did not confirm (needs_person)
     ├── Conflict            a name is taken, a lock is held                  (conflict)
     ├── NoDesktop           no desktop to show a pop-up on: ask in-session   (no_desktop)
@@ -24,7 +26,7 @@ again from those replies, so callers on both sides catch the same classes:
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 
 class HiveError(Exception):
@@ -36,7 +38,7 @@ class HiveError(Exception):
         super().__init__(message)
         self.message = message
 
-    def to_wire(self) -> dict[str, str]:
+    def to_wire(self) -> dict[str, object]:
         return {"code": self.code, "message": self.message}
 
 
@@ -66,6 +68,28 @@ class Refused(HiveError):
 
 class GroupRefused(Refused):
     code = "group_refused"
+
+
+class LoopGuard(Refused):
+    """Two sessions exchanged the most agent messages in a row hive allows with no person in between."""
+
+    code = "loop_guard"
+
+
+class RateLimited(Refused):
+    """A sender went over its messages a minute; ``retry_after`` says in how many seconds it may send."""
+
+    code = "rate_limited"
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+    def to_wire(self) -> dict[str, object]:
+        wire = super().to_wire()
+        if self.retry_after is not None:
+            wire["retry_after"] = self.retry_after
+        return wire
 
 
 class NeedsPerson(Refused):
@@ -148,17 +172,19 @@ _BY_CODE: dict[str, type[HiveError]] = {
     cls.code: cls
     for cls in (
         HiveError, BadRequest, UnknownOp, TooLarge, NotFound, Ambiguous,
-        Refused, GroupRefused, NeedsPerson, Conflict, NoDesktop, ConfirmOnTerminal, Unreachable,
+        Refused, GroupRefused, LoopGuard, RateLimited, NeedsPerson, Conflict, NoDesktop, ConfirmOnTerminal, Unreachable,
         LessonInvalid, LessonNoEvidence, LessonNoQuote, LessonTooLong, LessonBadKind, LessonBadScope,
         LessonForged, NotMember, LessonRetracted, LessonState,
     )
 }
 
 
-def from_wire(error: dict[str, str]) -> HiveError:
+def from_wire(error: dict[str, Any]) -> HiveError:
     """Rebuild the exception a sidecar reported; unknown codes keep their code on a base error."""
-    cls = _BY_CODE.get(error.get("code", ""), HiveError)
-    exc = cls(error.get("message", "the sidecar reported an error without a message"))
+    cls = _BY_CODE.get(str(error.get("code", "")), HiveError)
+    exc = cls(str(error.get("message", "the sidecar reported an error without a message")))
+    if isinstance(exc, RateLimited) and isinstance(error.get("retry_after"), (int, float)):
+        exc.retry_after = float(error["retry_after"])
     if cls is HiveError:
         exc.code = error.get("code", "internal")  # type: ignore[misc]
     return exc

@@ -1709,7 +1709,7 @@ async def deliver_in_sidecar(sidecar: Sidecar, item: Item, decision: Decision) -
         address = sidecar.sessions.address(session)
     else:
         address = sidecar.terminal
-    message = Message(id=new_ulid(), sender=GATE_SENDER, sender_kind="agent", sender_agent="hive-gate",
+    message = Message(id=new_ulid(), sender=GATE_SENDER, sender_kind="hive", sender_agent="hive-gate",
                       sender_repo="", recipient=address, reply_to=None, body=text, wake=True, sent_at=time.time())
     await deliver_local(sidecar, message, None)
 

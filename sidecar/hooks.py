@@ -337,6 +337,8 @@ async def hook(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> d
         log.exception("recording the hook's events failed")
     if point.event in PROOF:
         await sidecar.mailbox.confirm_held(session.key)
+    if point.event == "prompt.submitted":  # the person typed into it: its agents' runs start again
+        await sidecar.guards.prompted(sidecar.sessions.address(session))
     # Mail the sidecar pushed into Codex: read if the rollout shows a model call had it, visible
     # again (for this very hook to show) if its turn ended without it.
     await codex_push.settle(sidecar, session)

@@ -72,6 +72,22 @@ def is_own(sidecar: Sidecar, address: str) -> bool:
     return person == sidecar.settings.person and name in names(sidecar)
 
 
+def sending_as(sidecar: Sidecar, ref: Any) -> str | None:
+    """The mailbox of this machine's person a ``send`` names as its sender (``from``): ``terminal``
+    when it names none, a named mailbox by its name or address; None when it names a session."""
+    if ref in (None, "", TERMINAL, f"{sidecar.settings.person}/{TERMINAL}"):
+        return TERMINAL
+    if not isinstance(ref, str):
+        return None
+    name = ref.removeprefix(f"{sidecar.settings.person}/")
+    return name if name in named(sidecar) else None
+
+
+def is_mailbox(target: Target) -> bool:
+    """Whether a target is a person's mailbox (this machine's person's, or a teammate's), not a session."""
+    return target.entry is None or target.entry.agent == AGENT
+
+
 def open_named(sidecar: Sidecar, name: str) -> str:
     """Open (or find) the named mailbox ``name``; returns its address."""
     wanted = slug(name)

@@ -58,7 +58,8 @@ from .addresses import Entry, Target
 from .approvals import receive_approval, wire_of
 from .config import DAY, slug
 from .defang import defang, one_line
-from .errors import BadRequest, HiveError, NotFound, Refused
+from .errors import BadRequest, HiveError, LoopGuard, NotFound, Refused
+from .guards import Guards
 from .person import asks_person, confirm_by_person
 from .policy import InboundPolicy
 from .render import Message
@@ -124,7 +125,7 @@ _NUMBER = (int, float)
 FRAME_FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "hello": {"team": str, "features": list, "roster": str},
     "msg": {"msg": dict},
-    "ack": {"id": str, "state": str, "note": str, "receipts": list, "retry_after": _NUMBER},
+    "ack": {"id": str, "state": str, "note": str, "code": str, "receipts": list, "retry_after": _NUMBER},
     "receipt": {"receipts": list},
     "presence": {"presence": dict},
     "state": {"state": dict},
@@ -372,6 +373,7 @@ class _AckWait:
     event: anyio.Event = field(default_factory=anyio.Event)
     state: str = ""
     note: str = ""
+    code: str = ""  # a refusal's error code (loop_guard, …)
 
 
 @dataclass
@@ -1178,13 +1180,15 @@ class Mesh:
         return approval, body
 
     async def send(self, pairs: Sequence[tuple[Target, Message]], sender_key: str | None,
-                   notify: bool = False,
-                   copies: Mapping[str, Sequence[str]] | None = None) -> dict[str, dict[str, Any]]:
+                   notify: bool = False, copies: Mapping[str, Sequence[str]] | None = None,
+                   runs: Mapping[str, int] | None = None) -> dict[str, dict[str, Any]]:
         """Queue messages for teammates' sessions and mailboxes; returns each one's result keyed by message id.
 
         ``notify``: the recipient's machine also shows each as a notification to its person (ask.py).
         ``copies``: for a message sent to one person's mailbox on several machines, the ids of
-        its other copies (hive.sidecar.mailboxes marks them read together).
+        its other copies (hive.sidecar.mailboxes marks them read together). ``runs``: the loop
+        guard's count of each agent message to a session, by id, which its frame carries
+        (hive.sidecar.guards: the recipient's machine decides).
 
         Each message is in the durable outbox before this returns. A linked recipient usually
         answers within milliseconds; after ``ack_wait`` seconds the answer is ``queued``.
@@ -1208,13 +1212,9 @@ class Mesh:
                                                    "these do not fit in the message's text"}
                     continue
                 message = inlined
-            loop = await self._thread_step(message.id, message.reply_to, message.sender_kind)
-            if loop is None:
-                results[message.id] = {"to": target.address, "id": message.id, "state": "refused",
-                                       "note": self._loop_note()}
-                continue
-            statements.extend(loop)
             payload = self._msg_payload(message)
+            if runs and message.id in runs:
+                payload["run"] = runs[message.id]
             if notify:
                 payload["notify"] = True
             if copies and copies.get(message.id):
@@ -1254,6 +1254,8 @@ class Mesh:
                 note = (f"queued in the outbox: {who} is not reachable right now; it goes out when it is"
                         if peer not in self.links else f"queued in the outbox: {who} has not answered yet")
             results[message_id] = {"to": payload["to"], "id": message_id, "state": state, "note": note}
+            if waiter.event.is_set() and waiter.code:
+                results[message_id]["code"] = waiter.code
             member = self.team.member(peer)
             if member is not None:
                 results[message_id]["machine"] = member.machine
@@ -1377,6 +1379,7 @@ class Mesh:
         waiter = self._acks.get(message_id)
         if waiter is not None:
             waiter.state, waiter.note = state, note
+            waiter.code = one_line(frame.get("code"), 40) if state == "refused" else ""
             waiter.event.set()
         # Staged, committed by the flusher: the link's next frame does not wait for an fsync. A
         # crash before that commit leaves the row pending; it is replayed and answered again.
@@ -1444,38 +1447,6 @@ class Mesh:
         return [{"id": r[0], "to": r[1], "sent_at": r[2], "read_at": r[3], "state": r[4], "note": r[5],
                  "remote": True, "in_outbox": bool(r[6])} for r in rows]
 
-    # ---- the loop guard ------------------------------------------------------------------
-
-    def _loop_note(self) -> str:
-        return (f"refused: this looks like a loop ({self.config.loop_limit} agent messages in a row in this "
-                "thread with no person in between). Check with your person before continuing")
-
-    async def _thread_step(self, message_id: str, reply_to: str | None,
-                           kind: str) -> list[tuple[str, Sequence[Any]]] | None:
-        """Count a message into its reply chain; None when it would exceed the loop limit.
-
-        Returns the statements that record it (written with the message, so a message seen twice
-        is counted once). A message typed by a person resets the chain's count.
-        """
-        def look(conn: sqlite3.Connection) -> tuple[str, int] | None:  # one hop to the database thread
-            if conn.execute("SELECT 1 FROM threads WHERE id = ?", (message_id,)).fetchone():
-                return None
-            row = conn.execute("SELECT root FROM threads WHERE id = ?", (reply_to,)).fetchone() if reply_to else None
-            root = row[0] if row else (reply_to or message_id)
-            row = conn.execute("SELECT agents FROM thread_runs WHERE root = ?", (root,)).fetchone()
-            return root, (row[0] if row else 0)
-
-        found = await self.sc.store.run(look)
-        if found is None:
-            return []
-        root, run = found
-        agents = 0 if kind == "person" else run + 1
-        if agents > self.config.loop_limit:
-            return None
-        now = time.time()
-        return [("INSERT OR IGNORE INTO threads (id, root, at) VALUES (?, ?, ?)", (message_id, root, now)),
-                ("INSERT OR REPLACE INTO thread_runs (root, agents, at) VALUES (?, ?, ?)", (root, agents, now))]
-
     # ---- receiving mail ------------------------------------------------------------------
 
     async def _ack(self, link: Link, message_id: str, state: str, note: str, **extra: Any) -> None:
@@ -1514,7 +1485,7 @@ class Mesh:
             await self._ack(link, message_id, state, f"already received: {seen[1]}"[:300])
             return
         sender, recipient, body = raw.get("from"), raw.get("to"), raw.get("body")
-        kind = raw.get("kind") if raw.get("kind") in ("agent", "person") else "agent"
+        kind = raw.get("kind") if raw.get("kind") in ("agent", "person", "script") else "agent"
         reply_to = raw.get("reply_to") if is_ulid(raw.get("reply_to")) else None
         local_person = self.sc.settings.person
         if (not isinstance(sender, str) or not isinstance(recipient, str) or not isinstance(body, str)
@@ -1562,10 +1533,16 @@ class Mesh:
                 await self._ack(link, message_id, "retry", f"retry: {local_person}'s machine keeps no more of "
                                 f"{member.person}'s files for now", retry_after=round(wait, 2))
                 return
-        thread = await self._thread_step(message_id, reply_to, kind)
-        if thread is None:
-            await self._refuse(link, message_id, sender, recipient, self._loop_note())
-            return
+        if kind == "person":
+            thread = Guards.human_input(recipient)
+        elif kind == "agent" and entry is not None:  # between two sessions: the loop guard's to count
+            try:
+                thread = (await self.sc.guards.step(sender, recipient, claimed=raw.get("run"))).statements
+            except LoopGuard as exc:
+                await self._refuse(link, message_id, sender, recipient, exc.message, code=exc.code)
+                return
+        else:
+            thread = []
         approval, body = self._approval(raw, link.peer, recipient, body)
         message = Message(id=message_id, sender=sender, sender_kind=kind,
                           sender_agent=one_line(raw.get("agent"), 32), sender_repo=one_line(raw.get("repo"), 200),
@@ -1601,12 +1578,13 @@ class Mesh:
         state, note = await self.sc._after_deposit(Target(message.recipient, entry), message.wake, waiting)
         return ("delivered" if state == "pushed" else state), note
 
-    async def _refuse(self, link: Link, message_id: str, sender: str, recipient: str, note: str) -> None:
+    async def _refuse(self, link: Link, message_id: str, sender: str, recipient: str, note: str,
+                      code: str = "refused") -> None:
         await self.sc.store.write([(
             "INSERT OR IGNORE INTO inbound (id, peer, sender, recipient, state, note, received_at) "
             "VALUES (?, ?, ?, ?, 'refused', ?, ?)", (message_id, link.peer, sender[:200], recipient[:200], note,
                                                      time.time()))])
-        await self._ack(link, message_id, "refused", note)
+        await self._ack(link, message_id, "refused", note, code=code)
 
     async def _flush_receipts(self, peer: str | None) -> None:
         """Tell senders what became of their messages: read, approved (delivered) or dropped."""

@@ -807,7 +807,7 @@ async def deliver_notice(sidecar: Sidecar, key: str, address: str, title: str, b
     """Put the notice in the session's mailbox (turn tier: shown at its next hook, recorded injected then)."""
     from .ask import deliver_local
 
-    message = Message(id=new_ulid(), sender=OVERLAP_SENDER, sender_kind="agent", sender_agent="hive",
+    message = Message(id=new_ulid(), sender=OVERLAP_SENDER, sender_kind="hive", sender_agent="hive",
                       sender_repo="", recipient=address, reply_to=None, body=f"{title}\n{body}", wake=True,
                       sent_at=time.time())
     await deliver_local(sidecar, message, None)

@@ -16,12 +16,23 @@ from dataclasses import dataclass, field
 from .attachments import File, listing, saved_paths
 from .defang import attr, defang
 
+# Who a message is from, in the words an agent reads under its frame: one line per kind of sender.
+# ``{person}`` and ``{sender}`` are filled in (defanged); a kind in REPLIES adds the reply line.
+FOOTERS: dict[str, str] = {
+    "agent": "From {person}'s agent {sender}.",  # a session
+    "person": "Typed by {person} at a terminal.",  # a person's own words, from their terminal
+    "script": "From {person}'s script {sender}.",  # a person's mailbox, sent from no terminal (bob/ci)
+    "hive": "A notice from hive on this machine.",  # hive itself: nobody to answer
+}
+# Kinds whose sender is an address that takes mail (a session, or a person's mailbox).
+REPLIES = frozenset({"agent", "person", "script"})
+
 
 @dataclass(frozen=True)
 class Message:
     id: str
     sender: str  # address: person/name, or person/terminal
-    sender_kind: str  # "agent" or "person"
+    sender_kind: str  # a key of FOOTERS: "agent", "person", "script" or "hive"
     sender_agent: str
     sender_repo: str
     recipient: str
@@ -53,7 +64,6 @@ class Message:
 
 
 def frame(message: Message) -> str:
-    person = message.sender.split("/", 1)[0]
     attrs = [f'from="{attr(message.sender)}"']
     if message.sender_kind == "agent" and message.sender_agent:
         attrs.append(f'agent="{attr(message.sender_agent)}"')
@@ -62,17 +72,22 @@ def frame(message: Message) -> str:
     attrs.append(f'id="{attr(message.id)}"')
     if message.reply_to:
         attrs.append(f'reply_to="{attr(message.reply_to)}"')
-    if message.sender_kind == "person":
-        who = f"Typed by {attr(person)} at a terminal."
-    else:
-        who = f"From {attr(person)}'s agent."
     text = f"<hive-message {' '.join(attrs)}>\n{defang(message.body)}\n</hive-message>\n"
     record = verified_approval(message.approval)
     if record is not None:
         text += approval_frame(record) + "\n"
     if message.files:
         text += listing(message.id, message.sender, message.files) + "\n"
-    return text + f'{who} Reply with send_message to "{attr(message.sender)}" if useful.'
+    return text + footer(message)
+
+
+def footer(message: Message) -> str:
+    """The line under a message's frame: who sent it and, where it can take mail, how to answer."""
+    kind = message.sender_kind if message.sender_kind in FOOTERS else "agent"
+    who = FOOTERS[kind].format(person=attr(message.sender.split("/", 1)[0]), sender=attr(message.sender))
+    if kind not in REPLIES:
+        return who
+    return f'{who} Reply with send_message to "{attr(message.sender)}" if useful.'
 
 
 def verified_approval(raw: str | None) -> dict[str, object] | None:
@@ -116,6 +131,8 @@ def for_person(messages: list[dict[str, object]], now: float | None = None) -> s
         sender = str(m.get("from") or "")
         if m.get("kind") == "person":
             by = "typed at a terminal"
+        elif m.get("kind") in ("script", "hive"):
+            by = "a script" if m.get("kind") == "script" else "hive on this machine"
         else:
             by = ", ".join(str(part) for part in (m.get("agent"), m.get("repo")) if part) or "an agent"
         head = f"from {sender} ({by}), {_when(float(m.get('sent_at') or now), now)}"

@@ -41,6 +41,7 @@ from .config import HOUR, Settings, load_settings
 from .defang import brackets, one_line
 from .errors import BadRequest, Conflict, HiveError, NotFound, Refused, TooLarge, UnknownOp
 from .gate import run_gate
+from .guards import Guards
 from .mailbox import Mailbox
 from .mesh import Mesh
 from .paths import StatePaths, ensure_home
@@ -186,6 +187,7 @@ class Sidecar:
         self.sessions: Sessions
         self.mailbox: Mailbox
         self.mesh: Mesh
+        self.guards: Guards
         self.tasks: Supervised  # work that outlives the request that started it (a pop-up left up)
         self._stop = anyio.Event()
 
@@ -204,6 +206,8 @@ class Sidecar:
             await self.sessions.load()
             self.mailbox = Mailbox(self.store, self.settings)
             self.mesh = Mesh(self)  # links to teammates' sidecars; idle until this machine is in a team
+            limits = self.mesh.config
+            self.guards = Guards(self.store, limits.rate_limit, limits.rate_window, limits.loop_limit)
             await attach_team(self)  # sidecar.team; in a team, the roster's names replace config's
             # The look-alike bracket table (a scan of all of Unicode, unless the cache has it): build it before
             # the first client waits on it, and off the event loop.
@@ -557,14 +561,16 @@ class Sidecar:
         if reply_to is not None and not isinstance(reply_to, str):
             raise BadRequest("reply_to must be a message id")
         ref = request.get("from")
-        sender_session = None if ref in (None, "", "terminal", self.terminal) else self._session_ref(ref)
+        box = mailboxes.sending_as(self, ref)
+        sender_session = None if box is not None else self._session_ref(ref)
         if sender_session is not None:
             sender, kind = self._address_of(sender_session), "agent"
             agent, repo = sender_session.agent, sender_session.repo
             self.sessions.seen(sender_session)
         else:
-            sender, agent, repo = self.terminal, "", ""
-            kind = "person" if conn.at_terminal else "agent"
+            # From the person's own mailbox: typed at their terminal, or a script of theirs.
+            sender, agent, repo = f"{self.settings.person}/{box}", "", ""
+            kind = "person" if conn.at_terminal else "script"
         carried = await attachments.for_send(self, request, sender_session, by_agent=conn.by_agent,
                                              at_terminal=conn.at_terminal, caller_pid=conn.pid)
         # A group goes out only from the person's own mailbox, and only once they confirm it in a
@@ -579,9 +585,9 @@ class Sidecar:
         if group:
             await confirm_group(self, conn, request, group_question(to, len(targets)), body)
             kind = "person"
-        elif kind == "person" and reply_to and any(self.mesh.is_remote(t) for t in targets):
+        elif kind == "person" and reply_to:
             # A person's reply restarts the loop guard's count: a loop-guard override, confirmed the same way.
-            await confirm_override(self, conn, request, reply_to, body)
+            await confirm_override(self, conn, request, [t.address for t in targets], body)
         wake = not request.get("fyi")
         now = time.time()
         messages = [
@@ -589,6 +595,7 @@ class Sidecar:
                     recipient=t.address, reply_to=reply_to, body=body, wake=wake, sent_at=now, carried=carried)
             for t in targets
         ]
+        runs = await self._guard(sender, kind, list(zip(targets, messages, strict=True)))
         waiting = {t.address for t in targets if self.parked[t.address] > 0}
         sender_key = sender_session.key if sender_session else None
         copies: dict[str, list[str]] = {}  # one person's mailbox on several machines: each copy names the others
@@ -596,7 +603,7 @@ class Sidecar:
             copies.setdefault(message.recipient, []).append(message.id)
         remote = await self.mesh.send(
             [(t, m) for t, m in zip(targets, messages, strict=True) if self.mesh.is_remote(t)], sender_key,
-            notify=bool(request.get("notify")),
+            notify=bool(request.get("notify")), runs=runs,
             copies={m.id: mailboxes.copies_of(copies[m.recipient], m.id) for m in messages
                     if len(copies[m.recipient]) > 1})
         local = [await attachments.keep(self, m) for m in messages if m.id not in remote]  # files saved first
@@ -612,6 +619,19 @@ class Sidecar:
         if request.get("notify"):
             reply.update(await notify_person(self, request, sender, messages, remote))
         return reply
+
+    async def _guard(self, sender: str, kind: str, sends: list[tuple[Target, Message]]) -> dict[str, int]:
+        """Apply the mail guards (hive.sidecar.guards) to a send, or raise; returns the loop guard's
+        count for each message to a teammate's session, by id, for its frame. What the guards
+        record is staged here and committed with the messages."""
+        if kind == "person":  # human input to every session it goes to
+            await self.store.stage([s for target, _ in sends for s in Guards.human_input(target.address)])
+            return {}
+        steps = {message.id: await self.guards.step(sender, target.address, enforce=not self.mesh.is_remote(target))
+                 for target, message in sends if kind == "agent" and not mailboxes.is_mailbox(target)}
+        self.guards.take_rate(sender)
+        await self.store.stage([s for step in steps.values() for s in step.statements])
+        return {message_id: step.run for message_id, step in steps.items()}
 
     async def _after_deposit(self, target: Target, wake: bool, waiting: bool) -> tuple[str, str]:
         if target.entry is None:

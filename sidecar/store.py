@@ -63,7 +63,7 @@ MIGRATIONS: list[str] = [
     # 3: mail between machines. The sender's outbox keeps every remote message with the state
     # its recipient reported (pending until acknowledged, then receipts); inbound records what
     # teammates' machines sent here (duplicates, held mail, receipts owed); threads and
-    # thread_runs count consecutive agent messages in a reply chain for the loop guard.
+    # thread_runs counted consecutive agent messages in a reply chain (replaced by pair_runs).
     """
     CREATE TABLE outbox (
         id TEXT PRIMARY KEY,
@@ -322,6 +322,15 @@ MIGRATIONS: list[str] = [
     # copies, so reading one marks the rest read (hive.sidecar.mailboxes)
     """
     CREATE TABLE mail_copies (id TEXT NOT NULL, sibling TEXT NOT NULL, PRIMARY KEY (id, sibling));
+    """,
+    # the loop guard counts agent messages per pair of sessions, either direction, since the last
+    # human input to either (hive.sidecar.guards); reply chains no longer matter
+    """
+    CREATE TABLE pair_runs (a TEXT NOT NULL, b TEXT NOT NULL, agents INTEGER NOT NULL, at REAL NOT NULL,
+                            PRIMARY KEY (a, b));
+    CREATE INDEX pair_runs_b ON pair_runs(b);
+    DROP TABLE threads;
+    DROP TABLE thread_runs;
     """,
 ]
 

@@ -113,8 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     count = 30 if args.quick else 300
     home = Path(tempfile.mkdtemp(prefix="hive-bench-", dir="/tmp"))
+    # One pair of sessions sends hundreds of messages: lift the mail guards, or it would time their refusals.
     (home / "config.toml").write_text('person = "alice"\nmachine = "bench"\n'
-                                      '[mesh]\nlisten = "127.0.0.1:0"\nmdns = false\n', encoding="utf-8")
+                                      '[mesh]\nlisten = "127.0.0.1:0"\nmdns = false\n'
+                                      'rate_limit = 1000000\nloop_limit = 1000000\n', encoding="utf-8")
     paths = StatePaths(home)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HIVE_", "CLAUDE", "CODEX", "GEMINI", "CURSOR"))}
     env["HIVE_HOME"] = str(home)

@@ -98,10 +98,10 @@ class Machine:
         self.home = root / f"m{index}"
         self.home.mkdir(mode=0o700)
         (self.home / "config.toml").write_text(
-            # The benchmark sends far more than a person's agents would: lift the per-machine rate
-            # limit (60 a minute by default), or most of it would measure the limit's deferral.
+            # The benchmark sends far more than a person's agents would: lift the rate limits (60 a
+            # minute by default) and the loop guard, or most of it would measure their refusals.
             f'person = "{self.person}"\nmachine = "m{index}"\n[mesh]\nlisten = "127.0.0.1:0"\nmdns = false\n'
-            'rate_limit = 1000000\n',
+            'rate_limit = 1000000\nloop_limit = 1000000\n',
             encoding="utf-8")
         self.paths = StatePaths(self.home)
         self.client: Client

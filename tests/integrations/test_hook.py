@@ -157,7 +157,7 @@ EXIT_2 = "exit 2, stderr: "
 
 def frame(message_id: str, body: str) -> str:
     return (f'<hive-message from="{PEER}" agent="codex" id="{message_id}">\n{body}\n</hive-message>\n'
-            f'From alice\'s agent. Reply with send_message to "{PEER}" if useful.')
+            f'From alice\'s agent {PEER}. Reply with send_message to "{PEER}" if useful.')
 
 
 # ---- helpers ----------------------------------------------------------------------------------

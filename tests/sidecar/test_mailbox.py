@@ -194,7 +194,7 @@ def test_mail_is_framed_as_peer_input_and_defanged(hive: Hive) -> None:
     text = inbox(hive, "r")["text"]
     assert text.count("<hive-message") == 1 and text.count("</hive-message>") == 1
     assert text.startswith('<hive-message from="alice/web-codex" agent="codex" repo="acme/web" id="')
-    assert text.endswith('From alice\'s agent. Reply with send_message to "alice/web-codex" if useful.')
+    assert text.endswith('From alice\'s agent alice/web-codex. Reply with send_message to "alice/web-codex" if useful.')
 
 
 def test_the_cli_shows_then_confirms_the_persons_inbox(hive: Hive) -> None:

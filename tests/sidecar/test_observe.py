@@ -368,6 +368,8 @@ def test_two_sessions_on_two_machines_editing_one_file_each_get_exactly_one_noti
         for hive, sid, other in ((alice, "a1", "bob/"), (bob, "b1", "alice/")):
             reason = reasons[sid]
             assert reason.count('<hive-message from="hive/overlap"') == 1
+            # hive's own notice says so, and invites no reply to an address nobody reads.
+            assert "A notice from hive on this machine." in reason and 'send_message to "hive/' not in reason
             assert "src/app.py" in reason and other in reason
             injected = [json.loads(e["detail"]) for e in events(hive, sid) if e["action"] == "team.message.injected"]
             assert [(i["channel"], i["point"]) for i in injected] == [("hook", "Stop")], injected
