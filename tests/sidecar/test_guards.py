@@ -157,3 +157,18 @@ def test_a_prompt_on_the_recipients_machine_resets_the_run_its_sender_could_not_
 
 def test_pairs_are_counted_the_same_whichever_session_is_named_first() -> None:
     assert pair("alice/web", "bob/api") == pair("bob/api", "alice/web") == ("alice/web", "bob/api")
+
+
+def test_an_agent_over_the_rate_limit_is_refused_on_its_own_machine_before_anything_crosses(make_hive: Any) -> None:
+    limits = "rate_limit = 2\nrate_window = 60\n"
+    alice, bob = form_team(make_hive, ["alice", "bob"], {"alice": limits, "bob": limits})
+    register(alice, "a1", "/src/web")
+    register(bob, "b1", "/src/api")
+    wait_for(lambda: len(who(alice)) == 2, what="bob's session at alice's")
+    for n in range(2):
+        assert send(alice, "bob/api-codex", f"note {n}", **{"from": "a1"})["state"] == "queued"
+    refused = error(alice, to="bob/api-codex", body="note 2", **{"from": "a1"})
+    assert refused["code"] == "rate_limited" and refused["retry_after"] > 0
+    assert len(ok(alice, "sent", **{"from": "a1"})["messages"]) == 2
+    wait_for(lambda: len(inbox(bob, "b1")) == 2, what="the two notes at bob's")
+    assert sorted(m["body"] for m in inbox(bob, "b1")) == ["note 0", "note 1"]
