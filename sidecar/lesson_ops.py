@@ -375,8 +375,9 @@ async def _recall(sidecar: Sidecar, request: dict[str, Any], text: str, limit: i
         files = files + tuple(recent_files(session.key))
     project, _ = project_here(_cwd(sidecar, request, session))
     now_ms = int(time.time() * 1000)
-    ranked = await recall.search(sidecar.store, text=text, files=files, project=project, origins=origins(sidecar),
-                                 limit=limit, now_ms=now_ms)
+    viewer = await lesson_store.of(sidecar).viewer()
+    ranked = await recall.search(sidecar.store, viewer, text=text, files=files, project=project,
+                                 origins=origins(sidecar), limit=limit, now_ms=now_ms)
     return {"lessons": [r.to_dict(now_ms) for r in ranked], "text": recall.frames(ranked, now_ms),
             "project": project}
 

@@ -9,8 +9,8 @@ Every write runs as plain sqlite3 on the database's thread in one hop (:meth:`St
 committed once per entry or batch: a replicated batch costs one fsync, not a round trip per
 statement (measured: ~250 entries/s one query at a time, thousands per second this way).
 
-What a person may be shown is decided by the *effective* scope (:func:`visible_sql`): a reviewer
-may narrow a lesson after its entry travelled, and the machines it reached keep it.
+What a person may be shown is decided by the *effective* scope (:class:`hive.sidecar.recall.Viewer`):
+a reviewer may narrow a lesson after its entry travelled, and the machines it reached keep it.
 
 Tables (migration "lessons" in :mod:`hive.sidecar.store`)
     ``lesson_log``         every entry, by (author machine, log scope, seq), gap-free. An entry
@@ -22,8 +22,9 @@ Tables (migration "lessons" in :mod:`hive.sidecar.store`)
     ``lesson_reviews``, ``lesson_tombstones``     read from the logs.
     ``lesson_blobs``       bodies and edit texts by hash; deleted by a tombstone, and a late copy
                            of a retracted lesson's blob is refused.
-    ``lesson_fts``         FTS5 over the effective text, applicability and tags of lessons with a
-                           body; an FTS row's rowid is its lesson's (``id`` is UNINDEXED there).
+    ``lesson_fts``         FTS5 (porter stemmer) over the effective text, applicability and tags of
+                           verified lessons, what recall may show; an FTS row's rowid is its
+                           lesson's (``id`` is UNINDEXED there).
     ``lesson_drafts``      local drafts, never replicated.
 
 ``held`` is not stored: a ``proposed`` lesson whose ``asked_at`` is a day old reads as held
@@ -45,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from . import lessons as L
+from . import recall
 from .errors import (
     HiveError,
     LessonInvalid,
@@ -125,53 +127,8 @@ class LessonView:
         return out
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """An FTS hit: enough to rank without reading every header."""
-
-    id: str
-    rank: float  # bm25: lower is more relevant
-    state: str
-    kind: str
-    effective_scope: str
-    effective_project: str
-    author_person: str
-    reviewer: str
-    created_at: int
-    citations: int
-    successes: int
-    evidence_files: tuple[str, ...]
-
-
 Listener = Callable[[str, int], Awaitable[None]]  # (log scope, seq) of an entry written here
 StateListener = Callable[[str, str], Awaitable[None]]  # (lesson id, new stored state), local or replicated
-
-_FTS_TOKEN = re.compile(r"[\w][\w.-]*", re.UNICODE)
-
-
-def visible_sql(person: str, member_projects: Iterable[str], alias: str = "l") -> tuple[str, list[Any]]:
-    """A WHERE fragment (and its parameters) for the lessons ``person`` may be shown, by their
-    effective scope: team lessons; their own personal ones; project lessons of projects they are a
-    confirmed member of, and their own. A lesson a reviewer narrowed after it had travelled (team
-    to project, or to personal) stays on machines it reached, so reading must filter too."""
-    projects = list(dict.fromkeys(member_projects))
-    marks = ",".join("?" * len(projects))
-    sql = (f"({alias}.eff_scope = 'team' OR {alias}.author_person = ? "
-           f"OR ({alias}.eff_scope = 'project' AND {alias}.eff_project IN ({marks})))")
-    return sql, [person, *projects]
-
-
-def fts_query(text: str, *, max_terms: int = 16) -> str:
-    """A safe FTS5 query from free text: each word quoted, any of them may match (bm25 ranks)."""
-    terms: list[str] = []
-    for word in _FTS_TOKEN.findall(text or ""):
-        word = word.strip(".-")
-        if len(word) >= 2 and word.lower() not in terms:
-            terms.append(word.lower())
-        if len(terms) >= max_terms:
-            break
-    return " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
-
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
@@ -390,40 +347,10 @@ class LessonStore:
             views = [v for v in views if v.state in states]
         return views
 
-    async def candidates(self, query: str, *, projects: Sequence[str] = (), include_other_projects: bool = False,
-                         states: Sequence[str] = ("verified",), limit: int = 100) -> list[Candidate]:
-        """FTS5 hits over text, applicability and tags, best bm25 first.
-
-        Only lessons this machine's person may see (:func:`visible_sql`), and of those, project
-        lessons of ``projects`` (the session's project), or of any visible project with
-        ``include_other_projects`` (L2 labels those as hypotheses). ``query`` is free text.
-        """
-        match = fts_query(query)
-        if not match:
-            return []
+    async def viewer(self) -> recall.Viewer:
+        """Whom this machine's searches are for: its person, and the projects they are a member of."""
         ctx = await self._context()
-        seen_sql, seen_params = visible_sql(ctx.person, projects_of(ctx.roster, ctx.person))
-        where = [f"l.state IN ({','.join('?' * len(states))})", seen_sql]
-        params: list[Any] = [match, *states, *seen_params]
-        if not include_other_projects:
-            where.append(f"(l.eff_scope != 'project' OR l.eff_project IN ({','.join('?' * len(projects))}))")
-            params += list(projects)
-        params.append(limit)
-        rows = await self.store.fetchall(
-            "SELECT l.id, bm25(lesson_fts) AS rank, l.state, l.kind, l.eff_scope, l.eff_project, l.author_person, "
-            "l.reviewer, l.created_at, l.citations, l.successes, l.header FROM lesson_fts f "
-            "JOIN lessons l ON l.id = f.id WHERE lesson_fts MATCH ? AND " + " AND ".join(where) +
-            " ORDER BY rank LIMIT ?", params)
-        out = []
-        for r in rows:
-            header = json.loads(r["header"])
-            files = tuple(e["ref"] for e in header.get("evidence", [])
-                          if isinstance(e, dict) and e.get("kind") == "file")
-            out.append(Candidate(id=r["id"], rank=r["rank"], state=r["state"], kind=r["kind"],
-                                 effective_scope=r["eff_scope"], effective_project=r["eff_project"],
-                                 author_person=r["author_person"], reviewer=r["reviewer"], created_at=r["created_at"],
-                                 citations=r["citations"], successes=r["successes"], evidence_files=files))
-        return out
+        return recall.Viewer(ctx.person, tuple(dict.fromkeys(projects_of(ctx.roster, ctx.person))))
 
     async def _views(self, where: str, params: Sequence[Any], *, now: float | None = None,
                      order: str = "l.created_at", limit: int = 1000) -> list[LessonView]:
@@ -788,7 +715,7 @@ def _refresh_sync(conn: sqlite3.Connection, lesson_id: str, changed: list[tuple[
     conn.execute("UPDATE lessons SET state = ?, eff_scope = ?, eff_project = ?, reviewer = ?, text_hash = ? "
                  "WHERE id = ?", (state, eff_scope, eff_project, reviewer, text_hash, lesson_id))
     conn.execute("DELETE FROM lesson_fts WHERE rowid = ?", (row["rowid"],))
-    if not retracted:
+    if state == "verified":  # recall's index holds only what recall may show (hive.sidecar.recall)
         body = _blob_sync(conn, row["body_hash"])
         edit = _blob_sync(conn, text_hash) if text_hash else None
         if body is not None:

@@ -1,8 +1,10 @@
 """Turn-tier recall: a verified lesson put in front of a session at its next hook point, when it matters.
 
-A lesson matters to a session when its evidence files are among the files the session touched in
-the last half hour (:func:`hive.sidecar.observe.recent_files`), or when a command the session ran
-failed with error text the lesson matches (FTS5 over its text, applicability and tags). Then one
+A lesson matters to a session when its evidence files (or folders) hold files the session touched
+in the last half hour (:func:`hive.sidecar.observe.recent_files`), or when the session's words match
+it well: what its person typed for this turn (the prompt hook), what the session says it is doing
+(its ``doing`` line) and the error text of a command that failed
+(:func:`hive.sidecar.recall.for_turn`, the same search as ``search_memory``). Then one
 framed line, ``<hive-lesson id=… reviewed-by=… why=…>text</hive-lesson>``, goes out with the next
 hook reply that can carry text to the model (:func:`hive.sidecar.hooks.hook`): a prompt, session start
 or tool point, never a stop point, whose only way to carry text is to keep the agent running.
@@ -45,6 +47,7 @@ log = logging.getLogger("hive.sidecar.lesson_turn")
 HOURLY_CAP = 3
 PROPOSER = "hive/recall"  # who offers recalled lessons to the gate (the ledger's proposer)
 ERROR_TEXT = 2000  # characters of a failure's output matched against lessons
+PROMPT_TEXT = 2000  # characters of the person's prompt matched against lessons
 _ERROR_KEYS = ("stderr", "error", "output", "stdout", "message")
 
 
@@ -56,9 +59,10 @@ class Told:
     held: set[str] = field(default_factory=set)  # lesson ids the gate held back here: not offered twice
     times: deque[float] = field(default_factory=deque)
     waiting: dict[str, str] = field(default_factory=dict)  # lesson id -> its line, for the next point that can carry it
-    # The recent files a look found nothing new for, and the lesson state changes seen then: the
-    # same files with no change since find nothing new again (told ids only grow), so no query.
-    quiet: tuple[frozenset[str], int] | None = None
+    prompt: str = ""  # what the person last typed into the session: the turn's words
+    # The recent files and prompt a look found nothing new for, and the lesson state changes seen
+    # then: the same with no change since find nothing new again (told ids only grow), so no query.
+    quiet: tuple[frozenset[str], str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -151,6 +155,8 @@ async def _look(sidecar: Sidecar, session: Session, point: HookPoint, payload: d
     from .observe import recent_files
     from .projects import project_of_session
 
+    if point.event == "prompt.submitted" and isinstance(payload.get("prompt"), str):
+        told.prompt = payload["prompt"][:PROMPT_TEXT]  # the person's words hold for the whole turn
     now = time.time()
     while told.times and now - told.times[0] > 3600:
         told.times.popleft()
@@ -159,34 +165,33 @@ async def _look(sidecar: Sidecar, session: Session, point: HookPoint, payload: d
         return
     files = tuple(recent_files(session.key, now))
     error = failure_text(payload) if point.event == "tool.after" else ""
-    if not files and not error:
+    # The session's words: what its person typed for this turn, what it says it is doing (its
+    # harness's task line or todo item) and a failed command's output.
+    words = "\n".join(part for part in (told.prompt, session.doing, error) if part)
+    if not files and not words:
         return
-    quiet = (frozenset(files), sidecar.__dict__["lesson_turn_verified"].changes)  # taken before the queries
+    # taken before the queries
+    quiet = (frozenset(files), words, sidecar.__dict__["lesson_turn_verified"].changes)
     if not error and told.quiet == quiet:
         return
+    from . import lesson_store
     from .lesson_ops import origins
 
-    names = origins(sidecar)
-    found: dict[str, tuple[recall.Candidate, str]] = {}
-    if error:
-        for c in (await recall.by_text(sidecar.store, error, names, limit=5))[:1]:
-            found[c.id] = (c, "error")
-    if files:
-        for c in await recall.by_files(sidecar.store, files, names, limit=20):
-            found.setdefault(c.id, (c, "files"))
-    fresh = [c for c, _ in found.values() if c.id not in told.ids and c.id not in told.waiting
-             and c.id not in told.held]
-    if not fresh:
-        told.quiet = quiet  # every lesson of these files is told, waiting or held back already
-        return
     project = project_of_session(session.repo, session.cwd) or ""  # reads the repository when there is no remote
     now_ms = int(now * 1000)
-    for ranked in recall.rank(fresh, project=project, files=files, now_ms=now_ms, limit=room):
-        if ranked.hypothesis:
-            continue
-        why = found[ranked.lesson.id][1]
-        if why == "files" and ranked.overlap:
+    viewer = await lesson_store.of(sidecar).viewer()
+    found = await recall.for_turn(sidecar.store, viewer, words=words, files=files,
+                                  project=project, origins=origins(sidecar), now_ms=now_ms)
+    fresh = [r for r in found if r.lesson.id not in told.ids and r.lesson.id not in told.waiting
+             and r.lesson.id not in told.held]
+    if not fresh:
+        told.quiet = quiet  # every lesson found is told, waiting or held back already
+        return
+    for ranked in fresh[:room]:
+        if ranked.overlap:
             why = f"files:{ranked.overlap[0]}"
+        else:
+            why = "error" if error and recall.query_words(error) else "words"
         await _offer(sidecar, session, told, ranked, why, recall.turn_line(ranked, why, now_ms), project)
 
 

@@ -1,17 +1,29 @@
 """Recall: which lessons an agent sees for a query and its files, in what order, and how they are shown.
 
+One search path (:func:`search`) serves the pull tier (``search_memory``, ``lesson_context``), the
+CLI and the turn tier (:func:`for_turn`), and its candidates are only lessons the viewer may be
+shown (:class:`Viewer`: team lessons, their own personal ones, project lessons of projects they are
+a member of) and only verified, current ones (the index holds nothing else), before any cut.
+
 Ranking (seed Part 3 §5) adds five signals, each scaled to 0..1, with these weights::
 
-    score = 1.0 × relevance   FTS5 bm25 over text, applicability and tags, divided by the best match's
-                              (the best text match gets 1; no query: 0 for all)
-          + 0.6 × overlap     the share of the lesson's evidence files the session touched recently
+    score = 1.0 × relevance   FTS5 bm25 (porter-stemmed) over text, applicability and tags, as a share
+                              of what a lesson matching every query word once would score: the sum of
+                              the words' idf (absolute: one generic word in common is a small share)
+          + 0.6 × overlap     1 when the session touched a file the lesson's evidence names, ½ when
+                              only files beneath a folder it names (recently: the last half hour)
           + 0.4 × outcome     (successes + 1) / (citations + 2): a new lesson starts at ½
           + 0.3 × scope       narrowest first: personal 1, this project ⅔, team ⅓, another project 0
           + 0.2 × freshness   ½ ** (age in days / 90)
 
-Ties go to the newer lesson, then the smaller id, so an order is always the same. Only verified
-lessons are ranked: superseded, retracted, rejected and unreviewed ones never appear. A lesson from
-another project is marked a hypothesis: it was verified there, not here.
+Query words are the text's words of two letters or more (a possessive's ``s`` is not one), without
+stop words and the generic words of any task ("fix", "update", "please"). Words that a large share
+of lessons hold are dropped when rarer ones are there: bm25 gives them almost no weight, yet every
+lesson they match would be scored.
+
+Ties go to the newer lesson, then the smaller id, so an order is always the same. A lesson from
+another project is marked a hypothesis: it was verified there, not here; the turn tier never
+offers one.
 
 Every string of a lesson was written by some agent or person, so everything shown to an agent is
 defanged (:mod:`hive.sidecar.defang`) and framed as ``<hive-lesson …>``, which no lesson text can
@@ -21,6 +33,7 @@ open or close.
 from __future__ import annotations
 
 import json
+import math
 import re
 import sqlite3
 import time
@@ -42,9 +55,41 @@ HALF_LIFE_DAYS = 90.0
 DAY_MS = 86_400_000
 SCOPE_SCORES = {"personal": 1.0, "project": 2 / 3, "team": 1 / 3, "other": 0.0}
 MAX_TERMS = 16
+TURN_RELEVANCE = 0.3  # the turn tier offers a lesson no file of the session names only above this
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
-_STOP = frozenset("a an the to of and or in on for is are be it its with when that this by as at from not do does "
-                  "how what why which i you we".split())
+_STOP = frozenset(
+    "a an the to of and or in on for is are be been being it its with when that this these those by as at from not "
+    "no nor do does did doing done how what why which who whom whose where i you we our ours my me us your yours "
+    "he him his she her hers they them their theirs myself yourself itself themselves so if then than there here "
+    "into onto out up down over under about after before again also just only very can could would should will "
+    "shall may might must has have had having was were am but any all some each every more most other such own "
+    "same too both either neither while until because since though although once off say says said tell told "
+    "yes ok okay hi hey thanks "
+    # the generic words of a task, which say nothing about which lesson it needs
+    "fix fixes fixed fixing add adds added adding update updates updated updating change changes changed changing "
+    "make makes making made check checks checking look looking see work working works need needs want wants try "
+    "trying get gets getting got use uses using used please help let lets thing things stuff something issue "
+    "issues problem problems bug bugs now still right new way currently seems seem".split())
+
+
+@dataclass(frozen=True)
+class Viewer:
+    """Whom a search is for: only lessons this person may be shown are ever candidates.
+
+    By their effective scope: team lessons; their own personal ones; project lessons of projects
+    they are a confirmed member of, and their own. A lesson a reviewer narrowed after it had
+    travelled stays on machines it reached, so reading must filter too.
+    """
+
+    person: str
+    projects: tuple[str, ...] = ()
+
+    def sql(self, alias: str = "l") -> tuple[str, list[Any]]:
+        """A WHERE fragment and its parameters."""
+        marks = ",".join("?" * len(self.projects))
+        return (f"({alias}.eff_scope = 'team' OR {alias}.author_person = ? "
+                f"OR ({alias}.eff_scope = 'project' AND {alias}.eff_project IN ({marks})))",
+                [self.person, *self.projects])
 
 
 @dataclass(frozen=True)
@@ -65,7 +110,7 @@ class Candidate:
     files: tuple[str, ...] = ()  # repo-relative paths among its evidence
     citations: int = 0
     successes: int = 0
-    bm25: float | None = None  # SQLite's bm25(): negative, lower is better; None without a query
+    relevance: float = 0.0  # 0..1, see the module's notes; 0 without a query or a match
 
 
 @dataclass(frozen=True)
@@ -90,16 +135,21 @@ class Ranked:
         }
 
 
-def fts_query(text: str) -> str:
-    """An FTS5 MATCH expression for free text: its words, each quoted, OR-ed (bm25 favours more matches)."""
+def query_words(text: str) -> list[str]:
+    """The words a search looks for, in order, each once (see the module's notes)."""
     words: list[str] = []
     for word in _WORD.findall(text.lower()):
-        if word in _STOP or word in words or len(word) > 64:
+        if len(word) < 2 or word in _STOP or word in words or len(word) > 64:
             continue
         words.append(word)
         if len(words) == MAX_TERMS:
             break
-    return " OR ".join(f'"{w}"' for w in words)
+    return words
+
+
+def fts_query(text: str) -> str:
+    """An FTS5 MATCH expression for free text: its words, each quoted, OR-ed (bm25 favours more matches)."""
+    return " OR ".join(f'"{w}"' for w in query_words(text))
 
 
 def normal_path(path: str) -> str:
@@ -109,17 +159,35 @@ def normal_path(path: str) -> str:
     return value.strip("/")
 
 
-def _same_file(a: str, b: str) -> bool:
-    # A session may report an absolute path and a lesson a repo-relative one: compare by whole segments.
-    return a == b or a.endswith("/" + b) or b.endswith("/" + a)
+FOLDER_CREDIT = 0.5  # a folder in the evidence covers many files: touching one says less than the file itself
+
+
+def _touch(evidence: str, touched: str) -> float:
+    """1 when ``touched`` is the evidence's file, FOLDER_CREDIT when it lies beneath the evidence's folder.
+
+    A session may report an absolute path and a lesson a repo-relative one: compare by whole segments.
+    """
+    if evidence == touched or evidence.endswith("/" + touched) or touched.endswith("/" + evidence):
+        return 1.0
+    if touched.startswith(evidence + "/") or f"/{evidence}/" in touched:
+        return FOLDER_CREDIT
+    return 0.0
 
 
 def overlap(lesson_files: tuple[str, ...], session_files: tuple[str, ...]) -> tuple[str, ...]:
-    return _overlap(lesson_files, [normal_path(f) for f in session_files if f])
+    return _overlap(lesson_files, [normal_path(f) for f in session_files if f])[0]
 
 
-def _overlap(lesson_files: tuple[str, ...], mine: list[str]) -> tuple[str, ...]:
-    return tuple(f for f in lesson_files if f and any(_same_file(normal_path(f), s) for s in mine))
+def _overlap(lesson_files: tuple[str, ...], mine: list[str]) -> tuple[tuple[str, ...], float]:
+    """The lesson's evidence files the session touched, and the overlap signal: the best credit of
+    any of them (a lesson that cites more evidence is not the less relevant for it)."""
+    hits, best = [], 0.0
+    for f in lesson_files:
+        credit = max((_touch(normal_path(f), s) for s in mine), default=0.0) if f else 0.0
+        if credit:
+            hits.append(f)
+            best = max(best, credit)
+    return tuple(hits), best
 
 
 def scope_key(c: Candidate, project: str) -> str:
@@ -132,20 +200,17 @@ def rank(candidates: list[Candidate], *, project: str = "", files: tuple[str, ..
          limit: int = 20) -> list[Ranked]:
     """The candidates in recall order, best first, at most ``limit``."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    best = min((c.bm25 for c in candidates if c.bm25 is not None), default=None)
     mine = [normal_path(f) for f in files if f]  # once, not once per candidate
     ranked = []
     for c in candidates:
-        relevance = (c.bm25 / best) if (c.bm25 is not None and best is not None and best < 0) else 0.0
-        hit = _overlap(c.files, mine)
-        share = len(hit) / len(c.files) if c.files else 0.0
+        hit, share = _overlap(c.files, mine)
         outcome = (c.successes + 1) / (c.citations + 2)
         where = scope_key(c, project)
         freshness = 0.5 ** (max(now_ms - c.created_at, 0) / DAY_MS / HALF_LIFE_DAYS)
-        signals = {"relevance": relevance, "overlap": share, "outcome": outcome, "scope": SCOPE_SCORES[where],
+        signals = {"relevance": c.relevance, "overlap": share, "outcome": outcome, "scope": SCOPE_SCORES[where],
                    "freshness": freshness}
-        score = (W_RELEVANCE * relevance + W_OVERLAP * share + W_OUTCOME * outcome + W_SCOPE * SCOPE_SCORES[where]
-                 + W_FRESHNESS * freshness)
+        score = (W_RELEVANCE * c.relevance + W_OVERLAP * share + W_OUTCOME * outcome
+                 + W_SCOPE * SCOPE_SCORES[where] + W_FRESHNESS * freshness)
         ranked.append(Ranked(c, score, signals, hypothesis=where == "other", overlap=hit))
     ranked.sort(key=lambda r: (-r.score, -r.lesson.created_at, r.lesson.id))
     return ranked[:limit]
@@ -200,16 +265,15 @@ def turn_line(r: Ranked, why: str, now_ms: int | None = None) -> str:
 #
 # Plain joins over the lesson store's tables (hive.sidecar.lesson_store). The text shown comes from the
 # body blob (or the deciding edit's), by hash: FTS5 columns read in a join would be read for every match
-# before the sort, and the FTS table cannot be looked up by lesson id.
+# before the sort. An FTS row's rowid is its lesson's.
 
-_COLUMNS = ("l.id, l.kind, l.eff_scope, l.eff_project, l.author, l.reviewer, l.created_at, l.citations, l.successes, "
-            "l.header, b.blob AS body, e.blob AS edit")
+_COLUMNS = ("l.rowid AS rowid, l.id, l.kind, l.eff_scope, l.eff_project, l.author, l.reviewer, l.created_at, "
+            "l.citations, l.successes, l.header, b.blob AS body, e.blob AS edit")
 _BLOBS = ("JOIN lesson_blobs b ON b.hash = l.body_hash "
           "LEFT JOIN lesson_blobs e ON e.hash = l.text_hash AND l.text_hash != ''")
-OVERFETCH = 2  # FTS rows of proposed, rejected or superseded lessons are dropped after the text search
 
 
-def _candidate(row: Any, bm25: float | None, origins: Mapping[str, str]) -> Candidate:
+def _candidate(row: Any, relevance: float, origins: Mapping[str, str]) -> Candidate:
     header = json.loads(row["header"])
     body = json.loads(row["body"])
     edit = json.loads(row["edit"]) if row["edit"] else {}
@@ -221,118 +285,150 @@ def _candidate(row: Any, bm25: float | None, origins: Mapping[str, str]) -> Cand
                      project=row["eff_project"], created_at=row["created_at"],
                      author=str(header.get("author_session", "")), origin=origin, reviewer=row["reviewer"],
                      tags=tuple(str(t) for t in header.get("tags", ())), files=files, citations=row["citations"],
-                     successes=row["successes"], bm25=bm25)
+                     successes=row["successes"], relevance=relevance)
 
 
 COMMON_SHARE = 0.02  # a word in more than 2% of lessons...
 COMMON_FLOOR = 50  # ...and in more than 50 of them is common
-_TOTALS: dict[int, tuple[float, int]] = {}  # id(store) -> (when counted, lessons with text)
+_HELD_UPTO = "(SELECT count(*) FROM (SELECT 1 FROM lesson_fts WHERE lesson_fts MATCH ? LIMIT ?))"
+
+
+@dataclass(frozen=True)
+class Query:
+    """A text search as run: its MATCH expression, and what a lesson matching each word once scores."""
+
+    match: str
+    ideal: float
+
+
+def _idf(total: int, held: int) -> float:
+    # FTS5's own bm25 idf, floored as FTS5 floors it
+    return max(math.log((total - held + 0.5) / (held + 0.5)), 1e-6)
+
+
+_TOTALS: dict[int, tuple[float, int]] = {}  # id(store) -> (when counted, lessons in the index)
 
 
 async def _total(store: Store) -> int:
+    """How many lessons the index holds, counted at most once a minute (bm25's N; a count walks them)."""
     seen = _TOTALS.get(id(store))
     if seen is None or time.monotonic() - seen[0] > 60:
-        row = await store.fetchone("SELECT count(*) FROM lessons")
+        row = await store.fetchone("SELECT count(*) FROM lessons WHERE state = 'verified'")
         seen = _TOTALS[id(store)] = (time.monotonic(), int(row[0]) if row else 0)
     return seen[1]
 
 
-# Whether a word is common needs its count only up to the threshold: a MATCH with a LIMIT stops there,
-# whereas lesson_vocab walks the word's whole doclist, which costs most for exactly the words dropped.
-_HELD_UPTO = "(SELECT count(*) FROM (SELECT 1 FROM lesson_fts WHERE lesson_fts MATCH ? LIMIT ?))"
-
-
-def _match_sync(conn: sqlite3.Connection, text: str, total: int) -> str:
-    """The FTS5 query for ``text`` without its common words, when it has rarer ones.
-
-    bm25 gives a word held by a large share of lessons almost no weight, yet FTS5 scores every lesson
-    it matches: dropping it keeps the order and saves most of the time. A query of common words only
-    keeps its two rarest.
-    """
-    query = fts_query(text)
-    words = [w.strip('"') for w in query.split(" OR ") if w]
-    if len(words) < 2:
-        return query
+def _query_sync(conn: sqlite3.Connection, text: str, total: int) -> Query:
+    """The MATCH for ``text``: its words that some lesson holds, without the common ones when it has
+    rarer ones. Whether a word is common needs its count only up to the threshold: a MATCH with a
+    LIMIT stops there, whereas lesson_vocab walks the word's whole doclist."""
+    words = query_words(text)
+    if not words:
+        return Query("", 0.0)
     common = max(COMMON_FLOOR, COMMON_SHARE * total)
     upto = int(common) + 1
     counts = conn.execute("SELECT " + ", ".join([_HELD_UPTO] * len(words)),
                           [p for w in words for p in (f'"{w}"', upto)]).fetchone()
-    kept = [w for w, n in zip(words, counts, strict=True) if n <= common]
-    if not kept:  # all common: only now are whole counts worth their cost, to keep the two rarest
-        rows = conn.execute(f"SELECT term, doc FROM lesson_vocab WHERE term IN ({','.join('?' * len(words))})",
-                            words).fetchall()
-        held = {str(r[0]): int(r[1]) for r in rows}
-        kept = sorted(words, key=lambda w: held.get(w, 0))[:2]
-    return " OR ".join(f'"{w}"' for w in kept)
+    held = {w: int(n) for w, n in zip(words, counts, strict=True) if n}
+    kept = [w for w in held if held[w] <= common]
+    if not kept and held:  # all common: only now are whole counts worth their cost, to keep the two rarest
+        rows = conn.execute(f"SELECT term, doc FROM lesson_vocab WHERE term IN ({','.join('?' * len(held))})",
+                            list(held)).fetchall()
+        exact = {str(r[0]): int(r[1]) for r in rows}
+        kept = sorted(held, key=lambda w: exact.get(w, held[w]))[:2]
+    return Query(" OR ".join(f'"{w}"' for w in kept), sum(_idf(max(total, held[w]), held[w]) for w in kept))
 
 
-_BY_TEXT = (f"SELECT {_COLUMNS}, top.rank AS rank FROM (SELECT id, rank FROM lesson_fts WHERE lesson_fts MATCH ? "
-            f"ORDER BY rank LIMIT ?) AS top CROSS JOIN lessons l ON l.id = top.id {_BLOBS} "
-            "WHERE l.state = 'verified' ORDER BY top.rank LIMIT ?")
+
+def _filters(viewer: Viewer, project: str, others: bool) -> tuple[str, list[Any]]:
+    seen, params = viewer.sql()
+    where = f"l.state = 'verified' AND {seen}"
+    if not others:  # the turn tier: this project's lessons, the team's and the person's own
+        where += " AND (l.eff_scope != 'project' OR l.eff_project = ?)"
+        params.append(project)
+    return where, params
 
 
-def _by_text_sync(conn: sqlite3.Connection, text: str, total: int, limit: int) -> list[Any]:
-    match = _match_sync(conn, text, total)
-    return conn.execute(_BY_TEXT, (match, limit * OVERFETCH, limit)).fetchall() if match else []
-
-
-async def by_text(store: Store, text: str, origins: Mapping[str, str], limit: int = 50) -> list[Candidate]:
-    """Verified lessons matching free text, best bm25 first (the words' counts and the search in one hop)."""
-    total = await _total(store)
-    rows = await store.run(lambda conn: _by_text_sync(conn, text, total, limit))
-    return [_candidate(r, float(r["rank"]), origins) for r in rows]
+def _by_text_sync(conn: sqlite3.Connection, query: Query, where: str, params: list[Any], limit: int) -> list[Any]:
+    """The ``limit`` best visible matches: the index's best first, asked again for more while the
+    lessons the viewer may not see took places (rare: the index holds only verified lessons)."""
+    if not query.match or limit <= 0:
+        return []
+    want = limit * 2
+    while True:
+        top = conn.execute("SELECT rowid, rank FROM lesson_fts WHERE lesson_fts MATCH ? ORDER BY rank LIMIT ?",
+                           (query.match, want)).fetchall()
+        ranks = {int(r[0]): float(r[1]) for r in top}
+        marks = ",".join("?" * len(ranks))
+        rows = conn.execute(f"SELECT {_COLUMNS} FROM lessons l {_BLOBS} WHERE l.rowid IN ({marks}) AND {where}",
+                            (*ranks, *params)).fetchall() if ranks else []
+        if len(rows) >= limit or len(top) < want:
+            rows.sort(key=lambda r: ranks[int(r["rowid"])])
+            return [(r, ranks[int(r["rowid"])]) for r in rows[:limit]]
+        want *= 4
 
 
 def _wanted(files: Iterable[str]) -> list[str]:
-    return sorted({normal_path(f) for f in files if f and normal_path(f)})[:64]
+    """The session's files and the folders above them (evidence may name a folder)."""
+    out: set[str] = set()
+    for f in files:
+        path = normal_path(f) if f else ""
+        parts = path.split("/")
+        for n in range(1, len(parts) + 1):
+            out.add("/".join(parts[:n]))
+    return sorted(out)[:256]
 
 
-def _by_files_sync(conn: sqlite3.Connection, wanted: list[str], limit: int) -> list[Any]:
+def _by_files_sync(conn: sqlite3.Connection, wanted: list[str], where: str, params: list[Any],
+                   limit: int) -> list[Any]:
     if not wanted:
         return []
-    paths = wanted + [f"./{p}" for p in wanted]  # an evidence ref may be written either way
+    paths = wanted + [f"./{p}" for p in wanted] + [f"{p}/" for p in wanted]  # an evidence ref may be written so
     # The newest ``limit`` first, by the lessons table alone; only their blobs are read.
     return conn.execute(
         f"SELECT {_COLUMNS} FROM (SELECT l.id AS id, l.created_at AS at FROM lesson_files x CROSS JOIN lessons l "
-        f"ON l.id = x.lesson WHERE x.path IN ({','.join('?' * len(paths))}) AND l.state = 'verified' "
+        f"ON l.id = x.lesson WHERE x.path IN ({','.join('?' * len(paths))}) AND {where} "
         f"GROUP BY l.id ORDER BY l.created_at DESC LIMIT ?) AS top CROSS JOIN lessons l ON l.id = top.id {_BLOBS} "
-        "ORDER BY top.at DESC", (*paths, limit)).fetchall()
+        "ORDER BY top.at DESC", (*paths, *params, limit)).fetchall()
 
 
-async def by_files(store: Store, files: Iterable[str], origins: Mapping[str, str], limit: int = 50) -> list[Candidate]:
-    """Verified lessons whose evidence names one of ``files`` (repository-relative paths, as sessions report them).
-
-    ``CROSS JOIN`` keeps SQLite starting from the few file rows rather than from every verified lesson.
-    """
-    wanted = _wanted(files)
-    if not wanted:
-        return []
-    rows = await store.run(lambda conn: _by_files_sync(conn, wanted, limit))
-    return [_candidate(r, None, origins) for r in rows]
-
-
-async def search(store: Store, *, text: str = "", files: Iterable[str] = (), project: str = "",
+async def search(store: Store, viewer: Viewer, *, text: str = "", files: Iterable[str] = (), project: str = "",
                  origins: Mapping[str, str] | None = None, limit: int = 20, now_ms: int | None = None,
-                 pool: int | None = None) -> list[Ranked]:
-    """Ranked verified lessons for a query and the session's files (``pool`` text and file candidates each).
+                 pool: int | None = None, others: bool = True) -> list[Ranked]:
+    """Ranked lessons ``viewer`` may see for a query and the session's files, best first.
 
-    Both reads share one hop to the database thread: on a loaded machine each hop waits for the event
-    loop to turn.
+    ``pool``: text and file candidates each (at least ``limit``). ``others``: whether lessons of
+    other projects (hypotheses) may be candidates. Both reads share one hop to the database
+    thread: on a loaded machine each hop waits for the event loop to turn.
     """
     origins = origins or {}
-    pool = pool or max(limit, 10)
+    pool = max(pool or 0, limit, 10)
     files = tuple(files)
     wanted = _wanted(files)
-    total = await _total(store)
+    where, params = _filters(viewer, project, others)
+    total = await _total(store) if text else 0
 
-    def work(conn: sqlite3.Connection) -> tuple[list[Any], list[Any]]:
-        return _by_text_sync(conn, text, total, pool), _by_files_sync(conn, wanted, pool)
+    def work(conn: sqlite3.Connection) -> tuple[Query, list[Any], list[Any]]:
+        query = _query_sync(conn, text, total) if text else Query("", 0.0)
+        return query, _by_text_sync(conn, query, where, params, pool), _by_files_sync(conn, wanted, where, params, pool)
 
-    by_text_rows, by_file_rows = await store.run(work)
+    query, by_text_rows, by_file_rows = await store.run(work)
     merged: dict[str, Candidate] = {}
-    for r in by_text_rows:
-        merged[r["id"]] = _candidate(r, float(r["rank"]), origins)
+    for r, bm25 in by_text_rows:
+        relevance = min(-bm25 / query.ideal, 1.0) if query.ideal > 0 else 0.0
+        merged[r["id"]] = _candidate(r, relevance, origins)
     for r in by_file_rows:
-        if r["id"] not in merged:  # a text match keeps its bm25
-            merged[r["id"]] = _candidate(r, None, origins)
+        if r["id"] not in merged:  # a text match keeps its relevance
+            merged[r["id"]] = _candidate(r, 0.0, origins)
     return rank(list(merged.values()), project=project, files=files, now_ms=now_ms, limit=limit)
+
+
+async def for_turn(store: Store, viewer: Viewer, *, words: str, files: Iterable[str], project: str,
+                   origins: Mapping[str, str] | None = None, now_ms: int | None = None,
+                   limit: int = 20) -> list[Ranked]:
+    """What the turn tier may offer a session, best first: lessons of its project, the team's and
+    its person's that its files name, or that its words (the prompt, a failing command's output)
+    match well (relevance of at least :data:`TURN_RELEVANCE`). Never another project's."""
+    ranked = await search(store, viewer, text=words, files=files, project=project, origins=origins, limit=limit,
+                          now_ms=now_ms, others=False)
+    return [r for r in ranked if r.overlap or r.lesson.relevance >= TURN_RELEVANCE]

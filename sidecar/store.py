@@ -332,6 +332,22 @@ MIGRATIONS: list[str] = [
     DROP TABLE threads;
     DROP TABLE thread_runs;
     """,
+    # recall's index holds what recall may show, stemmed (hive.sidecar.recall): verified lessons only,
+    # through the porter stemmer over unicode61, so "migrating" finds "migration" and "retries" "retry".
+    """
+    DROP TABLE lesson_vocab;
+    DROP TABLE lesson_fts;
+    CREATE VIRTUAL TABLE lesson_fts USING fts5(id UNINDEXED, text, applicability, tags,
+                                               tokenize = 'porter unicode61');
+    CREATE VIRTUAL TABLE lesson_vocab USING fts5vocab(lesson_fts, row);
+    INSERT INTO lesson_fts (rowid, id, text, applicability, tags)
+        SELECT l.rowid, l.id, coalesce(json_extract(e.blob, '$.text'), json_extract(b.blob, '$.text'), ''),
+               coalesce(json_extract(b.blob, '$.applicability'), ''),
+               coalesce((SELECT group_concat(t.value, ' ') FROM json_each(l.header, '$.tags') AS t), '')
+        FROM lessons l JOIN lesson_blobs b ON b.hash = l.body_hash
+        LEFT JOIN lesson_blobs e ON e.hash = l.text_hash AND l.text_hash != ''
+        WHERE l.state = 'verified';
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

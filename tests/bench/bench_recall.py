@@ -13,12 +13,15 @@ Zipf-like vocabulary of 5,000 words, so common words match many lessons and rare
 are two or three words drawn the same way. Each query runs through:
 
 - baseline: ``SELECT id FROM lesson_fts WHERE lesson_fts MATCH ? ORDER BY bm25(lesson_fts) LIMIT 20``;
-- search: :func:`hive.sidecar.recall.search` (text and files, the join, the five-signal ranking), as
-  ``search_memory`` does;
-- by files: :func:`hive.sidecar.recall.by_files`, what turn-tier recall runs at a hook.
+- search: :func:`hive.sidecar.recall.search` (text and files, the visibility filter, the join, the
+  five-signal ranking), as ``search_memory`` does, for a viewer who may not see a third of them;
+- by text alone, and by files alone through :func:`hive.sidecar.recall.for_turn`, what turn-tier
+  recall runs at a hook.
 
-Nothing is asserted on the numbers: the machines that run this are small and noisy. Aim (issue 8):
-recall p50 under 5 ms.
+Then the same searches again with no common word dropped, to show what that cap costs in results.
+
+Nothing is asserted on the numbers: the machines that run this are small and noisy. Aim (issue 20):
+recall p50 under 5 ms and p99 under 30 ms at 100,000 lessons.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from hive.sidecar import recall
 from hive.sidecar.store import Store
 
 AIM_MS = 5.0
+AIM_P99_MS = 30.0
 VOCABULARY = 5_000
 WORDS_PER_LESSON = (12, 40)
 QUERIES = 400
@@ -71,18 +75,18 @@ async def fill(store: Store, count: int, rng: random.Random) -> None:
         body_hash = f"{i:064x}"[::-1]
         blobs.append((body_hash, lesson_id, json.dumps({"lesson": lesson_id, "role": "body", "text": text,
                                                         "applicability": applicability, "quote": None})))
-        rows.append((lesson_id, "k" * 64, "alice", scope, PROJECT if scope == "project" else "", "gotcha",
+        rows.append((i + 1, lesson_id, "k" * 64, "alice", scope, PROJECT if scope == "project" else "", "gotcha",
                      json.dumps(header), body_hash, now_ms - rng.randrange(365) * 86_400_000, time.time(), time.time(),
                      "verified", scope, PROJECT if scope == "project" else "", "bob", rng.randrange(5),
                      rng.randrange(3)))
-        fts.append((lesson_id, text, applicability, ""))
+        fts.append((i + 1, lesson_id, text, applicability, ""))
     statements = []
     for start in range(0, count, 5_000):
         statements += [(
-            "INSERT INTO lessons (id, author, author_person, scope, project, kind, header, body_hash, created_at, "
-            "received_at, asked_at, state, eff_scope, eff_project, reviewer, citations, successes) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row) for row in rows[start:start + 5_000]]
-        statements += [("INSERT INTO lesson_fts (id, text, applicability, tags) VALUES (?, ?, ?, ?)", row)
+            "INSERT INTO lessons (rowid, id, author, author_person, scope, project, kind, header, body_hash, "
+            "created_at, received_at, asked_at, state, eff_scope, eff_project, reviewer, citations, successes) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row) for row in rows[start:start + 5_000]]
+        statements += [("INSERT INTO lesson_fts (rowid, id, text, applicability, tags) VALUES (?, ?, ?, ?, ?)", row)
                        for row in fts[start:start + 5_000]]
         statements += [("INSERT INTO lesson_blobs (hash, lesson, blob) VALUES (?, ?, ?)", row)
                        for row in blobs[start:start + 5_000]]
@@ -113,6 +117,7 @@ async def bench(quick: bool) -> None:
         files = [(f"src/m{rng.randrange(2000)}/f{rng.randrange(50)}.py", f"src/m{rng.randrange(2000)}/f1.py")
                  + (("README.md",) if n % 4 == 0 else ()) for n in range(QUERIES)]
         origins = {"k" * 64: "alice@m1"}
+        viewer = recall.Viewer("bob", (PROJECT,))  # alice's personal lessons, a third, are not bob's to see
 
         async def baseline(q: object) -> None:
             await store.fetchall("SELECT id FROM lesson_fts WHERE lesson_fts MATCH ? ORDER BY bm25(lesson_fts) "
@@ -122,13 +127,13 @@ async def bench(quick: bool) -> None:
 
         async def search(pair: object) -> None:
             q, f = pair  # type: ignore[misc]
-            await recall.search(store, text=q, files=f, project=PROJECT, origins=origins, limit=20)
+            await recall.search(store, viewer, text=q, files=f, project=PROJECT, origins=origins, limit=20)
 
         async def by_text(q: object) -> None:
-            await recall.by_text(store, str(q), origins)
+            await recall.search(store, viewer, text=str(q), project=PROJECT, origins=origins, limit=20)
 
         async def by_files(f: object) -> None:
-            await recall.by_files(store, f, origins)  # type: ignore[arg-type]
+            await recall.for_turn(store, viewer, words="", files=f, project=PROJECT, origins=origins)  # type: ignore[arg-type]
 
         runs = {"base": baseline, "search": search, "files": by_files, "text": by_text}
         arguments = {"base": queries, "search": pairs, "files": files, "text": queries}
@@ -148,10 +153,23 @@ async def bench(quick: bool) -> None:
         print(f"recall p50/p99: search (text+files+rank)  p50 {s50:7.3f} ms  p99 {s99:7.3f} ms  "
               f"{s50 / b50:5.2f}x / {s99 / b99:5.2f}x baseline")
         x50, x99 = percentiles(text)
-        print(f"recall by text alone (50 candidates)     p50 {x50:7.3f} ms  p99 {x99:7.3f} ms")
+        print(f"recall by text alone                     p50 {x50:7.3f} ms  p99 {x99:7.3f} ms")
         print(f"recall by files (turn tier)              p50 {t50:7.3f} ms  p99 {t99:7.3f} ms")
-        print(f"aim: recall p50 under {AIM_MS:g} ms: {'met' if s50 < AIM_MS else 'NOT met'} "
-              f"({count:,} lessons, {QUERIES} queries)")
+        print(f"aim: recall p50 under {AIM_MS:g} ms, p99 under {AIM_P99_MS:g} ms: "
+              f"{'met' if s50 < AIM_MS and s99 < AIM_P99_MS else 'NOT met'} ({count:,} lessons, {QUERIES} queries)")
+        # What dropping the common words costs in results: the same searches with every word kept.
+        capped = [[r.lesson.id for r in await recall.search(store, viewer, text=q, files=f, project=PROJECT,
+                                                               origins=origins, limit=5)] for q, f in pairs]
+        floor, share = recall.COMMON_FLOOR, recall.COMMON_SHARE
+        recall.COMMON_FLOOR, recall.COMMON_SHARE = count + 1, 1.0
+        try:
+            whole = [[r.lesson.id for r in await recall.search(store, viewer, text=q, files=f, project=PROJECT,
+                                                                  origins=origins, limit=5)] for q, f in pairs]
+        finally:
+            recall.COMMON_FLOOR, recall.COMMON_SHARE = floor, share
+        first = sum(a[:1] == b[:1] for a, b in zip(capped, whole, strict=True)) / len(pairs)
+        top5 = sum(len(set(a) & set(b)) / max(len(b), 1) for a, b in zip(capped, whole, strict=True)) / len(pairs)
+        print(f"agreement with every word kept: same first result {first:.1%}, top-5 overlap {top5:.1%}")
     finally:
         await store.close()
         shutil.rmtree(folder, ignore_errors=True)

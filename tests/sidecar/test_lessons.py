@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from hive.sidecar import lessons as L
-from hive.sidecar import roster
+from hive.sidecar import recall, roster
 from hive.sidecar.errors import HiveError
 from hive.sidecar.identity import Identity
 from hive.sidecar.lesson_store import Context, LessonStore
@@ -26,6 +26,16 @@ pytestmark = pytest.mark.anyio
 
 PROJECT = project_id("git@github.com:acme/api.git")
 OTHER = project_id("https://github.com/acme/web")
+
+
+async def found(store: LessonStore, text: str, project: str = "", others: bool = False) -> list[str]:
+    """What this machine's person finds through recall's one search path."""
+    viewer = await store.viewer()
+    return [r.lesson.id for r in await recall.search(store.store, viewer, text=text, project=project, others=others)]
+
+
+async def indexed(store: LessonStore) -> set[str]:
+    return {row[0] for row in await store.store.fetchall("SELECT id FROM lesson_fts")}
 DAY = 86_400
 
 
@@ -224,16 +234,17 @@ async def test_the_first_review_decides_and_a_decided_lesson_cannot_be_reviewed_
     assert (after.state, after.text, after.original_text) == ("verified", "Run the api tests with -x.", body.text)
     assert after.reviewer == "alice" and [r["verdict"] for r in after.reviews] == ["edit"]
     assert await acode_of(store.review(body.id, "reject")) == "lesson_state"
-    hits = await store.candidates("sockets leak", projects=[PROJECT])
-    assert hits == []  # recall searches the reviewed text: the edit dropped those words
-    assert [c.id for c in await store.candidates("api tests", projects=[PROJECT])] == [body.id]
-    assert await store.candidates("api tests", projects=[OTHER]) == []
-    assert [c.id for c in await store.candidates("api", include_other_projects=True)] == [body.id]
+    assert await found(store, "sockets leak", PROJECT) == []  # recall searches the reviewed text: the edit dropped them
+    assert await found(store, "api tests", PROJECT) == [body.id]
+    assert await found(store, "api tests", OTHER) == []  # another project's lesson is no candidate here
+    assert await found(store, "api", OTHER, others=True) == [body.id]  # ...unless hypotheses are asked for
 
     rejected = lesson(team["alice"], text="Tabs, not spaces.")
     await store.propose(rejected)
+    assert await indexed(store) == {body.id}  # recall's index holds what it may show: nothing proposed
     assert (await store.review(rejected.id, "reject")).state == "rejected"
-    assert await store.candidates("tabs spaces", projects=[PROJECT], states=("verified",)) == []
+    assert await found(store, "tabs spaces", PROJECT) == []
+    assert await indexed(store) == {body.id}
 
 
 async def test_an_edit_needs_its_text_within_the_limit_and_only_an_edit_carries_text(
@@ -272,8 +283,8 @@ async def test_a_lesson_narrowed_after_it_travelled_is_not_shown_outside_its_app
     await alice.review(api.id, "approve", scope="project", project=PROJECT)
     await copy_logs(alice, bob)  # both went out as team lessons before the reviews narrowed them
     assert (await bob.get(mine.id)).effective_scope == "personal"
-    assert await bob.candidates("notes", projects=[PROJECT], include_other_projects=True) == []
-    assert {c.id for c in await alice.candidates("notes", projects=[PROJECT])} == {mine.id, api.id}
+    assert await found(bob, "notes", PROJECT, others=True) == []
+    assert set(await found(alice, "notes", PROJECT)) == {mine.id, api.id}
 
 
 async def test_superseding_needs_a_verified_lesson_and_the_old_one_is_superseded_once_the_new_one_is_verified(
@@ -296,7 +307,8 @@ async def test_superseding_needs_a_verified_lesson_and_the_old_one_is_superseded
     old_view = await store.get(old.id)
     assert (old_view.state, old_view.superseded_by) == ("superseded", new.id)
     assert (old.id, "superseded") in seen and (new.id, "verified") in seen
-    assert [c.id for c in await store.candidates("api tests", projects=[PROJECT])] == [new.id]
+    assert await found(store, "api tests", PROJECT) == [new.id]
+    assert await indexed(store) == {new.id}
 
 
 async def test_only_the_author_or_a_reviewer_retracts_and_retraction_deletes_the_text_and_its_index(
@@ -312,8 +324,8 @@ async def test_only_the_author_or_a_reviewer_retracts_and_retraction_deletes_the
     assert (view.state, view.text, view.original_text, view.has_body) == ("retracted", "", "", False)
     assert view.retracted_by == "alice" and view.retract_reason == "wrong"
     assert await alice.blob_hashes_of(body.id) == []
-    assert await alice.candidates("edited wording", include_other_projects=True,
-                                  states=("verified", "retracted")) == []
+    assert await found(alice, "edited wording", others=True) == []
+    assert await indexed(alice) == set()
     assert await acode_of(alice.retract(body.id)) == "lesson_state"
     assert await acode_of(alice.propose(body)) == "lesson_retracted"
 

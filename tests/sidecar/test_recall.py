@@ -2,7 +2,8 @@
 (search, hypotheses, what never appears) and turn-tier injection through the ``hook`` op.
 
 The score (``hive.sidecar.recall``) is 1.0·relevance + 0.6·overlap + 0.4·outcome + 0.3·scope + 0.2·freshness,
-with relevance = bm25 / best bm25, overlap = share of the lesson's files the session touched, outcome =
+with relevance = bm25 as a share of a lesson holding each query word once (given here directly),
+overlap = 1 for a touched file the lesson names and ½ for one beneath a folder it names, outcome =
 (successes + 1) / (citations + 2), scope personal 1 / this project ⅔ / team ⅓ / other project 0, and
 freshness = ½ ** (age in days / 90). Each corpus below varies one or two signals; the comments do the sums.
 """
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from hive.sidecar.recall import Candidate, fts_query, rank
+from hive.sidecar.recall import Candidate, fts_query, query_words, rank
 
 from ..conftest import Hive
 from .lesson_steps import approve, git_repo, propose, run_json
@@ -34,11 +35,11 @@ def _keys_in_files(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HIVE_KEYRING", "off")
 
 
-def lesson(id_: str, *, scope: str = "team", project: str = "", age_days: float = 0, bm25: float | None = None,
+def lesson(id_: str, *, scope: str = "team", project: str = "", age_days: float = 0, relevance: float = 0.0,
            files: tuple[str, ...] = (), citations: int = 0, successes: int = 0) -> Candidate:
     return Candidate(id=id_, kind="gotcha", text=id_, applicability="", scope=scope, project=project,
                      created_at=int(NOW - age_days * DAY), author="alice/api", origin="alice@m1", reviewer="bob",
-                     files=files, citations=citations, successes=successes, bm25=bm25)
+                     files=files, citations=citations, successes=successes, relevance=relevance)
 
 
 def order(candidates: list[Candidate], **context: Any) -> list[str]:
@@ -46,8 +47,8 @@ def order(candidates: list[Candidate], **context: Any) -> list[str]:
 
 
 def test_a_better_text_match_ranks_first_when_nothing_else_differs() -> None:
-    # relevance: -6/-6 = 1, -3/-6 = 0.5, -1.5/-6 = 0.25; every other signal equal.
-    corpus = [lesson("weak", bm25=-1.5), lesson("best", bm25=-6.0), lesson("half", bm25=-3.0)]
+    # relevance 1, 0.5, 0.25; every other signal equal.
+    corpus = [lesson("weak", relevance=0.25), lesson("best", relevance=1.0), lesson("half", relevance=0.5)]
     assert order(corpus) == ["best", "half", "weak"]
 
 
@@ -66,11 +67,15 @@ def test_a_lesson_that_worked_when_cited_outranks_a_new_one_and_one_that_failed_
     assert order(corpus) == ["proven", "new", "failed"]
 
 
-def test_evidence_files_the_session_touched_lift_a_lesson_by_the_share_touched() -> None:
-    # overlap: both files touched = 1 (0.6), one of two = 0.5 (0.3), none = 0.
-    corpus = [lesson("none", files=("docs/a.md",)), lesson("half", files=("src/db.py", "src/x.py")),
-              lesson("all", files=("src/db.py", "/abs/repo/src/api.py"))]
-    assert order(corpus, files=("src/db.py", "src/api.py")) == ["all", "half", "none"]
+def test_a_touched_file_the_lesson_names_lifts_it_more_than_one_beneath_a_folder_it_names() -> None:
+    # overlap: a named file touched = 1 (0.6), whatever else the lesson cites; a file beneath a named
+    # folder = ½ (0.3); none = 0. A session's absolute path matches a lesson's relative one.
+    corpus = [lesson("none", files=("docs/a.md",)), lesson("folder", files=("src/",)),
+              lesson("file", files=("src/x.py", "/abs/repo/src/api.py", "docs/b.md"))]
+    ranked = rank(corpus, now_ms=NOW, files=("src/api.py",))
+    assert [r.lesson.id for r in ranked] == ["file", "folder", "none"]
+    assert [r.signals["overlap"] for r in ranked] == [1.0, 0.5, 0.0]
+    assert ranked[1].overlap == ("src/",)
 
 
 def test_older_lessons_fade_with_a_ninety_day_half_life() -> None:
@@ -84,8 +89,8 @@ def test_older_lessons_fade_with_a_ninety_day_half_life() -> None:
 def test_text_relevance_outweighs_scope_and_age_but_touched_files_can_beat_a_slightly_better_match() -> None:
     # a: 1.0 + 0.1 (team) + 0.2 + 0.2 = 1.50 ; b: 0.5 + 0.3 (personal) + 0.2 + 0.2·½ = 1.10
     # c: 0.8 + 0.6 (its one file touched) + 0.1 + 0.2 + 0.2 = 1.90
-    corpus = [lesson("a", bm25=-10.0), lesson("b", scope="personal", bm25=-5.0, age_days=90),
-              lesson("c", bm25=-8.0, files=("src/db.py",))]
+    corpus = [lesson("a", relevance=1.0), lesson("b", scope="personal", relevance=0.5, age_days=90),
+              lesson("c", relevance=0.8, files=("src/db.py",))]
     ranked = rank(corpus, now_ms=NOW, files=("src/db.py",))
     assert [r.lesson.id for r in ranked] == ["c", "a", "b"]
     assert [round(r.score, 2) for r in ranked] == [1.9, 1.5, 1.1]
@@ -100,6 +105,11 @@ def test_free_text_becomes_an_or_of_quoted_words_without_fts_syntax() -> None:
     assert fts_query('why does "psql" hang? (NEAR staging*) OR vpn') == '"psql" OR "hang" OR "near" OR "staging" ' \
                                                                         'OR "vpn"'
     assert fts_query("the a of") == ""
+
+
+def test_one_letter_tokens_possessives_and_the_generic_words_of_a_task_are_not_searched_for() -> None:
+    assert query_words("Fix the worker's queue: it's a 2 s timeout, please update it") == ["worker", "queue",
+                                                                                          "timeout"]
 
 
 # ---- through real sidecars ---------------------------------------------------------------------

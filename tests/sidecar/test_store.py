@@ -83,3 +83,29 @@ def test_every_migration_applies_on_top_of_the_previous_ones(tmp_path: Path) -> 
         migrate(conn, target=version)
         assert conn.execute("PRAGMA user_version").fetchone()[0] == version
     conn.close()
+
+
+@pytest.mark.anyio
+async def test_recalls_index_is_rebuilt_stemmed_with_only_the_verified_lessons_of_an_older_database(
+        tmp_path: Path) -> None:
+    path = tmp_path / "hive.db"
+    conn = sqlite3.connect(path)
+    migrate(conn, target=SCHEMA_VERSION - 1)  # the last version with the unstemmed index of every lesson
+    for n, (state, text) in enumerate((("verified", "Run each migration with a lock timeout."),
+                                       ("proposed", "Migrations are unreviewed folklore here."))):
+        lesson_id = f"{n:064x}"
+        conn.execute("INSERT INTO lessons (id, author, author_person, scope, kind, header, body_hash, created_at, "
+                     "received_at, asked_at, state, eff_scope) VALUES (?, 'k', 'alice', 'team', 'gotcha', ?, ?, 1, "
+                     "1, 1, ?, 'team')", (lesson_id, '{"tags": ["postgres"]}', f"h{n}", state))
+        conn.execute("INSERT INTO lesson_blobs (hash, lesson, blob) VALUES (?, ?, ?)",
+                     (f"h{n}", lesson_id, f'{{"text": "{text}", "applicability": "deploys"}}'))
+        conn.execute("INSERT INTO lesson_fts (rowid, id, text, applicability, tags) SELECT rowid, id, ?, '', '' "
+                     "FROM lessons WHERE id = ?", (text, lesson_id))
+    conn.commit()
+    conn.close()
+    store = await Store.open(path)
+    try:
+        rows = await store.fetchall("SELECT id, tags FROM lesson_fts WHERE lesson_fts MATCH 'migrating'")
+        assert [tuple(r) for r in rows] == [(f"{0:064x}", "postgres")]
+    finally:
+        await store.close()
