@@ -79,3 +79,37 @@ def test_proposed_on_a_approved_by_bob_at_his_terminal_recalled_on_c_absent_on_d
     assert holds(dave, lesson) is None
     late = run(carol, "lessons", "approve", lesson)
     assert late.stderr.strip().endswith("[lesson_state]")
+
+
+def test_bob_never_finds_nor_is_told_alices_personal_lesson_or_a_lesson_of_a_project_he_is_not_in(
+        make_hive: Any, tmp_path: Path) -> None:
+    from .test_recall import claude, hook, lesson_lines
+
+    alice, bob = form_team(make_hive, ["alice", "bob"])
+    repo = git_repo(tmp_path / "alice-api", origin=ORIGIN)
+    # A team lesson that reaches bob's machine, then narrowed by its reviewer to alice's own.
+    notes = run_json(alice, "lessons", "propose", "Release notes live in notes.md at the repository root.",
+                     "--kind", "convention", "--scope", "team", "--evidence", "file:notes.md", cwd=repo)["id"]
+    wait_for(lambda: (holds(bob, notes) or {}).get("has_body"), what="the team proposal on bob's machine")
+    code, output = at_terminal(alice, "approve", "lessons", "approve", notes, "--scope", "personal", cwd=repo)
+    assert code == 0, output
+    # A project lesson of acme/api, whose only member is alice.
+    assert ok(alice, "project_join", repo=ORIGIN)["owner"] == "alice"
+    billing = run_json(alice, "lessons", "propose", "Release notes for billing go in billing/notes.md.",
+                       "--kind", "convention", "--scope", "project", "--evidence", "file:notes.md", cwd=repo)["id"]
+    code, output = at_terminal(alice, "approve", "lessons", "review", billing, cwd=repo)
+    assert code == 0, output
+    wait_for(lambda: (holds(bob, notes) or {}).get("state") == "verified", what="alice's review on bob's machine")
+
+    # alice finds both and is told them; bob, in a clone of the same repository, neither.
+    assert {f["id"] for f in run_json(alice, "lessons", "search", "release", "notes", cwd=repo)["lessons"]} == {
+        notes, billing}
+    bobs = git_repo(tmp_path / "bob-api", origin=ORIGIN)
+    assert run_json(bob, "lessons", "search", "release", "notes", cwd=bobs)["lessons"] == []
+    assert ok(bob, "lesson_context", task="write the release notes", cwd=str(bobs))["lessons"] == []
+    for machine, folder, told in ((alice, repo, 2), (bob, bobs, 0)):
+        hook(machine, "SessionStart", claude("s1", str(folder), "SessionStart", source="startup"))
+        lines = lesson_lines(hook(machine, "UserPromptSubmit", claude("s1", str(folder), "UserPromptSubmit",
+                                                                    prompt="where do the release notes go")))
+        assert len(lines) == told, lines
+    assert holds(bob, billing) is None
