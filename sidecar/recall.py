@@ -17,9 +17,9 @@ Ranking (seed Part 3 §5) adds five signals, each scaled to 0..1, with these wei
           + 0.2 × freshness   ½ ** (age in days / 90)
 
 Query words are the text's words of two letters or more (a possessive's ``s`` is not one), without
-stop words and the generic words of any task ("fix", "update", "please"). Words that a large share
-of lessons hold are dropped when rarer ones are there: bm25 gives them almost no weight, yet every
-lesson they match would be scored.
+stop words and the generic words of any task ("fix", "update", "please"). At most about
+:data:`SCORE_BUDGET` lessons are scored: the rarest words first, and a word that would take the
+search past the budget is left out (bm25 gives such a common word the least weight).
 
 Ties go to the newer lesson, then the smaller id, so an order is always the same. A lesson from
 another project is marked a hypothesis: it was verified there, not here; the turn tier never
@@ -288,17 +288,37 @@ def _candidate(row: Any, relevance: float, origins: Mapping[str, str]) -> Candid
                      successes=row["successes"], relevance=relevance)
 
 
-COMMON_SHARE = 0.02  # a word in more than 2% of lessons...
-COMMON_FLOOR = 50  # ...and in more than 50 of them is common
+# At most about this many lessons are scored for one search. FTS5 scores every lesson a MATCH finds
+# before it sorts, so a word held by a large share of them costs the most while bm25 gives it the least
+# weight. The query's rarest words, while their lessons fit the budget, choose the lessons scored;
+# those are scored for every word, exactly as without the budget. Only a lesson holding none of the
+# rare words goes unscored; when even the rarest word is held by more, only its most recently stored
+# lessons are.
+SCORE_BUDGET = 1000
 _HELD_UPTO = "(SELECT count(*) FROM (SELECT 1 FROM lesson_fts WHERE lesson_fts MATCH ? LIMIT ?))"
 
 
 @dataclass(frozen=True)
 class Query:
-    """A text search as run: its MATCH expression, and what a lesson matching each word once scores."""
+    """A text search as run: the words that choose the lessons scored (``rare``), the other words
+    that score them too (``common``), the lowest rowid scored, and what a lesson holding each word
+    once scores (``ideal``)."""
 
-    match: str
-    ideal: float
+    rare: tuple[str, ...] = ()
+    common: tuple[str, ...] = ()
+    ideal: float = 0.0
+    since: int = 0
+
+    def matches(self) -> list[str]:
+        """The MATCH expressions that together find every lesson holding a rare word, each scored
+        by bm25 over all the words (a word under NOT is still one of the query's phrases)."""
+        if not self.rare:
+            return []
+        rare = " OR ".join(f'"{w}"' for w in self.rare)
+        if not self.common:
+            return [rare]
+        common = " OR ".join(f'"{w}"' for w in self.common)
+        return [f"({rare}) AND ({common})", f"({rare}) NOT ({common})"]
 
 
 def _idf(total: int, held: int) -> float:
@@ -319,25 +339,29 @@ async def _total(store: Store) -> int:
 
 
 def _query_sync(conn: sqlite3.Connection, text: str, total: int) -> Query:
-    """The MATCH for ``text``: its words that some lesson holds, without the common ones when it has
-    rarer ones. Whether a word is common needs its count only up to the threshold: a MATCH with a
-    LIMIT stops there, whereas lesson_vocab walks the word's whole doclist."""
+    """The search for ``text`` within :data:`SCORE_BUDGET`. A word's count is needed only up to the
+    budget: a MATCH with a LIMIT stops there, whereas lesson_vocab would walk its whole doclist."""
     words = query_words(text)
     if not words:
-        return Query("", 0.0)
-    common = max(COMMON_FLOOR, COMMON_SHARE * total)
-    upto = int(common) + 1
+        return Query()
+    upto = SCORE_BUDGET + 1
     counts = conn.execute("SELECT " + ", ".join([_HELD_UPTO] * len(words)),
                           [p for w in words for p in (f'"{w}"', upto)]).fetchone()
     held = {w: int(n) for w, n in zip(words, counts, strict=True) if n}
-    kept = [w for w in held if held[w] <= common]
-    if not kept and held:  # all common: only now are whole counts worth their cost, to keep the two rarest
-        rows = conn.execute(f"SELECT term, doc FROM lesson_vocab WHERE term IN ({','.join('?' * len(held))})",
-                            list(held)).fetchall()
-        exact = {str(r[0]): int(r[1]) for r in rows}
-        kept = sorted(held, key=lambda w: exact.get(w, held[w]))[:2]
-    return Query(" OR ".join(f'"{w}"' for w in kept), sum(_idf(max(total, held[w]), held[w]) for w in kept))
-
+    rare: list[str] = []
+    spent = 0
+    for word in sorted(held, key=held.__getitem__):  # rarest first; a tie keeps the text's order
+        if rare and spent + held[word] > SCORE_BUDGET:
+            break
+        rare.append(word)
+        spent += held[word]
+    since = 0
+    if rare and held[rare[0]] > SCORE_BUDGET:
+        row = conn.execute("SELECT rowid FROM lesson_fts WHERE lesson_fts MATCH ? ORDER BY rowid DESC "
+                           "LIMIT 1 OFFSET ?", (f'"{rare[0]}"', SCORE_BUDGET - 1)).fetchone()
+        since = int(row[0]) if row else 0
+    common = [w for w in held if w not in rare]
+    return Query(tuple(rare), tuple(common), sum(_idf(max(total, n), n) for n in held.values()), since)
 
 
 def _filters(viewer: Viewer, project: str, others: bool) -> tuple[str, list[Any]]:
@@ -352,17 +376,23 @@ def _filters(viewer: Viewer, project: str, others: bool) -> tuple[str, list[Any]
 def _by_text_sync(conn: sqlite3.Connection, query: Query, where: str, params: list[Any], limit: int) -> list[Any]:
     """The ``limit`` best visible matches: the index's best first, asked again for more while the
     lessons the viewer may not see took places (rare: the index holds only verified lessons)."""
-    if not query.match or limit <= 0:
+    expressions = query.matches()
+    if not expressions or limit <= 0:
         return []
     want = limit * 2
     while True:
-        top = conn.execute("SELECT rowid, rank FROM lesson_fts WHERE lesson_fts MATCH ? ORDER BY rank LIMIT ?",
-                           (query.match, want)).fetchall()
-        ranks = {int(r[0]): float(r[1]) for r in top}
-        marks = ",".join("?" * len(ranks))
+        ranks: dict[int, float] = {}
+        full = False
+        for expression in expressions:
+            top = conn.execute("SELECT rowid, rank FROM lesson_fts WHERE lesson_fts MATCH ? AND rowid >= ? "
+                               "ORDER BY rank LIMIT ?", (expression, query.since, want)).fetchall()
+            ranks.update((int(r[0]), float(r[1])) for r in top)
+            full = full or len(top) == want
+        best = sorted(ranks, key=ranks.__getitem__)[:want]
+        marks = ",".join("?" * len(best))
         rows = conn.execute(f"SELECT {_COLUMNS} FROM lessons l {_BLOBS} WHERE l.rowid IN ({marks}) AND {where}",
-                            (*ranks, *params)).fetchall() if ranks else []
-        if len(rows) >= limit or len(top) < want:
+                            (*best, *params)).fetchall() if best else []
+        if len(rows) >= limit or not full:
             rows.sort(key=lambda r: ranks[int(r["rowid"])])
             return [(r, ranks[int(r["rowid"])]) for r in rows[:limit]]
         want *= 4
@@ -409,7 +439,7 @@ async def search(store: Store, viewer: Viewer, *, text: str = "", files: Iterabl
     total = await _total(store) if text else 0
 
     def work(conn: sqlite3.Connection) -> tuple[Query, list[Any], list[Any]]:
-        query = _query_sync(conn, text, total) if text else Query("", 0.0)
+        query = _query_sync(conn, text, total) if text else Query()
         return query, _by_text_sync(conn, query, where, params, pool), _by_files_sync(conn, wanted, where, params, pool)
 
     query, by_text_rows, by_file_rows = await store.run(work)

@@ -18,7 +18,7 @@ are two or three words drawn the same way. Each query runs through:
 - by text alone, and by files alone through :func:`hive.sidecar.recall.for_turn`, what turn-tier
   recall runs at a hook.
 
-Then the same searches again with no common word dropped, to show what that cap costs in results.
+Then the same searches again with no scoring budget, to show what the budget costs in results.
 
 Nothing is asserted on the numbers: the machines that run this are small and noisy. Aim (issue 20):
 recall p50 under 5 ms and p99 under 30 ms at 100,000 lessons.
@@ -157,19 +157,19 @@ async def bench(quick: bool) -> None:
         print(f"recall by files (turn tier)              p50 {t50:7.3f} ms  p99 {t99:7.3f} ms")
         print(f"aim: recall p50 under {AIM_MS:g} ms, p99 under {AIM_P99_MS:g} ms: "
               f"{'met' if s50 < AIM_MS and s99 < AIM_P99_MS else 'NOT met'} ({count:,} lessons, {QUERIES} queries)")
-        # What dropping the common words costs in results: the same searches with every word kept.
+        # What the scoring budget costs in results: the same searches with every word and lesson scored.
         capped = [[r.lesson.id for r in await recall.search(store, viewer, text=q, files=f, project=PROJECT,
                                                                origins=origins, limit=5)] for q, f in pairs]
-        floor, share = recall.COMMON_FLOOR, recall.COMMON_SHARE
-        recall.COMMON_FLOOR, recall.COMMON_SHARE = count + 1, 1.0
+        budget = recall.SCORE_BUDGET
+        recall.SCORE_BUDGET = count + 1
         try:
             whole = [[r.lesson.id for r in await recall.search(store, viewer, text=q, files=f, project=PROJECT,
                                                                   origins=origins, limit=5)] for q, f in pairs]
         finally:
-            recall.COMMON_FLOOR, recall.COMMON_SHARE = floor, share
+            recall.SCORE_BUDGET = budget
         first = sum(a[:1] == b[:1] for a, b in zip(capped, whole, strict=True)) / len(pairs)
         top5 = sum(len(set(a) & set(b)) / max(len(b), 1) for a, b in zip(capped, whole, strict=True)) / len(pairs)
-        print(f"agreement with every word kept: same first result {first:.1%}, top-5 overlap {top5:.1%}")
+        print(f"agreement with every word and lesson scored: same first result {first:.1%}, top-5 overlap {top5:.1%}")
     finally:
         await store.close()
         shutil.rmtree(folder, ignore_errors=True)

@@ -279,7 +279,7 @@ def test_the_recall_benchmark_runs_and_prints_its_figures_next_to_a_baseline() -
                                timeout=600, check=False)
     assert completed.returncode == 0, completed.stderr
     assert "recall p50" in completed.stdout and "baseline" in completed.stdout
-    assert "agreement with every word kept" in completed.stdout
+    assert "agreement with every word and lesson scored" in completed.stdout
 
 
 def test_on_the_evaluation_corpus_recall_puts_the_expected_lesson_first_more_often_than_plain_bm25() -> None:
