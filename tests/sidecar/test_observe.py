@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from hive.sidecar.observe import clean, normalize, read_head, redact, sensitive, tool_paths
+from hive.sidecar.observe import _stored_detail, clean, detail_json, normalize, read_head, redact, sensitive, tool_paths
 
 from ..conftest import Hive
 from .test_mesh import form_team, ok, wait_for
@@ -464,3 +466,42 @@ def test_two_sessions_on_one_machine_editing_one_file_are_each_told_once(hive: H
 
     address = {s["agent"]: s["address"] for s in ok(hive, "who")["sessions"]}
     assert offered("l1") == [address["gemini"]] and offered("l2") == [address["claude-code"]]
+
+
+# ---- redaction as a property ----------------------------------------------------------------------
+
+_SECRET = st.text(alphabet="abcdefghijkmnopqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789", min_size=12, max_size=24)
+_FILLER = st.sampled_from(["curl -s", "echo ok &&", "psql", "git push", "deploy", "x=1;", "|", "--verbose", "-v"])
+
+
+@st.composite
+def commands_with_secrets(draw: st.DrawFn) -> tuple[str, list[str]]:
+    """A shell command holding secrets in the shapes people pass them, and the secrets."""
+    secrets: list[str] = []
+    parts: list[str] = []
+    for _ in range(draw(st.integers(1, 4))):
+        secret = draw(_SECRET)
+        quote = draw(st.sampled_from(["", '"', "'"]))
+        shape = draw(st.sampled_from([
+            "-H {q}Authorization: Bearer {s}{q}", "--password={q}{s}{q}", "--api-key {q}{s}{q}",
+            "DB_PASSWORD={q}{s}{q}", "GH_TOKEN={q}{s}{q}", "ghp_{s}", "https://deploy:{s}@example.com/x",
+            "mysql -p{s}", "-H {q}Cookie: session={s}{q}", "aws configure set aws_secret_access_key {s}",
+            '{{"token": "{s}"}}', "sshpass -p {s} ssh host"]))
+        parts.append(draw(_FILLER))
+        parts.append(shape.format(q=quote, s=secret))
+        secrets.append(secret)
+    return " ".join(parts), secrets
+
+
+@given(commands_with_secrets())
+def test_redaction_removes_every_secret_is_idempotent_and_stored_details_stay_valid_json(
+        case: tuple[str, list[str]]) -> None:
+    command, secrets = case
+    once = redact(command)
+    assert redact(once) == once
+    assert not any(secret in once for secret in secrets), once
+    stored = _stored_detail(detail_json({"command": command, "description": f'quoted "{command}"'}))
+    value = json.loads(stored)  # valid JSON, escapes and all
+    assert not any(secret in stored for secret in secrets), stored
+    assert _stored_detail(stored) == stored  # stored twice, redacted twice: the same
+    assert value["command"] == once
