@@ -255,8 +255,11 @@ class Discovery:
         if session is not None and found.key not in observe.UNMANAGED:
             if session.ended_at is None:
                 await self._waiting(session, found)
-            if session.ended_at is None or session.ended_at >= found.seen - 1:
-                return  # hive manages it (hooks or MCP), or it ended after this file last changed
+            # hive manages it (hooks or MCP): its hooks and its process say when it ends, and a resumed
+            # session says so with its start hook. A file written after its end never brings it back.
+            return
+        if not found.cwd:
+            return  # nowhere to place it (a Gemini transcript head without a folder): never shown as live
         self.by_source[found.source] = found.key
         if found.state:  # before the session shows at all, so it never shows without its state
             seen = observe.OBSERVED.setdefault(found.key, observe.Observed(files={}))

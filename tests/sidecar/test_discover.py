@@ -297,3 +297,23 @@ def test_hive_stop_ends_both_file_watchers_by_the_stopping_event_rather_than_the
     log = (hive.home / "sidecar.log").read_text()
     assert "stopped watching harnesses' folders: the sidecar is stopping" in log, log
     assert "stopped following what harnesses write: the sidecar is stopping" in log, log
+
+
+def test_a_managed_session_that_ended_never_comes_back_from_a_file_written_after_its_end(
+        make_hive: Any, home: Path, tmp_path: Path, harness_process: subprocess.Popen[bytes]) -> None:
+    cwd, _ = git_repo(tmp_path / "api")
+    hive = make_hive()
+    hive.start()
+    hook(hive, "claude-code", "SessionStart", claude("c-done", cwd, "SessionStart", source="startup"),
+         {"CLAUDECODE": "1"})
+    [me] = ok(hive, "who")["sessions"]
+    hook(hive, "claude-code", "SessionEnd", claude("c-done", cwd, "SessionEnd", reason="exit"), {"CLAUDECODE": "1"})
+    assert ok(hive, "who")["sessions"] == []
+    # The harness writes its running-session file once more after the end hook ran.
+    later = time.time() + 5  # seconds after the end, as a harness that keeps writing it would
+    path = running_file(home, harness_process.pid, "c-done", cwd, "idle", updatedAt=int(later * 1000))
+    os.utime(path, (later, later))
+    other, _ = git_repo(tmp_path / "web")  # looked at after it: once this one shows, that file was too
+    running_file(home, os.getpid(), "c-marker", other, "idle")
+    marker = wait_for(lambda: session_at(hive, unmanaged=True, live=True), what="the file written after the end")
+    assert [s["address"] for s in ok(hive, "who")["sessions"]] == [marker["address"]] != [me["address"]]
