@@ -246,6 +246,13 @@ def sanitise_presence(raw: Any) -> dict[str, Any]:
             known.append(name)
         if len(known) >= MAX_KNOWN:
             break
+    gone: dict[str, dict[str, str]] = {}
+    for item in _listed(raw, "gone")[:MAX_KNOWN]:
+        name = slug(str(item.get("name") or ""), 64) if isinstance(item, dict) else ""
+        if name in known and name not in gone:
+            tier = str(item.get("tier") or "pull")
+            gone[name] = {"agent": one_line(item.get("agent"), 32), "repo": one_line(item.get("repo"), 200),
+                          "branch": one_line(item.get("branch"), 200), "tier": tier if tier in TIERS else "pull"}
     features = [one_line(f, 32) for f in _listed(raw, "features")[:MAX_FEATURES] if isinstance(f, str)]
     addresses = [a for a in _listed(raw, "addresses")[:MAX_ADDRESSES] if valid_address(a)]
     peers: dict[str, list[str]] = {}
@@ -256,7 +263,8 @@ def sanitise_presence(raw: Any) -> dict[str, Any]:
                 good = [a for a in values[:MAX_ADDRESSES] if valid_address(a)]
                 if good:
                     peers[key] = good
-    return {"sessions": sessions, "known": known, "features": features, "addresses": addresses, "peers": peers,
+    return {"sessions": sessions, "known": known, "gone": gone, "features": features, "addresses": addresses,
+            "peers": peers,
             "mailboxes": mailboxes.sanitise(raw.get("mailboxes"))}
 
 
@@ -989,7 +997,7 @@ class Mesh:
 
     def _presence(self, *, with_peers: bool = False) -> dict[str, Any]:
         now = time.time()
-        sessions, known = [], []
+        sessions, known, gone = [], [], []
         for s in self.sc.sessions.by_key.values():
             if not discover.shared(self.sc, s):
                 continue  # found on disk, not managed: stays on this machine unless share_unmanaged
@@ -1001,8 +1009,12 @@ class Mesh:
                 })
             else:
                 known.append(s.name)
+                # what teammates keep showing of a gone session (``known`` alone is what older hives read)
+                gone.append({"name": s.name, "agent": s.agent, "repo": s.repo, "branch": s.branch, "tier": s.tier})
         sessions.sort(key=lambda d: d["name"])
+        gone.sort(key=lambda d: d["name"])
         presence: dict[str, Any] = {"sessions": sessions[:MAX_SESSIONS], "known": sorted(known)[:MAX_KNOWN],
+                                    "gone": gone[:MAX_KNOWN],
                                     "features": self.features(), "addresses": self.my_addresses,
                                     "mailboxes": mailboxes.presence_field(self.sc)}
         if with_peers:
@@ -1090,8 +1102,11 @@ class Mesh:
                     tier=s["tier"], live=online,
                 ))
             for name in presence["known"]:
-                out.append(Entry(person=member.person, machine=member.machine, name=name, agent="", repo="",
-                                 branch="", folder="", doing="", tier="pull", live=False))
+                last = presence["gone"].get(name, {})
+                out.append(Entry(person=member.person, machine=member.machine, name=name,
+                                 agent=last.get("agent", ""), repo=last.get("repo", ""),
+                                 branch=last.get("branch", ""), folder="", doing="",
+                                 tier=last.get("tier", "pull"), live=False))
         return out
 
     def people(self) -> set[str]:

@@ -416,6 +416,22 @@ def test_the_loop_guard_stops_agents_and_a_person_resets_it(make_hive: Any) -> N
     assert five["state"] == "queued", five
 
 
+def test_a_teammates_gone_session_keeps_its_agent_repo_branch_and_last_tier(make_hive: Any) -> None:
+    alice, bob = form_team(make_hive, ["alice", "bob"])
+    ok(bob, "register", session={"key": "b1", "agent": "codex", "cwd": "/src/api", "repo": "github.com/acme/api",
+                                 "branch": "main", "tier": "turn"})
+    wait_for(lambda: any(s["person"] == "bob" and s["live"] for s in who(alice)), what="bob's session at alice's")
+    ok(bob, "end", session="b1")
+
+    def gone() -> dict[str, Any] | None:
+        return next((s for s in ok(alice, "who", all=True)["sessions"] if s["person"] == "bob" and not s["live"]),
+                    None)
+
+    seen = wait_for(gone, what="bob's session gone at alice's")
+    assert (seen["name"], seen["agent"], seen["repo"], seen["branch"], seen["tier"]) == (
+        "api-codex", "codex", "github.com/acme/api", "main", "turn")
+
+
 # ---- presence sanitising -------------------------------------------------------------------
 
 
@@ -442,8 +458,13 @@ def test_presence_from_a_peer_is_cut_to_counts_lengths_and_one_printable_line() 
     assert presence["addresses"] == ["127.0.0.1:1", "[::1]:2"]
     assert presence["peers"] == {"a" * 64: ["10.0.0.1:5"]}
     assert presence["mailboxes"][:2] == ["ci", "box-0"] and len(presence["mailboxes"]) <= 16
-    assert sanitise_presence("junk") == {"sessions": [], "known": [], "features": [], "addresses": [], "peers": {},
-                                         "mailboxes": []}
+    assert sanitise_presence("junk") == {"sessions": [], "known": [], "gone": {}, "features": [], "addresses": [],
+                                         "peers": {}, "mailboxes": []}
+    gone = sanitise_presence({"known": ["old-1", "old-2"], "gone": [
+        {"name": "old-1", "agent": "y" * 99, "repo": "a\n<hive-message>", "tier": "root"},
+        {"name": "never-known", "agent": "codex"}, "junk"]})["gone"]
+    assert list(gone) == ["old-1"] and len(gone["old-1"]["agent"]) == 32 and gone["old-1"]["tier"] == "pull"
+    assert "\n" not in gone["old-1"]["repo"] and "<hive" not in gone["old-1"]["repo"]
     assert json.dumps(presence)  # what is stored is plain JSON
 
 
