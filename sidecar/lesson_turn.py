@@ -167,8 +167,8 @@ async def _look(sidecar: Sidecar, session: Session, point: HookPoint, payload: d
     error = failure_text(payload) if point.event == "tool.after" else ""
     # The session's words: what its person typed for this turn, what it says it is doing (its
     # harness's task line or todo item) and a failed command's output.
-    words = "\n".join(part for part in (told.prompt, session.doing, error) if part)
-    if not files and not words:
+    words = "\n".join(part for part in (told.prompt, session.doing) if part)
+    if not files and not words and not error:
         return
     # taken before the queries
     quiet = (frozenset(files), words, sidecar.__dict__["lesson_turn_verified"].changes)
@@ -180,18 +180,14 @@ async def _look(sidecar: Sidecar, session: Session, point: HookPoint, payload: d
     project = project_of_session(session.repo, session.cwd) or ""  # reads the repository when there is no remote
     now_ms = int(now * 1000)
     viewer = await lesson_store.of(sidecar).viewer()
-    found = await recall.for_turn(sidecar.store, viewer, words=words, files=files,
-                                  project=project, origins=origins(sidecar), now_ms=now_ms)
-    fresh = [r for r in found if r.lesson.id not in told.ids and r.lesson.id not in told.waiting
+    found = await recall.for_turn(sidecar.store, viewer, words=words, error=error, files=files, project=project,
+                                  origins=origins(sidecar), now_ms=now_ms)
+    fresh = [(r, why) for r, why in found if r.lesson.id not in told.ids and r.lesson.id not in told.waiting
              and r.lesson.id not in told.held]
     if not fresh:
         told.quiet = quiet  # every lesson found is told, waiting or held back already
         return
-    for ranked in fresh[:room]:
-        if ranked.overlap:
-            why = f"files:{ranked.overlap[0]}"
-        else:
-            why = "error" if error and recall.query_words(error) else "words"
+    for ranked, why in fresh[:room]:
         await _offer(sidecar, session, told, ranked, why, recall.turn_line(ranked, why, now_ms), project)
 
 

@@ -7,9 +7,12 @@ a member of) and only verified, current ones (the index holds nothing else), bef
 
 Ranking (seed Part 3 §5) adds five signals, each scaled to 0..1, with these weights::
 
-    score = 1.0 × relevance   FTS5 bm25 (porter-stemmed) over text, applicability and tags, as a share
-                              of what a lesson matching every query word once would score: the sum of
-                              the words' idf (absolute: one generic word in common is a small share)
+    score = 1.0 × relevance   half coverage, half bm25. Coverage: the share of the request's words the
+                              lesson holds (porter-stemmed, in its text, applicability or tags), each
+                              weighted by its smoothed idf, a word no lesson holds weighing the most:
+                              absolute, so one generic word in common is a small share however few
+                              lessons there are. bm25 (FTS5's, which also chooses the lessons scored)
+                              as a share of a lesson holding each word once: how often and how densely.
           + 0.6 × overlap     1 when the session touched a file the lesson's evidence names, ½ when
                               only files beneath a folder it names (recently: the last half hour)
           + 0.4 × outcome     (successes + 1) / (citations + 2): a new lesson starts at ½
@@ -55,7 +58,7 @@ HALF_LIFE_DAYS = 90.0
 DAY_MS = 86_400_000
 SCOPE_SCORES = {"personal": 1.0, "project": 2 / 3, "team": 1 / 3, "other": 0.0}
 MAX_TERMS = 16
-TURN_RELEVANCE = 0.3  # the turn tier offers a lesson no file of the session names only above this
+TURN_RELEVANCE = 0.3  # the turn tier offers a lesson no file of the session names only at this coverage
 _WORD = re.compile(r"[^\W_]+", re.UNICODE)
 _STOP = frozenset(
     "a an the to of and or in on for is are be been being it its with when that this these those by as at from not "
@@ -111,6 +114,7 @@ class Candidate:
     citations: int = 0
     successes: int = 0
     relevance: float = 0.0  # 0..1, see the module's notes; 0 without a query or a match
+    coverage: float = 0.0  # 0..1: the weighted share of the query's words it holds (the turn tier's bar)
 
 
 @dataclass(frozen=True)
@@ -273,7 +277,7 @@ _BLOBS = ("JOIN lesson_blobs b ON b.hash = l.body_hash "
           "LEFT JOIN lesson_blobs e ON e.hash = l.text_hash AND l.text_hash != ''")
 
 
-def _candidate(row: Any, relevance: float, origins: Mapping[str, str]) -> Candidate:
+def _candidate(row: Any, relevance: float, coverage: float, origins: Mapping[str, str]) -> Candidate:
     header = json.loads(row["header"])
     body = json.loads(row["body"])
     edit = json.loads(row["edit"]) if row["edit"] else {}
@@ -285,7 +289,7 @@ def _candidate(row: Any, relevance: float, origins: Mapping[str, str]) -> Candid
                      project=row["eff_project"], created_at=row["created_at"],
                      author=str(header.get("author_session", "")), origin=origin, reviewer=row["reviewer"],
                      tags=tuple(str(t) for t in header.get("tags", ())), files=files, citations=row["citations"],
-                     successes=row["successes"], relevance=relevance)
+                     successes=row["successes"], relevance=relevance, coverage=coverage)
 
 
 # At most about this many lessons are scored for one search. FTS5 scores every lesson a MATCH finds
@@ -295,19 +299,34 @@ def _candidate(row: Any, relevance: float, origins: Mapping[str, str]) -> Candid
 # rare words goes unscored; when even the rarest word is held by more, only its most recently stored
 # lessons are.
 SCORE_BUDGET = 1000
+FEW_LESSONS = 100
 _HELD_UPTO = "(SELECT count(*) FROM (SELECT 1 FROM lesson_fts WHERE lesson_fts MATCH ? LIMIT ?))"
 
 
 @dataclass(frozen=True)
 class Query:
     """A text search as run: the words that choose the lessons scored (``rare``), the other words
-    that score them too (``common``), the lowest rowid scored, and what a lesson holding each word
-    once scores (``ideal``)."""
+    that score them too (``common``), the lowest rowid scored, and for relevance each rare word's
+    weight with the lessons (rowids) holding it, over the weight of all the query's words (``ideal``)."""
 
     rare: tuple[str, ...] = ()
     common: tuple[str, ...] = ()
     ideal: float = 0.0
     since: int = 0
+    holders: dict[str, tuple[float, frozenset[int]]] = field(default_factory=dict)
+    full_bm25: float = 0.0  # what FTS5's bm25 gives a lesson holding each word the index has once
+
+    def coverage(self, rowid: int) -> float:
+        """The weighted share of the query's words the lesson holds (see the module's notes)."""
+        if self.ideal <= 0:
+            return 0.0
+        return sum(weight for weight, rows in self.holders.values() if rowid in rows) / self.ideal
+
+    def relevance(self, rowid: int, bm25: float) -> float:
+        """Half the coverage, half bm25 as a share of ``full_bm25``: bm25 adds how often a word is
+        there and in how short a text, which tells apart lessons holding the same words."""
+        scored = min(-bm25 / self.full_bm25, 1.0) if self.full_bm25 > 0 else 0.0
+        return (self.coverage(rowid) + scored) / 2
 
     def matches(self) -> list[str]:
         """The MATCH expressions that together find every lesson holding a rare word, each scored
@@ -321,9 +340,13 @@ class Query:
         return [f"({rare}) AND ({common})", f"({rare}) NOT ({common})"]
 
 
-def _idf(total: int, held: int) -> float:
-    # FTS5's own bm25 idf, floored as FTS5 floors it
-    return max(math.log((total - held + 0.5) / (held + 0.5)), 1e-6)
+def _weight(total: int, held: int) -> float:
+    """How much a word says about a lesson that holds it: its idf, smoothed so it stays above zero
+    (ln(1 + (N - n + ½) / (n + ½)); a word no lesson holds weighs most), with N at least
+    :data:`FEW_LESSONS`: among a team's first lessons every word is held by a large share, which says
+    nothing yet about how common it is."""
+    total = max(total, held, FEW_LESSONS)
+    return math.log(1 + (total - held + 0.5) / (held + 0.5))
 
 
 _TOTALS: dict[int, tuple[float, int]] = {}  # id(store) -> (when counted, lessons in the index)
@@ -347,7 +370,8 @@ def _query_sync(conn: sqlite3.Connection, text: str, total: int) -> Query:
     upto = SCORE_BUDGET + 1
     counts = conn.execute("SELECT " + ", ".join([_HELD_UPTO] * len(words)),
                           [p for w in words for p in (f'"{w}"', upto)]).fetchone()
-    held = {w: int(n) for w, n in zip(words, counts, strict=True) if n}
+    counted = [int(n) for n in counts]
+    held = {w: n for w, n in zip(words, counted, strict=True) if n}
     rare: list[str] = []
     spent = 0
     for word in sorted(held, key=held.__getitem__):  # rarest first; a tie keeps the text's order
@@ -361,7 +385,18 @@ def _query_sync(conn: sqlite3.Connection, text: str, total: int) -> Query:
                            "LIMIT 1 OFFSET ?", (f'"{rare[0]}"', SCORE_BUDGET - 1)).fetchone()
         since = int(row[0]) if row else 0
     common = [w for w in held if w not in rare]
-    return Query(tuple(rare), tuple(common), sum(_idf(max(total, n), n) for n in held.values()), since)
+    # Relevance weighs every word of the request, a word no lesson holds the most, so a lesson holding
+    # one generic word of a long request is a small share of it, however few lessons there are. Words
+    # past the budget are left out of it as of the search: they weigh little, and their lessons are many.
+    holders: dict[str, tuple[float, frozenset[int]]] = {}
+    for word in rare:
+        rows = conn.execute("SELECT rowid FROM lesson_fts WHERE lesson_fts MATCH ? AND rowid >= ?",
+                            (f'"{word}"', since)).fetchall()
+        holders[word] = (_weight(total, held[word]), frozenset(int(r[0]) for r in rows))
+    unheld = sum(_weight(total, 0) for w, n in zip(words, counted, strict=True) if not n)
+    ideal = sum(weight for weight, _ in holders.values()) + unheld
+    full = sum(max(math.log((max(total, n) - n + 0.5) / (n + 0.5)), 1e-6) for n in held.values())  # FTS5's idf
+    return Query(tuple(rare), tuple(common), ideal, since, holders, full)
 
 
 def _filters(viewer: Viewer, project: str, others: bool) -> tuple[str, list[Any]]:
@@ -445,20 +480,34 @@ async def search(store: Store, viewer: Viewer, *, text: str = "", files: Iterabl
     query, by_text_rows, by_file_rows = await store.run(work)
     merged: dict[str, Candidate] = {}
     for r, bm25 in by_text_rows:
-        relevance = min(-bm25 / query.ideal, 1.0) if query.ideal > 0 else 0.0
-        merged[r["id"]] = _candidate(r, relevance, origins)
+        rowid = int(r["rowid"])
+        merged[r["id"]] = _candidate(r, query.relevance(rowid, bm25), query.coverage(rowid), origins)
     for r in by_file_rows:
         if r["id"] not in merged:  # a text match keeps its relevance
-            merged[r["id"]] = _candidate(r, 0.0, origins)
+            merged[r["id"]] = _candidate(r, 0.0, 0.0, origins)
     return rank(list(merged.values()), project=project, files=files, now_ms=now_ms, limit=limit)
 
 
 async def for_turn(store: Store, viewer: Viewer, *, words: str, files: Iterable[str], project: str,
-                   origins: Mapping[str, str] | None = None, now_ms: int | None = None,
-                   limit: int = 20) -> list[Ranked]:
-    """What the turn tier may offer a session, best first: lessons of its project, the team's and
-    its person's that its files name, or that its words (the prompt, a failing command's output)
-    match well (relevance of at least :data:`TURN_RELEVANCE`). Never another project's."""
-    ranked = await search(store, viewer, text=words, files=files, project=project, origins=origins, limit=limit,
-                          now_ms=now_ms, others=False)
-    return [r for r in ranked if r.overlap or r.lesson.relevance >= TURN_RELEVANCE]
+                   error: str = "", origins: Mapping[str, str] | None = None, now_ms: int | None = None,
+                   limit: int = 20) -> list[tuple[Ranked, str]]:
+    """What the turn tier may offer a session, best first, each with why: lessons of its project, the
+    team's and its person's that a failed command's ``error`` text matches well ("error"), that its
+    files name ("files:<path>"), or that its ``words`` (the prompt, its doing line) match well
+    ("words"); well is a coverage of at least :data:`TURN_RELEVANCE`. Never another project's.
+
+    The error text is searched on its own: what just failed is the session's most specific words,
+    and the person's longer request would dilute it."""
+    found: dict[str, tuple[Ranked, str]] = {}
+    if error:
+        for r in await search(store, viewer, text=error, project=project, origins=origins, limit=3, now_ms=now_ms,
+                              others=False):
+            if r.lesson.coverage >= TURN_RELEVANCE:
+                found.setdefault(r.lesson.id, (r, "error"))
+    for r in await search(store, viewer, text=words, files=files, project=project, origins=origins, limit=limit,
+                          now_ms=now_ms, others=False):
+        if r.overlap:
+            found.setdefault(r.lesson.id, (r, f"files:{r.overlap[0]}"))
+        elif r.lesson.coverage >= TURN_RELEVANCE:
+            found.setdefault(r.lesson.id, (r, "words"))
+    return list(found.values())[:limit]

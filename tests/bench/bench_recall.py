@@ -133,7 +133,8 @@ async def bench(quick: bool) -> None:
             await recall.search(store, viewer, text=str(q), project=PROJECT, origins=origins, limit=20)
 
         async def by_files(f: object) -> None:
-            await recall.for_turn(store, viewer, words="", files=f, project=PROJECT, origins=origins)  # type: ignore[arg-type]
+            await recall.for_turn(store, viewer, words="", files=f, project=PROJECT,  # type: ignore[arg-type]
+                                  origins=origins)
 
         runs = {"base": baseline, "search": search, "files": by_files, "text": by_text}
         arguments = {"base": queries, "search": pairs, "files": files, "text": queries}

@@ -121,11 +121,11 @@ async def evaluate(corpus: dict[str, Any]) -> dict[str, Any]:
             return [r.lesson.id for r in ranked]
 
         async def turn(task: dict[str, Any], doing: bool = True) -> list[str]:
-            words = [task["prompt"], task["task"] if doing else "", task.get("error") or ""]
-            ranked = await recall.for_turn(store, viewer, words="\n".join(w for w in words if w),
+            words = "\n".join(w for w in (task["prompt"], task["task"] if doing else "") if w)
+            ranked = await recall.for_turn(store, viewer, words=words, error=task.get("error") or "",
                                            files=task["files"], project=projects[task["project"]],
                                            origins=origins, now_ms=now_ms)
-            return [r.lesson.id for r in ranked]
+            return [r.lesson.id for r, _ in ranked]
 
         async def baseline(task: dict[str, Any]) -> list[str]:
             words = dict.fromkeys(w for w in re.findall(r"[^\W_]+", task["task"].lower()))

@@ -131,11 +131,13 @@ def test_a_verified_lesson_about_an_edited_file_reaches_the_claude_code_model_on
     machine = claude_team.machine
     lesson_id = verified_lesson(machine, "src/app.py is imported by the deploy script by path: keep it at the top "
                                          f"of src. {FORGED}", "file:src/app.py")
-    model.script = Script({"E2E-LESSON": [
+    # The prompt names neither the file nor the lesson's words: a prompt that did would bring the lesson
+    # with the prompt itself (the turn tier reads the person's words), before any edit.
+    model.script = Script({"E2E-WRITE": [
         call("Write", {"file_path": f"{machine.project}/src/app.py", "content": "print('hello')\n"}),
         say("written"),
     ]})
-    line = lesson_after_tool(machine, model, "E2E-LESSON: write src/app.py", "Write", lesson_id)
+    line = lesson_after_tool(machine, model, "E2E-WRITE: go ahead", "Write", lesson_id)
     assert 'why="files:src/app.py"' in line, f"{contract(test_claude_code.HARNESS)}: {line}"
 
 
@@ -145,12 +147,13 @@ def test_a_verified_lesson_matching_a_failed_commands_error_reaches_the_claude_c
     machine = claude_team.machine
     lesson_id = verified_lesson(machine, "connect ECONNREFUSED 127.0.0.1:5432 in the tests means the database is "
                                          f"not up: run make db first. {FORGED}", "file:ops/db.md")
+    # As above, a prompt with the lesson's words would bring it with the prompt, before the command.
     model.script = Script({"E2E-FAILING": [
         call("Bash", {"command": "echo 'connect ECONNREFUSED 127.0.0.1:5432' >&2; exit 1",
                       "description": "run the tests"}),
         say("the database is down"),
     ]})
-    line = lesson_after_tool(machine, model, "E2E-FAILING: run the tests", "Bash", lesson_id, "Bash")
+    line = lesson_after_tool(machine, model, "E2E-FAILING: go ahead", "Bash", lesson_id, "Bash")
     assert 'why="error"' in line, f"{contract(test_claude_code.HARNESS)}: {line}"
 
 
