@@ -363,7 +363,7 @@ async def _total(store: Store) -> int:
 
 def _query_sync(conn: sqlite3.Connection, text: str, total: int) -> Query:
     """The search for ``text`` within :data:`SCORE_BUDGET`. A word's count is needed only up to the
-    budget: a MATCH with a LIMIT stops there, whereas lesson_vocab would walk its whole doclist."""
+    budget: a MATCH with a LIMIT stops there, whereas an fts5vocab table would walk its whole doclist."""
     words = query_words(text)
     if not words:
         return Query()

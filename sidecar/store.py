@@ -333,13 +333,13 @@ MIGRATIONS: list[str] = [
     DROP TABLE thread_runs;
     """,
     # recall's index holds what recall may show, stemmed (hive.sidecar.recall): verified lessons only,
-    # through the porter stemmer over unicode61, so "migrating" finds "migration" and "retries" "retry".
+    # through the porter stemmer over unicode61, so "migrating" finds "migration" and "retries" "retry";
+    # lesson_vocab goes with the old index (recall counts a word's lessons with a bounded MATCH)
     """
     DROP TABLE lesson_vocab;
     DROP TABLE lesson_fts;
     CREATE VIRTUAL TABLE lesson_fts USING fts5(id UNINDEXED, text, applicability, tags,
                                                tokenize = 'porter unicode61');
-    CREATE VIRTUAL TABLE lesson_vocab USING fts5vocab(lesson_fts, row);
     INSERT INTO lesson_fts (rowid, id, text, applicability, tags)
         SELECT l.rowid, l.id, coalesce(json_extract(e.blob, '$.text'), json_extract(b.blob, '$.text'), ''),
                coalesce(json_extract(b.blob, '$.applicability'), ''),
