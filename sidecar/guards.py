@@ -71,7 +71,7 @@ class Guards:
         if len(window) >= self.rate_limit:
             wait = max(self.rate_window - (now - window[0]), 0.0) + 0.05
             raise RateLimited(f"not sent: {sender} sent {self.rate_limit} messages in the last "
-                              f"{self.rate_window:g} s, the most hive lets one session send; you may send again "
+                              f"{self.rate_window:g} s, the most hive lets one sender send; you may send again "
                               f"in {wait:.0f} s", retry_after=round(wait, 2))
         window.append(now)
 
