@@ -349,6 +349,11 @@ def _weight(total: int, held: int) -> float:
     return math.log(1 + (total - held + 0.5) / (held + 0.5))
 
 
+def _fts5_idf(total: int, held: int) -> float:
+    """FTS5's own bm25 idf, floored as FTS5 floors it: what a word adds to bm25 when held once."""
+    return max(math.log((max(total, held) - held + 0.5) / (held + 0.5)), 1e-6)
+
+
 _TOTALS: dict[int, tuple[float, int]] = {}  # id(store) -> (when counted, lessons in the index)
 
 
@@ -395,7 +400,7 @@ def _query_sync(conn: sqlite3.Connection, text: str, total: int) -> Query:
         holders[word] = (_weight(total, held[word]), frozenset(int(r[0]) for r in rows))
     unheld = sum(_weight(total, 0) for w, n in zip(words, counted, strict=True) if not n)
     ideal = sum(weight for weight, _ in holders.values()) + unheld
-    full = sum(max(math.log((max(total, n) - n + 0.5) / (n + 0.5)), 1e-6) for n in held.values())  # FTS5's idf
+    full = sum(_fts5_idf(total, n) for n in held.values())
     return Query(tuple(rare), tuple(common), ideal, since, holders, full)
 
 

@@ -26,6 +26,8 @@ FOOTERS: dict[str, str] = {
 }
 # Kinds whose sender is an address that takes mail (a session, or a person's mailbox).
 REPLIES = frozenset({"agent", "person", "script"})
+# How ``hive inbox`` names a sender kind to a person (an agent's is its agent and repo).
+_PERSON_VIEW = {"person": "typed at a terminal", "script": "a script", "hive": "hive on this machine"}
 
 
 @dataclass(frozen=True)
@@ -129,12 +131,8 @@ def for_person(messages: list[dict[str, object]], now: float | None = None) -> s
     blocks = []
     for m in messages:
         sender = str(m.get("from") or "")
-        if m.get("kind") == "person":
-            by = "typed at a terminal"
-        elif m.get("kind") in ("script", "hive"):
-            by = "a script" if m.get("kind") == "script" else "hive on this machine"
-        else:
-            by = ", ".join(str(part) for part in (m.get("agent"), m.get("repo")) if part) or "an agent"
+        by = _PERSON_VIEW.get(str(m.get("kind"))) or ", ".join(
+            str(part) for part in (m.get("agent"), m.get("repo")) if part) or "an agent"
         head = f"from {sender} ({by}), {_when(float(m.get('sent_at') or now), now)}"
         if m.get("fyi"):
             head += ", fyi"
