@@ -154,6 +154,9 @@ def _short_option(match: re.Match[str]) -> str:
     rule = rf"(?<!\S)(-{letter})" + (r"(\s*)" if separate else "()") + "(" + _VALUE + ")"
     rest = re.sub(rule, lambda m: m.group(1) + m.group(2) + _hidden(m.group(3)) if m.group(3) != REDACTED
                   else m.group(0), match.group(2))
+    # The rest of the line may run another such program (`mysql -pX; ...` has no separator in
+    # `mysql -pX sshpass -p Y`): its options follow its own rule.
+    rest = _PROGRAM.sub(_short_option, rest)
     return match.group(0)[: match.start(2) - match.start()] + rest
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from hive.sidecar.observe import _stored_detail, clean, detail_json, normalize, read_head, redact, sensitive, tool_paths
@@ -494,6 +494,9 @@ def commands_with_secrets(draw: st.DrawFn) -> tuple[str, list[str]]:
 
 
 @given(commands_with_secrets())
+@settings(max_examples=300)
+# found by this test: a second password program on the line after the first (mysql, then sshpass)
+@example(("curl -s mysql -p222222222222 curl -s sshpass -p 222222222222 ssh host", ["222222222222"]))
 def test_redaction_removes_every_secret_is_idempotent_and_stored_details_stay_valid_json(
         case: tuple[str, list[str]]) -> None:
     command, secrets = case
