@@ -40,6 +40,10 @@ class Identity:
     stdin_cwd: str = "cwd"  # the hook stdin field holding the working folder
     session_env: tuple[str, ...] = ()  # env vars that carry the session id to hooks
     caller_env: tuple[str, ...] = ()  # env vars whose presence proves this harness runs the hook
+    # Env vars the harness puts in every process it starts (tool calls, MCP servers, hooks): a
+    # process that carries one descends from the harness, however it was cut loose since. Only
+    # measured ones (shared/notes/mcp-session-identity.md); none is ever set in a person's shell.
+    agent_env: tuple[str, ...] = ()
     mcp_client_names: tuple[str, ...] = ()  # MCP clientInfo.name values it sends
     transcript_field: str = "transcript_path"
 

@@ -123,6 +123,18 @@ def _harnesses() -> dict[str, Harness]:
     return found
 
 
+@cache
+def binaries() -> frozenset[str]:
+    """The programs agents run as: a process under one of them is an agent's, even in a person's terminal."""
+    return frozenset(b for h in _harnesses().values() for b in h.identity.binaries)
+
+
+@cache
+def agent_environment() -> frozenset[str]:
+    """The env vars harnesses set in every process they start (see Identity.agent_env)."""
+    return frozenset(v for h in _harnesses().values() for v in h.identity.agent_env)
+
+
 def harness(name: str) -> Harness:
     """Look a harness up by canonical name or alias. Raises KeyError with the known names."""
     table = _harnesses()

@@ -7,11 +7,13 @@ import contextlib
 import os
 import sys
 
+from hive.integrations import registry
+
 from .dialog import note_start
 from .errors import HiveError
 from .paths import state_paths
 from .peer import agent_reason
-from .server import AlreadyRunning, harness_binaries, run_sidecar
+from .server import AlreadyRunning, run_sidecar
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # Before the fork, while whoever started this sidecar is still its ancestry: only a sidecar its
     # person started may take its desktop from its own environment (dialog.note_start).
-    note_start(by_person=not agent_reason(os.getpid(), harness_binaries()))
+    note_start(by_person=not agent_reason(os.getpid(), registry.binaries(), registry.agent_environment()))
     if args.detach and os.fork() > 0:
         os._exit(0)  # the launcher exits; the sidecar goes on as a child of init
     try:

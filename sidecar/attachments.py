@@ -4,9 +4,10 @@ A message may carry up to :data:`MAX_FILES` UTF-8 text files, :data:`MAX_FILE` b
 :data:`MAX_TOTAL` in all, inside the message itself (``files: [{name, content}]``), so they are
 as authenticated as its text and go through the same outbox, acks and receipts.
 
-The sender's sidecar reads them. An agent may attach only files in its own folder (the
-working folder its harness reported, in a hook's payload or from its plugin inside the harness
-process, never one a client declares; or the repository around it), none of that folder's
+The sender's sidecar reads them. An agent may attach only files in its own folder (the folder
+its harness process runs in, as the kernel says, or the working folder its harness reported in a
+hook's payload or from its plugin when that lies inside it: a report alone is a claim any client
+on the socket can make; or the repository around it), none of that folder's
 hidden files or folders, nothing under the state folder or ``~/.ssh``, ``~/.config`` and the
 like, no credential files, and nothing at all when it works in the home folder or above it: an
 agent can be talked into sending what its harness would not let it read. Each file is opened
@@ -46,6 +47,9 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from hive.integrations import registry
+
+from . import procs
 from .defang import attr, defang
 from .errors import BadRequest, HiveError, NotFound, Refused, TooLarge
 from .peer import ancestor_pids, program_names
@@ -363,8 +367,8 @@ def read_files(paths: Any, cwd: str, *, confined: bool, state_home: Path, home: 
     for shown in paths:
         if confined:
             if base is None or not base.is_absolute():
-                raise AttachmentHome("this session's harness has not reported its working folder (hive's hooks or "
-                                     "plugin for it are not running), so it cannot attach files")
+                raise AttachmentHome("hive knows no running harness process for this session (its hooks or plugin "
+                                     "register it), so it has no folder to attach files from")
             real, text = _read_confined(Path(shown), shown, base.resolve(), state_home, home)
         else:
             path = Path(shown).expanduser()
@@ -404,14 +408,24 @@ async def caller_session(sidecar: Sidecar, pid: int | None) -> Session | None:
     return next((live[p] for p in chain if p in live), None)
 
 
-def process_cwd(pid: int | None) -> str:
-    """The folder process ``pid`` runs in, as the kernel says (Linux /proc); "" when unknown."""
-    if not pid:
+def agent_folder(session: Session, binaries: frozenset[str]) -> str:
+    """The folder an agent's files are confined to: where its harness process runs, as the kernel
+    says, or the working folder its harness reported when that lies inside it (or inside the
+    repository around it); "" when the session's harness process is not running.
+
+    A hook's or plugin's report alone names no folder: any client on the socket can send a hook
+    request with a payload of its choice, but not move the harness process."""
+    if not (session.pid and procs.alive(session.pid, session.pid_started)
+            and program_names(session.pid) & binaries):
         return ""
-    try:
-        return os.readlink(f"/proc/{pid}/cwd")
-    except OSError:
+    running = procs.folder(session.pid)
+    if not running:
         return ""
+    where = Path(running).resolve()
+    reported = Path(session.harness_cwd).resolve() if session.harness_cwd else None
+    if reported is not None and any(_within(reported, r) for r in (where, repo_root(where)) if r is not None):
+        return str(reported)
+    return str(where)
 
 
 async def for_send(sidecar: Sidecar, request: dict[str, Any], session: Session | None, *,
@@ -432,9 +446,9 @@ async def for_send(sidecar: Sidecar, request: dict[str, Any], session: Session |
     if session is not None or by_agent:
         if session is None:
             session = await caller_session(sidecar, caller_pid)
-        cwd = session.harness_cwd if session is not None else ""
+        cwd = await anyio.to_thread.run_sync(agent_folder, session, registry.binaries()) if session else ""
     elif confined:
-        cwd = await anyio.to_thread.run_sync(process_cwd, caller_pid)
+        cwd = await anyio.to_thread.run_sync(procs.folder, caller_pid)
         if not cwd:
             raise AttachmentHome("the folder this command runs in cannot be read, so it cannot attach files")
     else:

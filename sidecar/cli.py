@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 
 import anyio
 
-from . import __version__
+from . import __version__, procs
 from .client import Client, lock_held
 from .dialog import desktop_env
 from .errors import ConfirmOnTerminal, HiveError, UnknownOp, Unreachable
@@ -99,17 +99,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def _process_gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"  # a zombie has finished
-    except FileNotFoundError:
-        return True
-    except OSError:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        return False
+    return not procs.alive(pid, None)  # a zombie has finished too
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -54,7 +54,7 @@ from hive.integrations import registry
 from hive.integrations.descriptor import HookPoint
 from hive.integrations.hook_client import ENV_FILE, ENV_NAMES, harness_pid, start_time
 
-from . import codex_push, folders, lesson_turn, observe
+from . import codex_push, folders, lesson_turn, observe, procs
 from .config import slug
 from .doing import doing_of, in_progress
 from .errors import BadRequest, NotFound
@@ -236,8 +236,13 @@ async def _harness_pid(ppid: int) -> int:
     return await anyio.to_thread.run_sync(harness_pid, ppid)  # `ps` elsewhere
 
 
-async def refresh(sidecar: Sidecar, caller: Caller, request: dict[str, Any], force: bool = False) -> Session:
-    """Register the caller's session, or only note a sign of life when nothing changed."""
+async def refresh(sidecar: Sidecar, caller: Caller, request: dict[str, Any], client_pid: int | None,
+                  force: bool = False) -> Session:
+    """Register the caller's session, or only note a sign of life when nothing changed.
+
+    ``client_pid`` is the kernel's pid of the connecting process: the hook client's parent the
+    request names is believed only when it is that process's parent, so a client cannot make
+    another process (one it started in some other folder) the session's harness."""
     assert caller.key is not None
     session = sidecar.sessions.by_key.get(caller.key)
     cwd = _cwd(caller, request)
@@ -246,6 +251,7 @@ async def refresh(sidecar: Sidecar, caller: Caller, request: dict[str, Any], for
     force = force or caller.key in observe.UNMANAGED  # found on disk first: register it as the hook says
     ppid = request.get("ppid")
     ppid = ppid if isinstance(ppid, int) and not isinstance(ppid, bool) and ppid > 1 else None
+    ppid = ppid if ppid is not None and procs.parent(client_pid) == ppid else None
     # A pid still to learn is a reason to register again, but only when this request can tell it.
     if (session is not None and not force and session.ended_at is None and (session.pid or ppid is None)
             and session.agent == slug(caller.harness.name) and session.cwd == (cwd or session.cwd)
@@ -327,7 +333,7 @@ async def hook(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> d
         # An end with no start: a health check (`claude mcp list` runs SessionEnd alone). Registering
         # it would leave a gone session that mail could be queued to and nobody would ever read.
         return {"stdout": point.no_opinion, "ids": [], "session": None}
-    session = await refresh(sidecar, caller, request, force=point.event == "session.start")
+    session = await refresh(sidecar, caller, request, conn.pid, force=point.event == "session.start")
     session.harness_cwd = _cwd(caller, request) or session.harness_cwd  # what attachments are confined to
     nothing = {"stdout": point.no_opinion, "ids": [], "session": session.key}
     try:  # events, presence and overlaps; a failure there must not cost the hook its mail
@@ -415,7 +421,7 @@ async def watch(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> 
         return {**answer, "ended": True}
     session = sidecar.sessions.by_key.get(caller.key)
     if session is None:  # the watcher may start before the session-start hook registers it
-        session = await refresh(sidecar, caller, request, force=True)
+        session = await refresh(sidecar, caller, request, conn.pid, force=True)
     if session.ended_at is not None:
         return {**answer, "ended": True}
     sidecar.sessions.seen(session)

@@ -1,10 +1,15 @@
 """Who is on the other end of the local socket: the connecting process, and whether it is an agent's.
 
-The sidecar asks the kernel (``SO_PEERCRED`` on Linux) for the client's pid and reads the process
-facts in ``/proc``. A process is an agent's (:func:`agent_reason`) when any of these holds:
+The sidecar asks the kernel (``SO_PEERCRED`` on Linux, ``LOCAL_PEERPID`` on macOS) for the client's
+pid and reads the process facts through psutil and the POSIX calls for a process's group and
+session, so the same rules hold on Linux and macOS. A process is an agent's (:func:`agent_reason`)
+when any of these holds:
 
 - an agent harness is among its ancestors (a harness in a person's terminal hands that terminal
   down to its tool calls, so the terminal alone proves nothing);
+- its environment carries a variable a harness sets in every process it starts (``CLAUDECODE``,
+  ``OPENCODE``, …): it descends from a harness, however it was cut loose since (``setsid``, a
+  ``tmux new -d`` whose panes have a terminal of their own);
 - it, or an ancestor before the first one with a terminal, is a session leader with no terminal
   that was handed to init (or to a ``systemd --user`` subreaper): ``setsid -f hive …`` from an
   agent's shell cuts the ancestry, and this is what that leaves behind. A person's commands run
@@ -19,7 +24,7 @@ facts in ``/proc``. A process is an agent's (:func:`agent_reason`) when any of t
 A person's terminal (:func:`person_at_terminal`) is a controlling terminal in a process that is
 not an agent's. This decides who may address groups, change the team, review
 lessons and be shown as a person. It is a local heuristic, not proof: where a desktop exists, its
-dialog asks instead. Off Linux only the kernel's pid is known and these facts are not read.
+dialog asks instead.
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+import psutil
 
 # Launchers whose program is their first argument (`node /…/bin/gemini`).
 INTERPRETERS = frozenset({"node", "nodejs", "bun", "deno", "python", "python3"})
@@ -59,58 +66,77 @@ ORPHAN_KEEPERS = frozenset({"systemd", "init", "launchd"})
 
 @dataclass(frozen=True)
 class Stat:
-    """What ``/proc/<pid>/stat`` says about a process that bears on who runs it."""
+    """The facts about a process that bear on who runs it."""
 
     pid: int
     ppid: int
     pgid: int
     sid: int
-    tty: int  # tty_nr: 0 without a controlling terminal
+    tty: int  # its controlling terminal's device number, 0 without one
+
+
+def _terminal(pid: int) -> int:
+    """The device number of ``pid``'s controlling terminal (0: none).
+
+    Not psutil's ``Process.terminal()``: it names terminals from a table of ``/dev`` it builds
+    once per process, so a long-running sidecar would never see a terminal opened after it
+    started. Linux says the number in ``/proc/<pid>/stat``; elsewhere psutil's name is used."""
+    if sys.platform.startswith("linux"):
+        try:
+            text = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return 0
+        return int(text.rsplit(")", 1)[1].split()[4])  # the name before may hold spaces and ')'
+    name = psutil.Process(pid).terminal()
+    return os.stat(name).st_rdev if name else 0
 
 
 def proc_stat(pid: int) -> Stat | None:
     try:
-        text = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+        return Stat(pid=pid, ppid=psutil.Process(pid).ppid(), pgid=os.getpgid(pid), sid=os.getsid(pid),
+                    tty=_terminal(pid))
+    except (psutil.Error, OSError):
         return None
-    # The command name in field 2 may contain spaces and parentheses: split after the last ')'.
-    fields = text.rsplit(")", 1)[1].split()
-    return Stat(pid=pid, ppid=int(fields[1]), pgid=int(fields[2]), sid=int(fields[3]), tty=int(fields[4]))
 
 
 def has_terminal(pid: int | None) -> bool:
-    """Whether ``pid`` has a controlling terminal (Linux /proc; elsewhere: assume not)."""
+    """Whether ``pid`` has a controlling terminal."""
     found = proc_stat(pid) if pid else None
     return found is not None and found.tty != 0
 
 
 def ancestor_pids(pid: int | None = None) -> list[int]:
-    """The ancestors of ``pid`` (default: this process), nearest first (Linux /proc; elsewhere only the parent)."""
-    own = pid is None
-    pid = os.getpid() if pid is None else pid
-    chain: list[int] = []
-    while len(chain) < 64:
-        found = proc_stat(pid)
-        if found is None or found.ppid <= 1:
-            break
-        chain.append(found.ppid)
-        pid = found.ppid
-    if not chain and own and os.getppid() > 1:
-        chain.append(os.getppid())
-    return chain
+    """The ancestors of ``pid`` (default: this process), nearest first, up to init (excluded)."""
+    try:
+        parents = psutil.Process(os.getpid() if pid is None else pid).parents()
+    except (psutil.Error, OSError):
+        return []
+    return [p.pid for p in parents[:64] if p.pid > 1]
 
 
 def program_names(pid: int) -> set[str]:
     """The names a process runs as: its executable and, for an interpreter, the script it runs."""
     try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
+        argv = psutil.Process(pid).cmdline()
+    except (psutil.Error, OSError):
         return set()
-    names = {Path(os.fsdecode(argv[0])).name} if argv and argv[0] else set()
+    return names_of(argv)
+
+
+def _environment(pid: int) -> set[str]:
+    """The names of the variables in ``pid``'s environment (as it was started)."""
+    try:
+        return set(psutil.Process(pid).environ())
+    except (psutil.Error, OSError):
+        return set()
+
+
+def names_of(argv: list[str]) -> set[str]:
+    names = {Path(argv[0]).name} if argv and argv[0] else set()
     if names & INTERPRETERS or any(n.startswith("python3.") for n in names):
-        script = next((a for a in argv[1:] if a and not a.startswith(b"-")), b"")
+        script = next((a for a in argv[1:] if a and not a.startswith("-")), "")
         if script:
-            names.add(Path(os.fsdecode(script)).name)
+            names.add(Path(script).name)
     return names
 
 
@@ -156,33 +182,26 @@ def orphaned_in_session(pid: int) -> bool:
 
 
 def running_harnesses(binaries: Iterable[str], uid: int | None = None) -> list[tuple[int, Stat]]:
-    """This user's running harness processes, with their stat (Linux /proc)."""
+    """This user's running harness processes, with their facts."""
     wanted = set(binaries)
     uid = os.getuid() if uid is None else uid
     found: list[tuple[int, Stat]] = []
-    try:
-        entries = list(Path("/proc").iterdir())
-    except OSError:
-        return found
-    for entry in entries:
-        if not entry.name.isdigit():
+    for process in psutil.process_iter(["uids", "cmdline"]):
+        uids, argv = process.info.get("uids"), process.info.get("cmdline")
+        if uids is None or uids.real != uid or not names_of(argv or []) & wanted:
             continue
-        try:
-            if entry.stat().st_uid != uid:
-                continue
-        except OSError:
-            continue
-        pid = int(entry.name)
-        if program_names(pid) & wanted:
-            stat = proc_stat(pid)
-            if stat is not None:
-                found.append((pid, stat))
+        stat = proc_stat(process.pid)
+        if stat is not None:
+            found.append((process.pid, stat))
     return found
 
 
-def agent_reason(pid: int | None, binaries: Iterable[str]) -> str:
-    """Why ``pid`` is an agent's process ("" when nothing says so). See the module's rules."""
-    if not pid or not Path(f"/proc/{pid}").exists():
+def agent_reason(pid: int | None, binaries: Iterable[str], environment: Iterable[str] = ()) -> str:
+    """Why ``pid`` is an agent's process ("" when nothing says so). See the module's rules.
+
+    ``binaries``: the programs harnesses run as; ``environment``: the variables they set in
+    every process they start (registry.agent_environment)."""
+    if not pid or not psutil.pid_exists(pid):
         return ""
     wanted = set(binaries)
     if program_names(pid) & wanted:
@@ -191,6 +210,9 @@ def agent_reason(pid: int | None, binaries: Iterable[str]) -> str:
         names = program_names(ancestor) & wanted
         if names:
             return f"it runs under the agent harness {min(names)} (pid {ancestor})"
+    carried = _environment(pid) & set(environment)
+    if carried:
+        return f"its environment is an agent harness's ({min(carried)} is set)"
     if detached(pid):
         return "it was detached from any terminal and from whatever started it (setsid)"
     own = proc_stat(pid)
@@ -205,6 +227,6 @@ def agent_reason(pid: int | None, binaries: Iterable[str]) -> str:
     return ""
 
 
-def person_at_terminal(pid: int | None, binaries: Iterable[str]) -> bool:
+def person_at_terminal(pid: int | None, binaries: Iterable[str], environment: Iterable[str] = ()) -> bool:
     """A process with a controlling terminal that is not an agent's."""
-    return has_terminal(pid) and not agent_reason(pid, binaries)
+    return has_terminal(pid) and not agent_reason(pid, binaries, environment)

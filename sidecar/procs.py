@@ -43,6 +43,26 @@ def alive(pid: int | None, start: float | None) -> bool:
         return False
 
 
+def folder(pid: int | None) -> str:
+    """The folder process ``pid`` runs in, as the kernel says; "" when there is none to see."""
+    if not pid or pid <= 0:
+        return ""
+    try:
+        return psutil.Process(pid).cwd()
+    except (psutil.Error, OSError):
+        return ""
+
+
+def parent(pid: int | None) -> int | None:
+    """The pid of the parent of process ``pid``, as the kernel says; None when there is none to see."""
+    if not pid or pid <= 0:
+        return None
+    try:
+        return psutil.Process(pid).ppid()
+    except (psutil.Error, OSError):
+        return None
+
+
 async def exited(pid: int, start: float | None) -> None:
     """Return once process ``pid`` (the one that started at ``start``) has exited."""
     fd = None

@@ -75,12 +75,6 @@ TIER_NOTES = {
 }
 
 
-@functools.cache
-def harness_binaries() -> frozenset[str]:
-    """The programs agents run as: a process under one of them is an agent's, even in a person's terminal."""
-    return frozenset(b for h in registry.harnesses().values() for b in h.identity.binaries)
-
-
 class Connection:
     """One client on the socket."""
 
@@ -114,13 +108,13 @@ class Connection:
     @functools.cached_property
     def at_terminal(self) -> bool:
         """A person's own terminal: a process's terminal and ancestry do not change."""
-        return person_at_terminal(self.pid, harness_binaries())
+        return person_at_terminal(self.pid, registry.binaries(), registry.agent_environment())
 
     @functools.cached_property
     def by_agent(self) -> bool:
         """A client an agent harness started: its MCP server, or a command in the agent's shell,
         also one cut loose from it (``setsid -f``, a double fork): see peer.agent_reason."""
-        return bool(agent_reason(self.pid, harness_binaries()))
+        return bool(agent_reason(self.pid, registry.binaries(), registry.agent_environment()))
 
     async def send(self, payload: dict[str, Any]) -> None:
         """Write one line. Raises BrokenResourceError when the connection is (or gets) closed,
@@ -498,7 +492,7 @@ class Sidecar:
                           "turns it back on")
         hold = bool(request.get("hold") or request.get("push"))
         session, new = await self.sessions.register(info, conn.id if hold else None)
-        attachments.note_plugin_folder(session, info, conn.pid, harness_binaries())
+        attachments.note_plugin_folder(session, info, conn.pid, registry.binaries())
         if new and session.repo:
             self.tasks.start_soon(projects.on_session, self, session.repo)  # a first session there proposes its person
         observe.UNMANAGED.discard(session.key)  # a client speaks for it

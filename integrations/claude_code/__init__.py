@@ -29,6 +29,7 @@ IDENTITY = Identity(
     config_dirs=(".claude",),
     session_env=("CLAUDE_CODE_SESSION_ID",),
     caller_env=("CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT"),
+    agent_env=("CLAUDECODE",),
     mcp_client_names=("claude-code",),
 )
 

@@ -41,6 +41,7 @@ IDENTITY = Identity(
     config_dirs=(".codex",),
     # Hooks get the parent env plus these two, which only the npm launcher sets.
     caller_env=("CODEX_MANAGED_BY_NPM", "CODEX_MANAGED_PACKAGE_ROOT"),
+    agent_env=("CODEX_MANAGED_BY_NPM",),
     mcp_client_names=("codex-mcp-client",),
 )
 

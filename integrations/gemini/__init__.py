@@ -30,6 +30,7 @@ IDENTITY = Identity(
     config_dirs=(".gemini",),
     session_env=("GEMINI_SESSION_ID",),
     caller_env=("GEMINI_SESSION_ID",),
+    agent_env=("GEMINI_CLI",),
     mcp_client_names=("gemini-cli-mcp-client",),
 )
 

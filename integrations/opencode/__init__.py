@@ -35,6 +35,7 @@ IDENTITY = Identity(
     stdin_session="sessionID",
     stdin_cwd="directory",
     caller_env=("OPENCODE",),
+    agent_env=("OPENCODE",),
     mcp_client_names=("opencode",),
     transcript_field="",
 )

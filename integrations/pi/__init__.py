@@ -32,6 +32,7 @@ IDENTITY = Identity(
     stdin_session="sessionId",
     stdin_cwd="cwd",
     caller_env=("PI_CODING_AGENT",),
+    agent_env=("PI_CODING_AGENT",),
     transcript_field="",
 )
 

@@ -105,7 +105,7 @@ async def bench_hooks(paths: StatePaths, calls: int, in_flight: int, label: str 
                 # As the hook client sends it: with its parent's pid, the harness.
                 sent = time.perf_counter()
                 await client.call("hook", harness="claude-code", event="PostToolUse", payload=claude_edit("h1", n),
-                                  env={"CLAUDECODE": "1"}, ppid=os.getpid())
+                                  env={"CLAUDECODE": "1"}, ppid=os.getppid())
                 latencies.append((time.perf_counter() - sent) * 1000)
 
         await one(-1)  # registers the session, so the figure is the steady state

@@ -183,13 +183,15 @@ async def bench_pair(a: Machine, b: Machine, plan: Plan, results: dict[str, floa
             Client.open(b.paths, autostart=False) as reader:
         local = await latency(a.client, local_reader, f"{a.person}/local", f"{a.person}-local", plan.latency_rounds)
         remote = await latency(a.client, reader, target, f"{b.person}-api", plan.latency_rounds)
-        # Files leave from an agent's session, in the folder its harness reported (a SessionStart
-        # hook's payload): a client without a person's terminal attaches only from there.
-        await a.client.call("hook", harness="claude-code", event="SessionStart", env={"CLAUDECODE": "1"},
-                            payload={"session_id": "bench-files", "cwd": str(project),
-                                     "hook_event_name": "SessionStart", "source": "startup"})
-        files = await latency(a.client, reader, target, f"{b.person}-api", max(plan.latency_rounds // 5, 10),
-                              files=[attachment.name], **{"from": "bench-files"})
+        # Files leave as a person's script sends them (this process, no terminal): confined to
+        # the folder the sending process runs in, as the kernel says.
+        before = os.getcwd()
+        os.chdir(project)
+        try:
+            files = await latency(a.client, reader, target, f"{b.person}-api", max(plan.latency_rounds // 5, 10),
+                                  files=[attachment.name])
+        finally:
+            os.chdir(before)
     for label, (waits, sends) in (("baseline, one machine", local), ("across the mesh", remote),
                                   ("across the mesh, 16 KB file", files)):
         print(f"{label:<28} {len(waits):>4} rounds: send -> inbox p50 {ms(percentile(waits, 50))}, "

@@ -16,13 +16,14 @@ import stat
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
+from hive.integrations.hook_command import HOOK_SCRIPT
 from hive.sidecar.transport import dial, machine_cert
 from hive.sidecar.ulid import is_ulid, new_ulid
 
@@ -51,10 +52,43 @@ def repo() -> Iterator[Path]:
     shutil.rmtree(root, ignore_errors=True)
 
 
-def start(hive: Hive, key: str, cwd: str) -> str:
-    """A Claude Code session as its harness starts it: the SessionStart hook's payload names its folder."""
-    return str(hook(hive, "claude-code", "SessionStart", claude(key, cwd, "SessionStart", source="startup"),
-                    {"CLAUDECODE": "1"})["session"])
+# A stand-in harness: runs the hook command it reads (the payload on the next line) as Claude Code
+# runs its hooks, then stays up until its standard input closes, as a session does.
+STAND_IN = """import subprocess, sys
+command = sys.stdin.readline().split()
+done = subprocess.run(command, input=sys.stdin.readline(), capture_output=True, text=True)
+print(done.returncode, flush=True)
+sys.stdin.read()
+"""
+
+Start = Callable[[Hive, str, str], None]
+
+
+@pytest.fixture
+def start(tmp_path: Path) -> Iterator[Start]:
+    """Start a Claude Code session in a folder as its harness does: a process named ``claude``
+    running there, whose SessionStart hook (the real hook client) names that folder."""
+    harness = tmp_path / "stand-in" / "claude"
+    harness.parent.mkdir()
+    harness.symlink_to(sys.executable)
+    running: list[subprocess.Popen[str]] = []
+
+    def started(hive: Hive, key: str, cwd: str) -> None:
+        process = subprocess.Popen([str(harness), "-c", STAND_IN], cwd=cwd, text=True, stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, env={**hive.env, "CLAUDECODE": "1"})
+        running.append(process)
+        assert process.stdin is not None and process.stdout is not None
+        payload = claude(key, cwd, "SessionStart", source="startup")
+        process.stdin.write(" ".join([sys.executable, "-I", "-S", str(HOOK_SCRIPT), "claude-code", "SessionStart"])
+                            + "\n" + json.dumps(payload) + "\n")
+        process.stdin.flush()
+        assert process.stdout.readline().strip() == "0"  # hooks always exit 0: the session list says more
+        folder = os.path.basename(cwd.rstrip("/"))
+        assert any(s["folder"] == folder and s["live"] for s in who(hive)), "the hook registered no session"
+
+    yield started
+    for process in running:
+        process.communicate(timeout=30)
 
 
 def send_files(hive: Hive, to: str, body: str, files: list[str], **extra: Any) -> dict[str, Any]:
@@ -71,7 +105,7 @@ def mode(path: Path) -> int:
 
 
 def test_an_agents_files_cross_to_a_teammate_saved_privately_and_listed_after_the_frame(
-        make_hive: Any, repo: Path) -> None:
+        make_hive: Any, repo: Path, start: Start) -> None:
     alice, bob = form_team(make_hive, ["alice", "bob"])
     start(alice, "a1", str(repo / "src"))
     register(bob, "b1", "/src/api")
@@ -101,7 +135,8 @@ def test_an_agents_files_cross_to_a_teammate_saved_privately_and_listed_after_th
     wait_for(lambda: not sent(alice, result["id"])["in_outbox"], what="the ack")
 
 
-def test_a_file_sent_to_a_session_on_the_same_machine_is_saved_the_same_way(hive: Hive, repo: Path) -> None:
+def test_a_file_sent_to_a_session_on_the_same_machine_is_saved_the_same_way(
+        hive: Hive, repo: Path, start: Start) -> None:
     start(hive, "a1", str(repo))
     register(hive, "a2", "/src/web")
     reply = send_files(hive, "alice/web-codex", "here", ["notes.md"], **{"from": "a1"})
@@ -112,7 +147,7 @@ def test_a_file_sent_to_a_session_on_the_same_machine_is_saved_the_same_way(hive
     assert mode(path) == 0o600 and mode(path.parent) == 0o700
 
 
-def test_an_agent_may_attach_only_plain_text_files_of_its_own_folder(hive: Hive, repo: Path) -> None:
+def test_an_agent_may_attach_only_plain_text_files_of_its_own_folder(hive: Hive, repo: Path, start: Start) -> None:
     outside = Path(tempfile.mkdtemp(prefix="hive-out-", dir="/tmp"))
     try:
         (outside / "plan.txt").write_text("not yours to send\n")
@@ -159,7 +194,7 @@ def test_an_agent_may_attach_only_plain_text_files_of_its_own_folder(hive: Hive,
 
 
 def test_hard_links_in_the_repository_to_keys_and_settings_are_refused(
-        make_hive: Any, repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        make_hive: Any, repo: Path, monkeypatch: pytest.MonkeyPatch, start: Start) -> None:
     home = Path(tempfile.mkdtemp(prefix="hive-home-", dir="/tmp")).resolve()  # one file system with the repo
     try:
         monkeypatch.setenv("HOME", str(home))
@@ -188,7 +223,7 @@ def test_hard_links_in_the_repository_to_keys_and_settings_are_refused(
 
 
 def test_the_folder_an_agent_attaches_from_is_the_one_its_harness_reported_not_one_it_declares(
-        hive: Hive, repo: Path) -> None:
+        hive: Hive, repo: Path, start: Start) -> None:
     register(hive, "a2", "/src/web")
     register(hive, "x1", "/etc")  # a client declaring a session in /etc, with no harness behind it
     assert code_of(send_files(hive, "alice/web-codex", "look", ["passwd"], **{"from": "x1"})) == "attachment_home"
@@ -203,6 +238,13 @@ def test_the_folder_an_agent_attaches_from_is_the_one_its_harness_reported_not_o
     assert code_of(send_files(hive, "alice/web-codex", "look", ["passwd"], **{"from": "a1"})) == "attachment_missing"
     assert code_of(send_files(hive, "alice/web-codex", "look", ["/etc/passwd"], **{"from": "a1"})) \
         == "attachment_outside"
+    # A hook request any client on the socket can send, naming /etc as the session's folder: the
+    # harness process still runs in the repository, and that is where its files come from.
+    hook(hive, "claude-code", "UserPromptSubmit", claude("a1", "/etc", "UserPromptSubmit", prompt="hi"),
+         {"CLAUDECODE": "1"})
+    assert code_of(send_files(hive, "alice/web-codex", "look", ["/etc/passwd"], **{"from": "a1"})) \
+        == "attachment_outside"
+    assert code_of(send_files(hive, "alice/web-codex", "look", ["passwd"], **{"from": "a1"})) == "attachment_missing"
     # A client with no session and no terminal names its folder in vain: the one it runs in counts.
     assert code_of(send_files(hive, "alice/web-codex", "look", ["/etc/passwd"], cwd="/etc")) == "attachment_outside"
     assert inbox(hive, "web-codex") == []
@@ -221,12 +263,20 @@ def test_a_plugin_registering_from_inside_its_harness_sets_the_folder_its_agent_
         f"link.connect({str(hive.paths.socket)!r})\n"
         "link.sendall((json.dumps({'id': 1, 'op': 'register', 'session': session}) + '\\n').encode())\n"
         "print(link.makefile().readline())\n")
-    done = subprocess.run([sys.executable, str(plugin)], capture_output=True, text=True, timeout=60, env=hive.env)
-    assert json.loads(done.stdout)["ok"], done
-    register(hive, "a2", "/src/web")
-    assert send_files(hive, "alice/web-codex", "see", ["notes.md"], **{"from": "o1"})["ok"]
-    assert code_of(send_files(hive, "alice/web-codex", "look", ["/etc/passwd"], **{"from": "o1"})) \
-        == "attachment_outside"
+    plugin.write_text(plugin.read_text() + "import sys; sys.stdin.read()\n")  # the harness runs on
+    running = subprocess.Popen([sys.executable, str(plugin)], cwd=repo, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               text=True, env=hive.env)
+    try:
+        assert running.stdout is not None
+        assert json.loads(running.stdout.readline())["ok"]
+        register(hive, "a2", "/src/web")
+        assert send_files(hive, "alice/web-codex", "see", ["notes.md"], **{"from": "o1"})["ok"]
+        assert code_of(send_files(hive, "alice/web-codex", "look", ["/etc/passwd"], **{"from": "o1"})) \
+            == "attachment_outside"
+    finally:
+        running.communicate(timeout=30)
+    # Its harness gone, the session has no folder to attach from.
+    assert code_of(send_files(hive, "alice/web-codex", "see", ["notes.md"], **{"from": "o1"})) == "attachment_home"
 
 
 def test_a_person_at_the_terminal_may_attach_any_text_file_their_script_only_its_folders_and_an_agents_shell_none(
@@ -288,7 +338,7 @@ def test_files_from_a_peer_get_plain_names_in_a_folder_of_their_own_and_oversize
     assert all(mode(p) == 0o600 for p in saved)
 
 
-def test_past_a_persons_hourly_quota_files_wait_in_the_senders_outbox(make_hive: Any, repo: Path) -> None:
+def test_past_a_persons_hourly_quota_files_wait_in_the_senders_outbox(make_hive: Any, repo: Path, start: Start) -> None:
     (repo / "half.txt").write_text("h" * 700)
     alice, bob = form_team(make_hive, ["alice", "bob"], {"bob": "[attachments]\nperson_hour = 1000\n"})
     start(alice, "a1", str(repo))
@@ -309,7 +359,7 @@ def test_past_a_persons_hourly_quota_files_wait_in_the_senders_outbox(make_hive:
 
 
 def test_a_held_messages_files_are_saved_only_once_it_is_approved_and_never_if_dropped(
-        make_hive: Any, repo: Path) -> None:
+        make_hive: Any, repo: Path, start: Start) -> None:
     alice, bob = form_team(make_hive, ["alice", "bob"], {"bob": '[inbound.people]\nalice = "hold"\n'})
     start(alice, "a1", str(repo))
     register(bob, "b1", "/src/api")
@@ -356,7 +406,7 @@ async def _as_an_older_hive(alice: Hive, bob: Hive, sends: list[Any]) -> tuple[l
 
 
 def test_files_for_a_machine_whose_hive_takes_none_go_in_the_text_or_the_send_is_refused(
-        make_hive: Any, repo: Path) -> None:
+        make_hive: Any, repo: Path, start: Start) -> None:
     (repo / "big.txt").write_text("b" * (70 * 1024))
     alice, bob = form_team(make_hive, ["alice", "bob"])
     start(alice, "a1", str(repo))

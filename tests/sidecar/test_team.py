@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shlex
 import sqlite3
 import subprocess
 import sys
@@ -545,3 +547,55 @@ def test_only_the_founders_own_person_removes_the_founder(make_hive: MakeHive) -
     assert error(bob, "team_remove", target="alice")["code"] == "refused"
     assert labels(call(bob, "team_show")) == {"alice@m1", "bob@m2"}
     assert call(alice, "team_remove", target="bob")["removed"] == ["bob@m2"]
+
+
+def test_a_harness_the_person_put_in_the_background_of_their_shell_leaves_their_next_commands_theirs(
+        make_hive: MakeHive, empty_runtime: Path, tmp_path: Path) -> None:
+    """``claude &`` then ``hive remove bob`` in one interactive shell: job control gives the harness a
+    process group of its own in the person's session and terminal; the person's command is still theirs."""
+    alice, _bob, harness, _link = a_team_without_desktops(make_hive, empty_runtime, tmp_path)
+    done = tmp_path / "done"
+    script = (f"{harness} -c 'import time; time.sleep(120)' &\n"
+              f"sleep 1; {' '.join(HIVE)} remove bob; echo \"exit=$?\" > {done}; kill %1; exit\n")
+    master, slave = os.openpty()
+    shell = subprocess.Popen(["bash", "--norc", "--noprofile", "-i"], stdin=slave, stdout=slave, stderr=slave,
+                             env={**no_desktop_env(empty_runtime), "HIVE_HOME": str(alice.home)},
+                             preexec_fn=lambda: os.login_tty(slave))
+    os.close(slave)
+    try:
+        os.write(master, script.encode())
+        deadline = time.monotonic() + 60
+        while not (done.exists() and done.read_text().strip()):
+            assert time.monotonic() < deadline, "the shell never ran the command"
+            with contextlib.suppress(OSError):
+                os.read(master, 65536)  # keep the terminal drained
+            time.sleep(0.05)
+    finally:
+        os.close(master)
+        shell.wait(timeout=30)
+    assert done.read_text().strip() == "exit=0"
+    assert labels(call(alice, "team_show")) == {"alice@m1"}
+
+
+def test_a_team_change_from_a_tmux_window_an_agent_opened_still_waits_for_its_person(
+        make_hive: MakeHive, empty_runtime: Path, tmp_path: Path) -> None:
+    """``tmux new -d 'hive remove bob'`` from an agent's shell: the window's shell has a terminal of
+    its own and descends from a tmux server handed to init, but it carries the variable Claude
+    Code sets in every process it starts."""
+    alice, _bob, harness, link = a_team_without_desktops(make_hive, empty_runtime, tmp_path)
+    server, out = tmp_path / "tmux.sock", tmp_path / "out"
+    command = f"{shlex.join([*HIVE, 'remove', 'bob'])} 2>{out}.err; echo $? >{out}"
+    env = {**no_desktop_env(empty_runtime), "HIVE_HOME": str(alice.home), "CLAUDECODE": "1", "TERM": "xterm"}
+    subprocess.run([str(harness), "-c", "import subprocess, sys; subprocess.run(sys.argv[1:], check=True)",
+                    "tmux", "-S", str(server), "new-session", "-d", command], env=env, check=True, timeout=60,
+                   start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (out.exists() and out.read_text().strip()):
+            assert time.monotonic() < deadline, "the tmux window never ran the command"
+            time.sleep(0.05)
+    finally:
+        subprocess.run(["tmux", "-S", str(server), "kill-server"], capture_output=True, timeout=30)
+    assert out.read_text().strip() == "1" and "[needs_person]" in Path(f"{out}.err").read_text()
+    assert labels(call(alice, "team_show")) == {"alice@m1", "bob@m2"}
+    assert secret(alice) == roster.decode_ticket(link).secret
