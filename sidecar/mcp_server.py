@@ -70,6 +70,7 @@ CLIENT_AGENTS = {
     "gemini-cli-mcp-client": "gemini",
     "opencode": "opencode",
     "cursor": "cursor",
+    "pi": "pi",  # hive's own pi extension, which runs this server for its tools
 }
 # When a client does not identify itself (clientInfo is optional from protocol 2026-07-28 on),
 # the markers harnesses put in their children's environment still name the agent.
@@ -731,6 +732,15 @@ def build_server(tools: HiveTools, paths: StatePaths | None = None) -> MCPServer
         return await tools.run(ctx, lambda me: tools.cite_lesson(me, id, worked))
 
     return server
+
+
+def tool_table() -> list[dict[str, Any]]:
+    """Every tool as ``tools/list`` shows it (name, description, inputSchema, annotations).
+
+    pi has no MCP client: hive's pi extension registers these very tools and runs them through
+    this server (integrations/pi), so the two can never offer different tools."""
+    listed = anyio.run(build_server(HiveTools()).list_tools)
+    return [tool.model_dump(by_alias=True, exclude_none=True, mode="json") for tool in listed]
 
 
 def main() -> int:

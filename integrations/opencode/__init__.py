@@ -6,7 +6,7 @@ mcp-session-identity.md (opencode). There is no hooks file: a plugin in
 sidecar over its socket and injects itself (``tool.execute.after`` appends to the MCP result,
 ``chat.message`` adds a part to the prompt, ``session.idle`` delivers with
 ``client.session.promptAsync``, which also wakes an idle session: the push tier). The plugin is
-``plugin_template.ts`` with its ``__HIVE_COMMAND__`` placeholder replaced by the hive argv.
+``plugin_template.ts`` with hive's shared sidecar client written in (plugin_source).
 
 opencode rejects unknown keys in opencode.json, so the MCP entry carries only the measured keys,
 and its command is one argv array. The installer does not touch opencode's ``permission`` table.
@@ -14,16 +14,15 @@ and its command is one argv array. The installer does not touch opencode's ``per
 
 from __future__ import annotations
 
-import json
 from functools import cache
 from pathlib import Path
 
 from ..descriptor import HookPoint, Identity, InstallContext, NativeFile, Presence, Tiers
 from ..hookspecs import hookimpl
+from ..plugin_source import render
 
 NAME = "opencode"
 TEMPLATE = Path(__file__).with_name("plugin_template.ts")
-PLACEHOLDER = "__HIVE_COMMAND__"
 
 IDENTITY = Identity(
     name=NAME,
@@ -52,11 +51,8 @@ POINTS = [
 
 @cache
 def render_plugin(hive_command: tuple[str, ...]) -> str:
-    """The plugin source for a hive argv: the template with its one placeholder filled."""
-    template = TEMPLATE.read_text(encoding="utf-8")
-    if template.count(PLACEHOLDER) != 1:
-        raise ValueError(f"{TEMPLATE.name} must hold {PLACEHOLDER} exactly once")
-    return template.replace(PLACEHOLDER, json.dumps(list(hive_command)))
+    """The plugin source for a hive argv."""
+    return render(TEMPLATE, {"HIVE_COMMAND": list(hive_command)})
 
 
 @hookimpl

@@ -2,25 +2,28 @@
 
 Measured contract: ../shared/notes/harnesses.md §5 (pi 0.73.1), push.md §5 and
 mcp-session-identity.md (pi). pi has no MCP by design, so the extension in
-``{~/.pi/agent,.pi}/extensions/`` registers hive's tools with ``pi.registerTool`` bridged to
-the sidecar, injects at ``before_agent_start`` (a message) and ``tool_result`` (appended
-content), and pushes with ``pi.sendUserMessage``: ``deliverAs: "steer"`` while busy, a new turn
-when idle. The extension is ``extension_template.ts`` with ``__HIVE_COMMAND__`` filled in.
-Project extensions and ``.agents/skills`` load only once the person trusts the project.
+``{~/.pi/agent,.pi}/extensions/`` registers hive's tools with ``pi.registerTool``: every tool of
+hive's MCP server as its ``tools/list`` shows them (one table, ``mcp_server.tool_table``), run
+by that very server as a child of pi (``hive mcp``), except ``check_inbox``, which the extension
+answers itself so that pi, not the server, holds the mail it shows. It injects at
+``before_agent_start`` (a message) and ``tool_result`` (appended content), and pushes with
+``pi.sendUserMessage``: ``deliverAs: "steer"`` while busy, a new turn when idle. The extension
+is ``extension_template.ts`` with hive's shared sidecar client written in (plugin_source), the
+hive argv and the tool table. Project extensions and ``.agents/skills`` load only once the
+person trusts the project.
 """
 
 from __future__ import annotations
 
-import json
 from functools import cache
 from pathlib import Path
 
 from ..descriptor import HookPoint, Identity, InstallContext, NativeFile, Presence, Tiers
 from ..hookspecs import hookimpl
+from ..plugin_source import render
 
 NAME = "pi"
 TEMPLATE = Path(__file__).with_name("extension_template.ts")
-PLACEHOLDER = "__HIVE_COMMAND__"
 
 IDENTITY = Identity(
     name=NAME,
@@ -48,11 +51,10 @@ POINTS = [
 
 @cache
 def render_extension(hive_command: tuple[str, ...]) -> str:
-    """The extension source for a hive argv: the template with its one placeholder filled."""
-    template = TEMPLATE.read_text(encoding="utf-8")
-    if template.count(PLACEHOLDER) != 1:
-        raise ValueError(f"{TEMPLATE.name} must hold {PLACEHOLDER} exactly once")
-    return template.replace(PLACEHOLDER, json.dumps(list(hive_command)))
+    """The extension source for a hive argv, offering the tools hive's MCP server offers."""
+    from hive.sidecar.mcp_server import tool_table  # the MCP SDK: only when an extension is written
+
+    return render(TEMPLATE, {"HIVE_COMMAND": list(hive_command), "HIVE_TOOLS": tool_table()}, tables=("HIVE_TOOLS",))
 
 
 @hookimpl

@@ -55,7 +55,7 @@ async function run(command) {
   switch (command.do) {
     case "tools":
       return {
-        tools: [...tools.values()].map((t) => ({ name: t.name, parameters: t.parameters })),
+        tools: [...tools.values()].map((t) => ({ name: t.name, description: t.description, parameters: t.parameters })),
         events: [...handlers.keys()].sort(),
       };
     case "socket_writes":

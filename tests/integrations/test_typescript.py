@@ -28,6 +28,9 @@ from typing import Any
 
 import pytest
 
+from hive.integrations.opencode import render_plugin
+from hive.integrations.pi import render_extension
+from hive.sidecar.mcp_server import tool_table
 from tests.conftest import loopback_config
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,8 +45,7 @@ TYPE_PACKAGES = {
     "opencode": ["@opencode-ai/plugin", "@opencode-ai/sdk", "@types/node"],
     "pi": ["@mariozechner/pi-coding-agent", "typebox", "@types/node"],
 }
-PLACEHOLDER = "__HIVE_COMMAND__"
-PLACEHOLDER_LINE = f"const HIVE_COMMAND: string[] = {PLACEHOLDER};"
+RENDER = {"opencode": render_plugin, "pi": render_extension}
 SAMPLE_COMMAND = [sys.executable, "-m", "hive.sidecar.cli"]
 INSTALL_HINT = (
     "run `bash .ci/run`, or install the npm packages the tests need with "
@@ -77,10 +79,8 @@ def require_toolchain(harness: str) -> None:
 
 
 def render(harness: str, command: list[str]) -> str:
-    source = TEMPLATES[harness].read_text(encoding="utf-8")
-    assert source.count(PLACEHOLDER) == 1, f"{harness}: the placeholder must appear exactly once"
-    assert PLACEHOLDER_LINE in source.splitlines(), f"{harness}: the generator expects the line {PLACEHOLDER_LINE!r}"
-    return source.replace(PLACEHOLDER, json.dumps(command))
+    """The plugin as ``hive setup`` writes it for the hive argv ``command``."""
+    return RENDER[harness](tuple(command))
 
 
 def tsc_project(folder: Path, harness: str, command: list[str], emit: bool) -> Path:
@@ -560,8 +560,8 @@ def test_pi_extension_tools_push_and_injection(compiled: Callable[[str], Path], 
     session_id = "019a0000-0000-7000-8000-000000000001"
     driver = drivers("pi_driver.mjs", [str(compiled("pi")), session_id, str(project)], sidecar.env)
     listing = driver.call(do="tools")
-    assert sorted(t["name"] for t in listing["tools"]) == [
-        "check_inbox", "list_team", "rename", "send_message", "whoami"]
+    # The very tools hive's MCP server offers, described as it describes them (test_pi_tools_match_mcp).
+    assert sorted(t["name"] for t in listing["tools"]) == sorted(t["name"] for t in tool_table())
     assert {"session_start", "session_shutdown", "message_end", "tool_result", "before_agent_start",
             "before_provider_request"} <= set(listing["events"])
 
@@ -570,8 +570,10 @@ def test_pi_extension_tools_push_and_injection(compiled: Callable[[str], Path], 
     assert entry["address"] == "alice/engine-pi" and entry["tier"] == "push" and entry["live"]
     address = entry["address"]
 
+    # Run by hive's MCP server, a child of pi, which takes the session from the call's _meta.
     whoami = driver.call(do="tool", name="whoami")
-    assert "You are alice/engine-pi" in whoami["result"]["content"][0]["text"]
+    assert whoami["result"]["content"][0]["text"].startswith("You are alice/engine-pi (pi on ")
+    assert whoami["result"]["details"]["key"] == session_id and whoami["result"]["details"]["via"] == "meta"
 
     # A teammate session to talk to, registered over the socket like any client would.
     import socket as _socket
@@ -582,7 +584,7 @@ def test_pi_extension_tools_push_and_injection(compiled: Callable[[str], Path], 
             "key": "codex-thread-1", "agent": "codex", "cwd": "/srv/api", "tier": "turn"}}).encode() + b"\n")
         assert json.loads(raw.makefile().readline())["ok"]
     team = driver.call(do="tool", name="list_team")["result"]["content"][0]["text"]
-    assert team.startswith("You are alice/engine-pi.") and "alice/api-codex" in team
+    assert team.startswith("You are alice/engine-pi. Sessions on your team:") and "alice/api-codex" in team
     sent = driver.call(do="tool", name="send_message", params={"to": "alice/api-codex", "message": "which port?"})
     text = sent["result"]["content"][0]["text"]
     assert text.startswith("alice/api-codex: queued: it sees this at its next tool call")
@@ -653,9 +655,11 @@ def test_pi_extension_tools_push_and_injection(compiled: Callable[[str], Path], 
     eventually(lambda: sidecar.state(quiet["id"]) == "read", what="the prompt injection to be read")
 
     renamed = driver.call(do="tool", name="rename", params={"name": "engine-perf"})
-    assert "alice/engine-perf" in renamed["result"]["content"][0]["text"]
+    assert renamed["result"]["content"][0]["text"] == "You are now alice/engine-perf (was alice/engine-pi)."
     refused_name = driver.call(do="tool", name="rename", params={"name": "api-codex"})
     assert refused_name["error"].startswith("hive: ") and "already the name" in refused_name["error"]
+    # A tool the extension offered no copy of before: the digest, from the same server.
+    assert driver.call(do="tool", name="digest")["result"]["content"][0]["text"]
 
     driver.call(do="emit", event="session_shutdown", payload={"reason": "quit"})
     eventually(lambda: not sidecar.session("pi")["live"], what="the pi session to end")
@@ -694,7 +698,7 @@ def test_pi_tools_report_an_unreachable_sidecar(compiled: Callable[[str], Path],
     driver = drivers("pi_driver.mjs", [str(compiled("pi")), "s-1", str(tmp_path)], env)
     driver.call(do="emit", event="session_start", payload={"reason": "startup"})
     failed = driver.call(do="tool", name="list_team")
-    assert failed["error"].startswith("hive: ") and "not reachable" in failed["error"]
+    assert failed["error"].startswith("hive: ") and "cannot start a sidecar" in failed["error"]
     quiet = driver.call(do="emit", event="tool_result", payload={
         "toolName": "bash", "toolCallId": "t", "input": {}, "content": [], "isError": False, "details": None})
     assert quiet["results"] == [None]
@@ -923,3 +927,24 @@ def test_opencode_plugin_in_real_opencode(sidecar: Sidecar, tmp_path: Path) -> N
             process.wait()
         log.close()
         model.close()
+
+
+def test_pi_offers_every_tool_hive_mcp_lists_and_describes_each_as_it_does(
+        compiled: Callable[[str], Path], drivers: Any, sidecar: Sidecar, tmp_path: Path) -> None:
+    """One tool table: what pi's model is offered is what `hive mcp` lists to an MCP client."""
+    import anyio
+    from mcp.client import Client
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    async def listed(errlog: Any) -> dict[str, tuple[str | None, dict[str, Any]]]:
+        params = StdioServerParameters(command=SAMPLE_COMMAND[0], args=[*SAMPLE_COMMAND[1:], "mcp"], env=sidecar.env,
+                                       cwd=tmp_path)
+        async with Client(stdio_client(params, errlog=errlog)) as session:
+            return {t.name: (t.description, t.input_schema) for t in (await session.list_tools()).tools}
+
+    driver = drivers("pi_driver.mjs", [str(compiled("pi")), "019a0000-0000-7000-8000-0000000000e1", str(tmp_path)],
+                     sidecar.env)
+    offered = {t["name"]: (t["description"], t["parameters"]) for t in driver.call(do="tools")["tools"]}
+    with open(tmp_path / "mcp.stderr", "w") as errlog:
+        assert offered == anyio.run(listed, errlog)
+    assert len(offered) == 12

@@ -18,14 +18,20 @@
 
 import type { Plugin } from "@opencode-ai/plugin";
 import type { Event, TextPart } from "@opencode-ai/sdk";
-import { execFile } from "node:child_process";
 import { randomBytes } from "node:crypto";
+
+// hive's sidecar client for the plugins that run inside a harness (opencode, pi): one copy,
+// written into each plugin by `hive integrations build` and `hive setup` in place of the
+// template's client line (integrations/plugin_source.py). Edit it here. It speaks the sidecar's NDJSON protocol over
+// its socket, found with `hive status --json` (which starts the sidecar when it is not running),
+// and never throws: a failure is a reply with ok false.
+
+import { execFile } from "node:child_process";
 import { createConnection, type Socket } from "node:net";
 
 const HIVE_COMMAND: string[] = ["hive"];
 
 const CALL_TIMEOUT_MS = 1500;
-const PROMPT_TIMEOUT_MS = 5000;
 // `hive status` may have to start the sidecar, which waits up to 10 s for it to listen.
 const DISCOVER_TIMEOUT_MS = 15000;
 const RETRY_MIN_MS = 1000;
@@ -52,6 +58,10 @@ function isRecord(value: unknown): value is Record<string, unknown> {
 
 function strings(value: unknown): string[] {
   return Array.isArray(value) ? value.filter((v): v is string => typeof v === "string") : [];
+}
+
+function text(value: unknown): string {
+  return typeof value === "string" ? value : "";
 }
 
 function withTimeout<T>(promise: Promise<T>, ms: number, fallback: T): Promise<T> {
@@ -114,6 +124,7 @@ class Link {
   private retryAt = 0;
   private backoff = RETRY_MIN_MS;
   private retryTimer: ReturnType<typeof setTimeout> | null = null;
+  private closed = false;
   // Registration is per connection: the sidecar pushes only to the connection that registered.
   private registered = new Map<string, Promise<boolean>>();
   readonly sessions = new Map<string, Record<string, unknown>>();
@@ -125,6 +136,7 @@ class Link {
   }
 
   private ensureConnected(): Promise<boolean> {
+    if (this.closed) return Promise.resolve(false);
     if (this.connected()) return Promise.resolve(true);
     if (this.connecting) return this.connecting;
     if (Date.now() < this.retryAt) return Promise.resolve(false);
@@ -152,8 +164,8 @@ class Link {
     this.retryAt = Date.now() + this.backoff;
     const delay = this.backoff;
     this.backoff = Math.min(this.backoff * 2, RETRY_MAX_MS);
-    if (this.retryTimer || this.sessions.size === 0) return;
-    // Push only works over a live connection, so come back without waiting for a hook.
+    if (this.closed || this.retryTimer || this.sessions.size === 0) return;
+    // Push only works over a live connection, so come back without waiting for an event.
     this.retryTimer = setTimeout(() => {
       this.retryTimer = null;
       void this.ensureConnected();
@@ -165,7 +177,7 @@ class Link {
     // A known socket path is tried first: reconnecting must not spawn a process each time.
     if (this.socketPath && (await this.attach(this.socketPath))) return true;
     const found = await discoverSocket();
-    if (!found) return false;
+    if (!found || this.closed) return false;
     this.socketPath = found;
     return this.attach(found);
   }
@@ -181,10 +193,15 @@ class Link {
       };
       socket.setEncoding("utf8");
       socket.on("connect", () => {
+        if (this.closed) {
+          socket.destroy();
+          finish(false);
+          return;
+        }
         this.socket = socket;
         this.buffer = "";
         this.registered = new Map();
-        // The plugin must never keep opencode alive (`opencode run` exits when its turn ends).
+        // A plugin must never keep its harness alive (`pi -p` and `opencode run` exit when their run ends).
         socket.unref();
         finish(true);
       });
@@ -253,7 +270,7 @@ class Link {
   /** One request; never rejects. A request that times out drops the connection (a hung sidecar). */
   async call(op: string, args: Record<string, unknown>, timeoutMs = CALL_TIMEOUT_MS): Promise<Reply> {
     const started = Date.now();
-    const up = await withTimeout(this.ensureConnected(), timeoutMs, false);
+    const up = await withTimeout(this.ensureConnected(), Math.min(timeoutMs, DISCOVER_TIMEOUT_MS), false);
     const socket = this.socket;
     if (!up || !socket || !this.connected()) {
       return { ok: false, code: "unreachable", message: "the hive sidecar is not reachable" };
@@ -283,13 +300,13 @@ class Link {
     if (this.pending.size === 0 && !socket.destroyed) socket.unref();
   }
 
-  /** Send without waiting for the answer (confirmations, session end). */
+  /** Send without waiting for the answer (confirmations, releases). */
   notify(op: string, args: Record<string, unknown>): void {
     void this.call(op, args);
   }
 
   track(key: string, info: Record<string, unknown>): void {
-    if (!this.sessions.has(key)) this.sessions.set(key, info);
+    this.sessions.set(key, info);
   }
 
   forget(key: string): void {
@@ -309,7 +326,51 @@ class Link {
     this.registered.set(key, attempt);
     return attempt;
   }
+
+  close(): void {
+    this.closed = true;
+    if (this.retryTimer) clearTimeout(this.retryTimer);
+    this.retryTimer = null;
+    this.sessions.clear();
+    this.socket?.destroy();
+  }
 }
+
+// The sidecar defangs bodies, so "<hive-message " only ever starts a frame: splitting there
+// recovers each message's own frame, keyed by its id attribute.
+function framesById(all: string): Map<string, string> {
+  const frames = new Map<string, string>();
+  for (const chunk of all.split(/\n\n(?=<hive-message )/)) {
+    const match = /^<hive-message [^>\n]*?\bid="([^"]+)"/.exec(chunk);
+    if (match?.[1]) frames.set(match[1], chunk);
+  }
+  return frames;
+}
+
+function readMail(result: Record<string, unknown>): Mail {
+  const ids = strings(result.ids);
+  const wake: string[] = [];
+  if (Array.isArray(result.messages)) {
+    for (const message of result.messages) {
+      if (isRecord(message) && typeof message.id === "string" && message.fyi !== true) wake.push(message.id);
+    }
+  }
+  return { ids, wake, text: text(result.text) };
+}
+
+/** The frames of `wanted`, or null when one of them cannot be cut out of the text. */
+function framesOf(mail: Mail, wanted: string[]): string | null {
+  const frames = framesById(mail.text);
+  const parts: string[] = [];
+  for (const id of wanted) {
+    const frame = frames.get(id);
+    if (frame === undefined) return null;
+    parts.push(frame);
+  }
+  return parts.join("\n\n");
+}
+
+const PROMPT_TIMEOUT_MS = 5000;
 
 const BASE62 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz";
 let lastStamp = 0;
@@ -330,46 +391,12 @@ function newPartId(): string {
   return `prt_${stamp}${tail}`;
 }
 
-// The sidecar defangs bodies, so "<hive-message " only ever starts a frame: splitting there
-// recovers each message's own frame, keyed by its id attribute.
-function framesById(text: string): Map<string, string> {
-  const frames = new Map<string, string>();
-  for (const chunk of text.split(/\n\n(?=<hive-message )/)) {
-    const match = /^<hive-message [^>\n]*?\bid="([^"]+)"/.exec(chunk);
-    if (match?.[1]) frames.set(match[1], chunk);
-  }
-  return frames;
-}
-
 // opencode's placeholder until it has named the session from the first prompt: not a title.
 const PLACEHOLDER_TITLE = /^(New|Child) session - \d{4}-\d{2}-\d{2}T/;
 
 interface Doing {
   title?: string;
   todos?: Array<{ content: string; status: string }>;
-}
-
-function readMail(result: Record<string, unknown>): Mail {
-  const ids = strings(result.ids);
-  const wake: string[] = [];
-  if (Array.isArray(result.messages)) {
-    for (const message of result.messages) {
-      if (isRecord(message) && typeof message.id === "string" && message.fyi !== true) wake.push(message.id);
-    }
-  }
-  return { ids, wake, text: typeof result.text === "string" ? result.text : "" };
-}
-
-/** The text of the waking messages only, or null when it cannot be cut out reliably. */
-function wakeText(mail: Mail): string | null {
-  const frames = framesById(mail.text);
-  const parts: string[] = [];
-  for (const id of mail.wake) {
-    const frame = frames.get(id);
-    if (frame === undefined) return null;
-    parts.push(frame);
-  }
-  return parts.join("\n\n");
 }
 
 export const HivePlugin: Plugin = async ({ client, directory, worktree }) => {
@@ -553,7 +580,7 @@ export const HivePlugin: Plugin = async ({ client, directory, worktree }) => {
           release(mail.ids);
           return;
         }
-        const cut = wakeText(mail);
+        const cut = framesOf(mail, mail.wake);
         const text = cut ?? mail.text;
         const shown = cut === null ? mail.ids : mail.wake;
         // MCP tools hand back the raw MCP result here; built-in tools a string output.
