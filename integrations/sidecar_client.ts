@@ -283,6 +283,16 @@ class Link {
     void this.call(op, args);
   }
 
+  /**
+   * Tell the sidecar what the harness did, as a hook would (op plugin_event: `event` is the
+   * harness's own name for it). Resolves to the text to add to a tool result (turn-tier lessons),
+   * "" when there is none or on any failure.
+   */
+  async observed(harness: string, event: string, payload: Record<string, unknown>): Promise<string> {
+    const reply = await this.call("plugin_event", { harness, event, payload, env: {} });
+    return reply.ok && typeof reply.result.text === "string" ? reply.result.text : "";
+  }
+
   track(key: string, info: Record<string, unknown>): void {
     this.sessions.set(key, info);
   }

@@ -406,6 +406,45 @@ async def _turn_ended(sidecar: Sidecar, session: Session) -> None:
         log.exception("the gate's turn breakpoint failed")
 
 
+async def plugin_event(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """What a plugin inside its harness saw (opencode, pi), told as a hook would tell it
+    (``harness``, ``event``: the native name, ``payload``).
+
+    It becomes the same normalized events (busy and idle, files, HEAD, overlaps, doing, commands
+    for the gate), a prompt restarts the session's loop-guard runs, and a turn's end is the
+    gate's breakpoint. At a tool result the reply's ``text`` holds the turn-tier lessons due,
+    which the plugin adds to that result itself. Mail is no part of it: a plugin takes and holds
+    its mail with inbox, hold and seen, so an event never shows or confirms any. A session the
+    plugin has not registered is not made up here: the event is dropped.
+    """
+    caller = understand(request)
+    point = caller.point
+    session = sidecar.sessions.by_key.get(caller.key) if caller.key else None
+    nothing: dict[str, Any] = {"text": ""}
+    if point is None or session is None or session.ended_at is not None:
+        return nothing
+    if await folders.is_off(sidecar, session.cwd):
+        return nothing
+    sidecar.sessions.seen(session)
+    try:
+        await observe.ingest(sidecar, caller.harness.name, point, caller.payload, session,
+                             caller.harness.presence())
+    except Exception:
+        log.exception("recording the plugin's events failed")
+    _note_activity(caller, point, session.key)
+    if point.event == "prompt.submitted":
+        await sidecar.guards.prompted(sidecar.sessions.address(session))
+    if point.event == "turn.stop":
+        await _turn_ended(sidecar, session)
+    if point.event != "tool.after":
+        return nothing
+    lessons = await lesson_turn.due(sidecar, session, point, caller.payload)
+    if not lessons.lines:
+        return nothing
+    await lesson_turn.shown(sidecar, session, lessons)
+    return {"text": lessons.text}
+
+
 async def watch(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     caller = understand(request)
     if caller.key is None:
@@ -494,4 +533,5 @@ def _plugin_session(sidecar: Sidecar, request: dict[str, Any]) -> Session:
     return session
 
 
-OPS = {"hook": hook, "hook_written": hook_written, "watch": watch, "hold": hold, "seen": seen, "doing": doing}
+OPS = {"hook": hook, "hook_written": hook_written, "watch": watch, "hold": hold, "seen": seen, "doing": doing,
+       "plugin_event": plugin_event}

@@ -490,6 +490,10 @@ class Sidecar:
         if isinstance(info.get("cwd"), str) and await folders.is_off(self, info["cwd"]):
             raise Refused(f"the person turned hive off in this folder ({info['cwd']}); `hive folder PATH on` "
                           "turns it back on")
+        if isinstance(info.get("cwd"), str):
+            # The repository around it, as a hook's registration finds it: a plugin's or MCP
+            # server's session is then one of that repository's for overlaps and project lessons.
+            info = {**hooks.git_facts(info["cwd"]), **info}
         hold = bool(request.get("hold") or request.get("push"))
         session, new = await self.sessions.register(info, conn.id if hold else None)
         attachments.note_plugin_folder(session, info, conn.pid, registry.binaries())

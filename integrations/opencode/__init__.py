@@ -43,6 +43,7 @@ IDENTITY = Identity(
 POINTS = [
     HookPoint("session.created", "session.start"),
     HookPoint("chat.message", "prompt.submitted", inject="plugin"),
+    HookPoint("tool.execute.before", "tool.before"),
     HookPoint("tool.execute.after", "tool.after", inject="plugin", wakes_only=True),
     HookPoint("session.idle", "turn.stop", inject="plugin"),
     HookPoint("session.deleted", "session.end"),

@@ -152,6 +152,29 @@ export const HivePlugin: Plugin = async ({ client, directory, worktree }) => {
     await pushInto(session, mail.ids, mail.text);
   }
 
+  /** What opencode did, told as a hook would tell it (see Link.observed); the text for a tool result. */
+  function report(session: string, event: string, payload: Record<string, unknown>): Promise<string> {
+    return link.observed("opencode", event, { ...payload, sessionID: session, directory });
+  }
+
+  function toolPayload(input: { tool: string; callID: string }, args: unknown): Record<string, unknown> {
+    return { tool: input.tool, callID: input.callID, args: isRecord(args) ? args : {} };
+  }
+
+  /** Add text to a tool's result: MCP tools hand back the raw MCP result here, built-in tools a string output. */
+  function append(output: { output: string }, text: string): boolean {
+    const raw: unknown = output;
+    if (isRecord(raw) && Array.isArray(raw.content)) {
+      raw.content.push({ type: "text", text });
+      return true;
+    }
+    if (typeof output.output === "string") {
+      output.output = output.output ? `${output.output}\n\n${text}` : text;
+      return true;
+    }
+    return false;
+  }
+
   function onEvent(event: Event): void {
     switch (event.type) {
       case "session.created": {
@@ -191,7 +214,9 @@ export const HivePlugin: Plugin = async ({ client, directory, worktree }) => {
       }
       case "session.idle": {
         const key = see(event.properties.sessionID);
-        if (key) void drainIdle(key).catch(() => undefined);
+        if (!key) return;
+        void report(key, "session.idle", {});
+        void drainIdle(key).catch(() => undefined);
         return;
       }
       default:
@@ -211,7 +236,7 @@ export const HivePlugin: Plugin = async ({ client, directory, worktree }) => {
     "tool.execute.before": async (input, output) => {
       try {
         const key = see(input.sessionID);
-        if (key) void link.register(key);
+        if (key) void link.register(key).then(() => report(key, "tool.execute.before", toolPayload(input, output.args)));
         // hive's MCP server is shared by every session of this opencode process and is told
         // nothing about the caller, so the session rides along as an argument it strips.
         const args: unknown = output.args;
@@ -225,7 +250,11 @@ export const HivePlugin: Plugin = async ({ client, directory, worktree }) => {
       try {
         const key = see(input.sessionID);
         if (!key) return;
-        const mail = await takeMail(key);
+        const payload = toolPayload(input, input.args);
+        const exit: unknown = isRecord(output.metadata) ? output.metadata.exit : undefined;
+        if (typeof exit === "number") payload.tool_output = { exit_code: exit };
+        const [lessons, mail] = await Promise.all([report(key, "tool.execute.after", payload), takeMail(key)]);
+        if (lessons) append(output, lessons);
         if (!mail) return;
         // Mid-turn, only mail that asked to wake the agent interrupts it; fyi mail waits.
         if (mail.wake.length === 0) {
@@ -233,19 +262,8 @@ export const HivePlugin: Plugin = async ({ client, directory, worktree }) => {
           return;
         }
         const cut = framesOf(mail, mail.wake);
-        const text = cut ?? mail.text;
         const shown = cut === null ? mail.ids : mail.wake;
-        // MCP tools hand back the raw MCP result here; built-in tools a string output.
-        const raw: unknown = output;
-        let injected = false;
-        if (isRecord(raw) && Array.isArray(raw.content)) {
-          raw.content.push({ type: "text", text });
-          injected = true;
-        } else if (typeof output.output === "string") {
-          output.output = output.output ? `${output.output}\n\n${text}` : text;
-          injected = true;
-        }
-        if (injected) {
+        if (append(output, cut ?? mail.text)) {
           hold(key, shown);
           release(mail.ids.filter((id) => !shown.includes(id)));
         } else {
@@ -260,6 +278,8 @@ export const HivePlugin: Plugin = async ({ client, directory, worktree }) => {
       try {
         const key = see(input.sessionID);
         if (!key) return;
+        const prompt = output.parts.map((part) => (part.type === "text" ? part.text : "")).join("\n");
+        void link.register(key).then(() => report(key, "chat.message", { prompt }));
         const mail = await takeMail(key);
         if (!mail) return;
         const part: TextPart = {

@@ -43,6 +43,7 @@ IDENTITY = Identity(
 POINTS = [
     HookPoint("session_start", "session.start"),
     HookPoint("before_agent_start", "prompt.submitted", inject="plugin"),
+    HookPoint("tool_call", "tool.before"),
     HookPoint("tool_result", "tool.after", inject="plugin", wakes_only=True),
     HookPoint("agent_end", "turn.stop"),
     HookPoint("session_shutdown", "session.end"),

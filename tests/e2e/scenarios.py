@@ -29,6 +29,7 @@ from typing import Any
 
 from hive.sidecar.defang import defang
 from tests.conftest import on_failure, tail
+from tests.sidecar.lesson_steps import approve, propose, state
 
 from .conftest import HarnessMachine, Team, contract, wait_for
 from .model_server import Call, ModelServer, Request, Script, Step, call, say
@@ -277,3 +278,50 @@ def hung_sidecar(runner: Runner, team: Team, model: ModelServer, quick: Call) ->
     assert run.process.returncode == 0, f"{who}: exited {run.process.returncode}:\n{output}\n{model.transcript()}"
     assert "next" in answered, f"{who}: no model call after the tool:\n{model.transcript()}"
     return answered["next"] - answered["at"]
+
+
+def lesson_and_files_after_a_write(runner: Runner, team: Team, model: ModelServer, write: Call, lesson_id: str) -> str:
+    """A harness whose plugin reports what it does (opencode, pi) writes ``src/app.py``: the
+    verified lesson about that file reaches the model once, right after the write's result, and
+    bob's ``who`` lists the file under alice's session. Returns the lesson line as the model saw it."""
+    machine, who = team.machine, contract(runner.harness)
+    # The slow command after the write keeps the session running while bob looks.
+    model.script = Script({"E2E-WRITE": [Step(calls=(write,)), Step(calls=(runner.sleep,)), say("written")]})
+    run = runner.start(machine, model, "E2E-WRITE: go ahead", False)
+    wait_for(lambda: any(s["agent"] == runner.agent and "src/app.py" in s["files"]
+                         for s in team.bob_ok("who", all=True)["sessions"]), timeout=60,
+             what=f"{who}: bob's who to list the file alice's session wrote")
+    output = run.finish(timeout=120)
+    assert run.process.returncode == 0, f"{who}: exited {run.process.returncode}:\n{output}\n{model.transcript()}"
+    assert not model.errors, f"{who}: the script failed: {model.errors}\n{output}"
+    opening = "<hive-lesson id="
+    requests = model.main()
+    carriers = [n for n, r in enumerate(requests) if opening in r.text]
+    assert carriers, f"{who}: the lesson never reached the model:\n{model.transcript()}\n{output[-3000:]}"
+    first = requests[carriers[0]]
+    called = next((n for n, t in enumerate(first.turns) if write.tool in t.calls), None)
+    lesson = next(n for n, t in enumerate(first.turns) if opening in t.text)
+    assert called is not None and lesson > called, f"{who}: the lesson came before the write:\n{model.transcript()}"
+    for n in carriers:
+        assert requests[n].text.count(opening) == 1, f"{who}: the lesson came more than once:\n{requests[n].text}"
+    line = first.turns[lesson].text
+    line = line[line.index(opening):].split("\n", 1)[0]
+    assert f'id="{lesson_id[:12]}"' in line and " verified>" in line, f"{who}: the lesson line:\n{line}"
+    return line
+
+
+def verified_lesson(machine: HarnessMachine, text: str, evidence: str) -> str:
+    """A lesson of alice's repository, proposed and approved by alice typing the verdict at her terminal."""
+    alice = machine.hive_raw
+    lesson_id = str(propose(alice, text, scope="project", evidence=(evidence,), cwd=machine.project)["id"])
+    approve(alice, lesson_id, cwd=machine.project)
+    assert state(alice, lesson_id) == "verified"
+    return lesson_id
+
+
+def git_project(machine: HarnessMachine) -> None:
+    """alice's project as a clone of acme/api: overlaps are per repository."""
+    subprocess.run(["git", "init", "-q", "-b", "main", str(machine.project)], check=True)
+    subprocess.run(["git", "-C", str(machine.project), "remote", "add", "origin", "https://github.com/acme/api.git"],
+                   check=True)
+    (machine.project / "src").mkdir()

@@ -17,18 +17,15 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.sidecar.lesson_steps import approve, propose, state
-
 from . import test_claude_code, test_gemini, test_opencode
 from .conftest import HarnessMachine, Team, cli, contract, harness_team, wait_for
 from .model_server import ModelServer, Script, call, say
-from .scenarios import Run, killed_before_next_call, spawn
+from .scenarios import Run, git_project, killed_before_next_call, spawn, verified_lesson
 
 
 @pytest.fixture
@@ -48,14 +45,6 @@ def opencode_team(model: ModelServer, keys_in_files: None, opencode_plugin: Path
     with harness_team(test_opencode.HARNESS, before_setup=test_opencode.write_config,
                       opencode_plugin=opencode_plugin) as team:
         yield team
-
-
-def git_project(machine: HarnessMachine) -> None:
-    """alice's project as a clone of acme/api: overlaps are per repository."""
-    subprocess.run(["git", "init", "-q", "-b", "main", str(machine.project)], check=True)
-    subprocess.run(["git", "-C", str(machine.project), "remote", "add", "origin", "https://github.com/acme/api.git"],
-                   check=True)
-    (machine.project / "src").mkdir()
 
 
 def test_claude_code_killed_before_its_next_model_call_gets_the_mail_again_in_the_next_turn(
@@ -155,15 +144,6 @@ def test_a_verified_lesson_matching_a_failed_commands_error_reaches_the_claude_c
     ]})
     line = lesson_after_tool(machine, model, "E2E-FAILING: go ahead", "Bash", lesson_id, "Bash")
     assert 'why="error"' in line, f"{contract(test_claude_code.HARNESS)}: {line}"
-
-
-def verified_lesson(machine: HarnessMachine, text: str, evidence: str) -> str:
-    """A lesson of alice's repository, proposed and approved by alice typing the verdict at her terminal."""
-    alice = machine.hive_raw
-    lesson_id = str(propose(alice, text, scope="project", evidence=(evidence,), cwd=machine.project)["id"])
-    approve(alice, lesson_id, cwd=machine.project)
-    assert state(alice, lesson_id) == "verified"
-    return lesson_id
 
 
 def lesson_after_tool(machine: HarnessMachine, model: ModelServer, prompt: str, tool: str, lesson_id: str,

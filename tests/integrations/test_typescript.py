@@ -17,6 +17,7 @@ import json
 import os
 import queue
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -948,3 +949,80 @@ def test_pi_offers_every_tool_hive_mcp_lists_and_describes_each_as_it_does(
     with open(tmp_path / "mcp.stderr", "w") as errlog:
         assert offered == anyio.run(listed, errlog)
     assert len(offered) == 12
+
+
+def test_pi_tells_what_it_does_as_a_hooked_harness_would_busy_idle_files_and_overlaps_on_both_sides(
+        compiled: Callable[[str], Path], drivers: Any, sidecar: Sidecar, tmp_path: Path) -> None:
+    project = tmp_path / "engine"
+    (project / ".git").mkdir(parents=True)
+    (project / "src").mkdir()
+    edited = project / "src" / "auth.py"
+    edited.write_text("token = None\n")
+    driver = drivers("pi_driver.mjs", [str(compiled("pi")), "019a0000-0000-7000-8000-0000000000f1", str(project)],
+                     sidecar.env)
+    driver.call(do="emit", event="session_start", payload={"reason": "startup"})
+    eventually(lambda: sidecar.session("pi"), what="the pi session to register")
+    driver.call(do="emit", event="before_agent_start", payload={"prompt": "fix the token refresh", "systemPrompt": ""})
+    eventually(lambda: sidecar.session("pi")["state"] == "busy", what="the prompt to make pi busy")
+    # A Claude Code session of the same person edited the same file a moment ago (its hook says so).
+    with socket.socket(socket.AF_UNIX) as raw:
+        raw.connect(sidecar.json("status")["socket"])
+        stream = raw.makefile("rw")
+        for n, event in enumerate(("SessionStart", "PostToolUse")):
+            payload = {"session_id": "cc-1", "cwd": str(project), "hook_event_name": event}
+            if event == "PostToolUse":
+                payload.update(tool_name="Edit", tool_use_id="toolu_1", tool_response={"success": True},
+                               tool_input={"file_path": str(edited), "old_string": "a", "new_string": "b"})
+            stream.write(json.dumps({"id": n, "op": "hook", "harness": "claude-code", "event": event,
+                                     "payload": payload, "env": {"CLAUDECODE": "1"}}) + "\n")
+            stream.flush()
+            assert json.loads(stream.readline())["ok"]
+    call = {"toolName": "edit", "toolCallId": "call-7", "input": {"path": str(edited), "oldText": "None",
+                                                                   "newText": "refresh()"}}
+    driver.call(do="emit", event="tool_call", payload=call)
+    driver.call(do="emit", event="tool_result", payload={**call, "content": [{"type": "text", "text": "ok"}],
+                                                         "isError": False, "details": None})
+    entry = eventually(lambda: (s := sidecar.session("pi")) and "src/auth.py" in s["files"] and s,
+                       what="pi's edit to show in who")
+    assert entry["state"] == "busy"
+    # Both sessions are offered a notice of the other (the gate picks the moment), once each.
+    claude = next(s for s in sidecar.json("who")["sessions"] if s["agent"] == "claude-code")
+
+    def offered(session: str) -> list[str]:
+        found = sidecar.json("events", "--session", session)["events"]
+        return [json.loads(e["detail"])["other"] for e in found if e["action"] == "overlap.offered"]
+
+    eventually(lambda: offered("cc-1") == [entry["address"]], what="the Claude Code session's notice")
+    assert offered("019a0000-0000-7000-8000-0000000000f1") == [claude["address"]]
+    driver.call(do="emit", event="agent_end", payload={"messages": []})
+    eventually(lambda: sidecar.session("pi")["state"] == "idle", what="the end of the run to make pi idle")
+    recorded = sidecar.json("events", "--session", "019a0000-0000-7000-8000-0000000000f1")["events"]
+    assert {("file.modified", "plugin")} <= {(e["action"], e["method"]) for e in recorded}
+
+
+def test_opencode_tells_what_it_does_as_a_hooked_harness_would_busy_idle_files_and_commands(
+        compiled: Callable[[str], Path], drivers: Any, sidecar: Sidecar, tmp_path: Path) -> None:
+    project = tmp_path / "webapp"
+    (project / ".git").mkdir(parents=True)
+    edited = project / "src" / "auth.ts"
+    driver = drivers("opencode_driver.mjs", [str(compiled("opencode"))], sidecar.env)
+    driver.call(do="load", directory=str(project))
+    driver.call(do="event", instance=0, event=created("ses_work"))
+    eventually(lambda: sidecar.session("opencode"), what="the opencode session to register")
+    driver.call(do="hook", instance=0, name="chat.message", input={"sessionID": "ses_work"},
+                output={"message": {"id": "msg_1", "sessionID": "ses_work"},
+                        "parts": [{"type": "text", "text": "fix the token refresh"}]})
+    eventually(lambda: sidecar.session("opencode")["state"] == "busy", what="the prompt to make opencode busy")
+    for tool, args, metadata in (("edit", {"filePath": str(edited), "oldString": "a", "newString": "b"}, {}),
+                                 ("bash", {"command": "npm test"}, {"exit": 1})):
+        call = {"tool": tool, "sessionID": "ses_work", "callID": f"call_{tool}"}
+        driver.call(do="hook", instance=0, name="tool.execute.before", input=call, output={"args": dict(args)})
+        driver.call(do="hook", instance=0, name="tool.execute.after", input={**call, "args": args},
+                    output={"title": tool, "output": "done", "metadata": metadata})
+    eventually(lambda: "src/auth.ts" in sidecar.session("opencode")["files"], what="the edit to show in who")
+    recorded = sidecar.json("events", "--session", "ses_work")["events"]
+    commands = [(e["command"], e["exit_code"]) for e in recorded if e["action"] == "command.executed"]
+    assert commands == [("npm test", 1)]
+    assert {e["method"] for e in recorded} == {"plugin"}
+    driver.call(do="event", instance=0, event={"type": "session.idle", "properties": {"sessionID": "ses_work"}})
+    eventually(lambda: sidecar.session("opencode")["state"] == "idle", what="session.idle to make opencode idle")

@@ -521,8 +521,8 @@ FREE_OPS = {
     "gate_acted", "gate_breakpoint", "gate_fact", "gate_ledger", "gate_measures", "gate_offer", "gate_promote",
     "gate_shadow", "gate_why", "held", "hold", "hook", "hook_written", "inbox", "lesson_cite", "lesson_context",
     "lesson_import", "lesson_list", "lesson_pending", "lesson_promote", "lesson_propose", "lesson_retract",
-    "lesson_search", "lesson_show", "lesson_sync_ingest", "lesson_sync_status", "mesh", "ping", "project_join",
-    "project_show", "register", "seen", "sent", "set_status", "shutdown", "status",
+    "lesson_search", "lesson_show", "lesson_sync_ingest", "lesson_sync_status", "mesh", "ping", "plugin_event",
+    "project_join", "project_show", "register", "seen", "sent", "set_status", "shutdown", "status",
     "stop_waiting", "team_show", "undelivered", "unread", "watch", "who",
 }
 

@@ -305,6 +305,16 @@ class Link {
     void this.call(op, args);
   }
 
+  /**
+   * Tell the sidecar what the harness did, as a hook would (op plugin_event: `event` is the
+   * harness's own name for it). Resolves to the text to add to a tool result (turn-tier lessons),
+   * "" when there is none or on any failure.
+   */
+  async observed(harness: string, event: string, payload: Record<string, unknown>): Promise<string> {
+    const reply = await this.call("plugin_event", { harness, event, payload, env: {} });
+    return reply.ok && typeof reply.result.text === "string" ? reply.result.text : "";
+  }
+
   track(key: string, info: Record<string, unknown>): void {
     this.sessions.set(key, info);
   }
@@ -1323,6 +1333,12 @@ export default function (pi: ExtensionAPI) {
 
   pi.on("agent_end", async (_event, ctx) => {
     void tellName(ctx).catch(() => undefined);
+    try {
+      const session = sessionOf(ctx);
+      void report(session, "agent_end", {}, ctx);
+    } catch {
+      // fail open
+    }
   });
 
   pi.on("session_shutdown", async (event) => {
@@ -1358,29 +1374,45 @@ export default function (pi: ExtensionAPI) {
     }
   });
 
+  /** What pi did, told as a hook would tell it (see Link.observed); the text for a tool result. */
+  function report(session: string, event: string, payload: Record<string, unknown>, ctx: ExtensionContext) {
+    return link.observed("pi", event, { ...payload, sessionId: session, cwd: ctx.cwd });
+  }
+
+  pi.on("tool_call", async (event, ctx) => {
+    try {
+      const session = sessionOf(ctx);
+      const payload = { toolName: event.toolName, toolCallId: event.toolCallId, input: event.input };
+      void link.register(session).then(() => report(session, "tool_call", payload, ctx));
+    } catch {
+      // fail open
+    }
+    return undefined; // the call goes ahead as the model asked
+  });
+
   pi.on("tool_result", async (event, ctx) => {
     try {
       const session = sessionOf(ctx);
-      const mail = await takeMail(session);
-      if (!mail) return;
+      const payload = { toolName: event.toolName, toolCallId: event.toolCallId, input: event.input };
+      const [lessons, mail] = await Promise.all([report(session, "tool_result", payload, ctx), takeMail(session)]);
+      const added = lessons ? [{ type: "text" as const, text: lessons }] : [];
       // Mid-run, only mail that asked to wake the agent interrupts it; fyi mail waits.
-      if (mail.wake.length === 0) {
-        release(mail.ids);
-        return;
-      }
+      if (mail && mail.wake.length === 0) release(mail.ids);
+      if (!mail || mail.wake.length === 0) return added.length ? { content: [...event.content, ...added] } : undefined;
       const cut = framesOf(mail, mail.wake);
       const shown = cut === null ? mail.ids : mail.wake;
       hold(session, shown, true);
       release(mail.ids.filter((id) => !shown.includes(id)));
-      return { content: [...event.content, { type: "text", text: cut ?? mail.text }] };
+      return { content: [...event.content, ...added, { type: "text", text: cut ?? mail.text }] };
     } catch {
       return;
     }
   });
 
-  pi.on("before_agent_start", async (_event, ctx) => {
+  pi.on("before_agent_start", async (event, ctx) => {
     try {
       const session = sessionOf(ctx);
+      void link.register(session).then(() => report(session, "before_agent_start", { prompt: event.prompt }, ctx));
       const mail = await takeMail(session);
       if (!mail) return;
       hold(session, mail.ids, true);
