@@ -167,7 +167,18 @@ def round_trip(runner: Runner, team: Team, model: ModelServer) -> dict[str, Any]
     pulled_text = after_last_call(model.main()[3])
     assert fyi in pulled_text and "PUSHMARK_fyi deploy at 5" in pulled_text, f"{who}: check_inbox gave:\n{pulled_text}"
     wait_for(lambda: team.bob_state(sent["fyi"]["id"]) == "read", what=f"{who}: the fyi's read receipt")
-    return {"seconds": round(seconds, 1), "tier": sent["tier"], "requests": len(model.requests)}
+
+    # (d) The harness exited: its session is over, on alice's machine and at bob's.
+    def live(sessions: list[dict[str, Any]]) -> bool:
+        return any(s["address"] == sent["address"] and s["live"] for s in sessions)
+
+    exited = time.monotonic()
+    wait_for(lambda: not live(team.machine.ok("who", all=True)["sessions"]),
+             what=f"{who}: the session to end on alice's machine once the harness exited")
+    wait_for(lambda: not live(team.bob_ok("who", all=True)["sessions"]),
+             what=f"{who}: the session to end at bob's once the harness exited")
+    return {"seconds": round(seconds, 1), "tier": sent["tier"], "requests": len(model.requests),
+            "ended_after": round(time.monotonic() - exited, 1)}
 
 
 def killed_before_next_call(runner: Runner, team: Team, model: ModelServer) -> str:

@@ -162,8 +162,12 @@ def test_roster_entries_in_any_order_duplicated_or_partly_missing_converge_on_ev
     delivered: list[list[Entry]] = []
     for _ in range(3):
         # Each machine gets some of the entries (some twice, in any order), in batches of any size.
-        chosen = data.draw(st.lists(st.sampled_from(made), max_size=2 * len(made)))
-        cuts = sorted(data.draw(st.lists(st.integers(0, len(chosen)), max_size=4)))
+        # Drawn as plain numbers: how many entries a history makes can differ between replays of one
+        # example (fresh link secrets break timestamp ties differently), and hypothesis needs the
+        # same draws each time.
+        picks = data.draw(st.lists(st.integers(0, 2**16), max_size=2 * 24 * 3))
+        chosen = [made[i % len(made)] for i in picks][:2 * len(made)]
+        cuts = sorted(c % (len(chosen) + 1) for c in data.draw(st.lists(st.integers(0, 2**16), max_size=4)))
         state = base
         for start, end in zip([0, *cuts], [*cuts, len(chosen)], strict=True):
             state = absorb_all(state, chosen[start:end], now)
