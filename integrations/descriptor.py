@@ -75,6 +75,15 @@ class Presence:
     todos: tuple[str, ...] = ()  # task files; the first ``*`` is the session id
     titles: tuple[str, ...] = ()  # JSON-lines files naming sessions (id -> thread name)
     running: tuple[str, ...] = ()  # one JSON file per running session ({pid, sessionId, cwd, status})
+    # How what the harness does reaches hive, and how soon. "hook": a command the harness runs and
+    # waits for, so the event is stored before the harness goes on; "plugin": code inside the
+    # harness that tells the sidecar without holding it up (milliseconds later). Either way the
+    # actions are observed (the harness names them) and files and commands are inferred from a
+    # tool call's arguments (observe.normalize).
+    via: str = "hook"
+    # What says the session is over. Whatever it is, the process hive recorded at registration is
+    # watched too (procs.exited: a pidfd on Linux, so at once; a 2 s timer elsewhere).
+    ends: str = "its session-end hook"
 
 
 @dataclass(frozen=True)

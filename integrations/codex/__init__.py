@@ -71,6 +71,7 @@ def hive_presence(harness: str) -> Presence | None:
     if harness != NAME:
         return None
     return Presence(busy=("prompt.submitted", "tool.after"), waiting_approval=("tool.before",),
+                    ends="its process exiting (Codex has no session-end hook)",
                     transcripts=(".codex/sessions/*/*/*/rollout-*.jsonl",), titles=(".codex/session_index.jsonl",))
 
 

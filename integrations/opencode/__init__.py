@@ -72,7 +72,7 @@ def hive_presence(harness: str) -> Presence | None:
         return None
     # opencode keeps sessions in its own store behind its server API, not one transcript file
     # per session; busy and idle come from the plugin's events.
-    return Presence()
+    return Presence(via="plugin", ends="session.deleted, or the opencode process exiting")
 
 
 @hookimpl

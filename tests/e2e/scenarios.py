@@ -177,8 +177,10 @@ def round_trip(runner: Runner, team: Team, model: ModelServer) -> dict[str, Any]
              what=f"{who}: the session to end on alice's machine once the harness exited")
     wait_for(lambda: not live(team.bob_ok("who", all=True)["sessions"]),
              what=f"{who}: the session to end at bob's once the harness exited")
-    return {"seconds": round(seconds, 1), "tier": sent["tier"], "requests": len(model.requests),
-            "ended_after": round(time.monotonic() - exited, 1)}
+    measured = {"seconds": round(seconds, 1), "tier": sent["tier"], "requests": len(model.requests),
+                "ended_after": round(time.monotonic() - exited, 1)}
+    print(f"{who}: {measured}")  # for the README matrix (pytest -s)
+    return measured
 
 
 def killed_before_next_call(runner: Runner, team: Team, model: ModelServer) -> str:

@@ -429,3 +429,17 @@ def test_an_empty_hive_load_plugins_keeps_third_party_harnesses_out(acme_site: P
 
 def test_hive_load_plugins_naming_a_harness_loads_just_that_one(acme_site: Path) -> None:
     assert "acme-agent" in probe(acme_site, HIVE_LOAD_PLUGINS="acme-agent")["names"]
+
+
+def test_the_readme_states_for_each_harness_how_its_sessions_are_observed_as_its_descriptor_does() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8").splitlines()
+    def natives(points: list[HookPoint], events: tuple[str, ...]) -> str:
+        return ", ".join(p.native for p in points if p.event in events) or "-"
+
+    for harness in registry.harnesses().values():
+        presence, points = harness.presence(), list(harness.hook_points())
+        row = (f"| {harness.identity.title} | {presence.via} | {natives(points, presence.busy)} | "
+               f"{natives(points, presence.idle)} | {natives(points, presence.waiting_approval)} | "
+               f"{natives(points, ('tool.after',))} | {presence.ends} |")
+        assert row in readme, f"README.md lacks the row, or says otherwise: {row}"
+        assert presence.via in ("hook", "plugin")
