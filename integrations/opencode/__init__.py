@@ -43,7 +43,9 @@ IDENTITY = Identity(
 POINTS = [
     HookPoint("session.created", "session.start"),
     HookPoint("chat.message", "prompt.submitted", inject="plugin"),
-    HookPoint("tool.execute.before", "tool.before"),
+    # opencode asks its person before a tool runs (the permission.updated bus event): the session
+    # waits for approval until its next event.
+    HookPoint("permission.updated", "tool.before"),
     HookPoint("tool.execute.after", "tool.after", inject="plugin", wakes_only=True),
     HookPoint("session.idle", "turn.stop", inject="plugin"),
     HookPoint("session.deleted", "session.end"),
@@ -72,7 +74,8 @@ def hive_presence(harness: str) -> Presence | None:
         return None
     # opencode keeps sessions in its own store behind its server API, not one transcript file
     # per session; busy and idle come from the plugin's events.
-    return Presence(via="plugin", ends="session.deleted, or the opencode process exiting")
+    return Presence(busy=("prompt.submitted", "tool.after"), waiting_approval=("tool.before",), via="plugin",
+                    ends="session.deleted, or the opencode process exiting")
 
 
 @hookimpl

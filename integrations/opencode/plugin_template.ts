@@ -212,6 +212,12 @@ export const HivePlugin: Plugin = async ({ client, directory, worktree }) => {
         }
         return;
       }
+      case "permission.updated": {
+        const asked = event.properties;
+        const key = see(asked.sessionID);
+        if (key) void report(key, "permission.updated", { tool: asked.type, callID: asked.callID ?? asked.id });
+        return;
+      }
       case "session.idle": {
         const key = see(event.properties.sessionID);
         if (!key) return;
@@ -236,7 +242,7 @@ export const HivePlugin: Plugin = async ({ client, directory, worktree }) => {
     "tool.execute.before": async (input, output) => {
       try {
         const key = see(input.sessionID);
-        if (key) void link.register(key).then(() => report(key, "tool.execute.before", toolPayload(input, output.args)));
+        if (key) void link.register(key);
         // hive's MCP server is shared by every session of this opencode process and is told
         // nothing about the caller, so the session rides along as an argument it strips.
         const args: unknown = output.args;

@@ -1017,9 +1017,16 @@ def test_opencode_tells_what_it_does_as_a_hooked_harness_would_busy_idle_files_a
                                  ("bash", {"command": "npm test"}, {"exit": 1})):
         call = {"tool": tool, "sessionID": "ses_work", "callID": f"call_{tool}"}
         driver.call(do="hook", instance=0, name="tool.execute.before", input=call, output={"args": dict(args)})
+        if tool == "bash":  # opencode asks its person first: the session waits for approval
+            driver.call(do="event", instance=0, event={"type": "permission.updated", "properties": {
+                "id": "per_1", "type": "bash", "sessionID": "ses_work", "messageID": "msg_1", "callID": "call_bash",
+                "title": "npm test", "metadata": {}, "time": {"created": 0}}})
+            eventually(lambda: sidecar.session("opencode")["state"] == "waiting_approval",
+                       what="the permission asked to show as waiting for approval")
         driver.call(do="hook", instance=0, name="tool.execute.after", input={**call, "args": args},
                     output={"title": tool, "output": "done", "metadata": metadata})
     eventually(lambda: "src/auth.ts" in sidecar.session("opencode")["files"], what="the edit to show in who")
+    assert sidecar.session("opencode")["state"] == "busy"  # the approved command ran
     recorded = sidecar.json("events", "--session", "ses_work")["events"]
     commands = [(e["command"], e["exit_code"]) for e in recorded if e["action"] == "command.executed"]
     assert commands == [("npm test", 1)]
