@@ -76,7 +76,7 @@ function described(name: string) {
 class ToolServer {
   private child: ChildProcess | null = null;
   private ready: Promise<boolean> | null = null;
-  private buffer = "";
+  private lines = new JsonLines();
   private nextId = 1;
   private readonly pending = new Map<number, (message: Record<string, unknown> | null) => void>();
 
@@ -121,7 +121,7 @@ class ToolServer {
     if (this.child !== child) return;
     this.child = null;
     this.ready = null;
-    this.buffer = "";
+    this.lines = new JsonLines();
     for (const settle of this.pending.values()) settle(null);
     this.pending.clear();
   }
@@ -135,23 +135,13 @@ class ToolServer {
   }
 
   private receive(chunk: string): void {
-    this.buffer += chunk;
-    if (this.buffer.length > MAX_BUFFER) {
+    const messages = this.lines.feed(chunk);
+    if (messages === null) {
       this.child?.kill();
       return;
     }
-    let newline = this.buffer.indexOf("\n");
-    while (newline >= 0) {
-      const line = this.buffer.slice(0, newline);
-      this.buffer = this.buffer.slice(newline + 1);
-      newline = this.buffer.indexOf("\n");
-      let message: unknown;
-      try {
-        message = JSON.parse(line);
-      } catch {
-        continue;
-      }
-      if (!isRecord(message) || typeof message.id !== "number") continue; // notifications, logs
+    for (const message of messages) {
+      if (typeof message.id !== "number") continue; // notifications, logs
       const settle = this.pending.get(message.id);
       this.pending.delete(message.id);
       settle?.(message);

@@ -293,11 +293,15 @@ def hung_sidecar(runner: Runner, team: Team, model: ModelServer, quick: Call) ->
     return answered["next"] - answered["at"]
 
 
-def lesson_and_files_after_a_write(runner: Runner, team: Team, model: ModelServer, write: Call, lesson_id: str) -> str:
-    """A harness whose plugin reports what it does (opencode, pi) writes ``src/app.py``: the
-    verified lesson about that file reaches the model once, right after the write's result, and
-    bob's ``who`` lists the file under alice's session. Returns the lesson line as the model saw it."""
+def lesson_and_files_after_a_write(runner: Runner, team: Team, model: ModelServer, write: Call) -> str:
+    """A harness whose plugin reports what it does (opencode, pi) writes ``src/app.py`` of alice's
+    repository: a verified lesson about that file reaches the model once, right after the write's
+    result, and bob's ``who`` lists the file under alice's session. Returns the lesson line as the
+    model saw it."""
     machine, who = team.machine, contract(runner.harness)
+    git_project(machine)
+    lesson_id = verified_lesson(machine, "src/app.py is imported by the deploy script by path: keep it at the top "
+                                         "of src.", "file:src/app.py")
     # The slow command after the write keeps the session running while bob looks.
     model.script = Script({"E2E-WRITE": [Step(calls=(write,)), Step(calls=(runner.sleep,)), say("written")]})
     run = runner.start(machine, model, "E2E-WRITE: go ahead", False)

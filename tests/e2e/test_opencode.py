@@ -20,15 +20,7 @@ from tests.installer.conftest import require_cli
 
 from .conftest import HarnessMachine, Team, contract, harness_team
 from .model_server import Call, ModelServer
-from .scenarios import (
-    Run,
-    Runner,
-    git_project,
-    lesson_and_files_after_a_write,
-    round_trip,
-    spawn,
-    verified_lesson,
-)
+from .scenarios import Run, Runner, lesson_and_files_after_a_write, round_trip, spawn
 
 HARNESS = "opencode"
 URL_PLACEHOLDER = "__MODEL_URL__"
@@ -71,10 +63,6 @@ def test_opencode_calls_hive_tools_and_gets_a_teammates_message_pushed_after_the
 
 def test_a_verified_lesson_about_a_file_opencode_writes_reaches_its_model_after_the_write_and_bob_sees_the_file(
         model: ModelServer, team: Team) -> None:
-    machine = team.machine
-    git_project(machine)
-    lesson_id = verified_lesson(machine, "src/app.py is imported by the deploy script by path: keep it at the top "
-                                         "of src.", "file:src/app.py")
-    write = Call("write", {"filePath": f"{machine.project}/src/app.py", "content": "print('hello')\n"})
-    line = lesson_and_files_after_a_write(runner(), team, model, write, lesson_id)
+    write = Call("write", {"filePath": f"{team.machine.project}/src/app.py", "content": "print('hello')\n"})
+    line = lesson_and_files_after_a_write(runner(), team, model, write)
     assert 'why="files:src/app.py"' in line, f"{contract(HARNESS)}: {line}"

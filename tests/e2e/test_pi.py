@@ -18,16 +18,7 @@ from tests.installer.conftest import require_cli
 
 from .conftest import HarnessMachine, Team, contract, harness_team
 from .model_server import Call, ModelServer
-from .scenarios import (
-    Run,
-    Runner,
-    git_project,
-    killed_before_next_call,
-    lesson_and_files_after_a_write,
-    round_trip,
-    spawn,
-    verified_lesson,
-)
+from .scenarios import Run, Runner, killed_before_next_call, lesson_and_files_after_a_write, round_trip, spawn
 
 HARNESS = "pi"
 URL_PLACEHOLDER = "__MODEL_URL__"
@@ -77,10 +68,6 @@ def test_pi_mail_pushed_to_a_harness_killed_before_its_next_model_call_comes_bac
 
 def test_a_verified_lesson_about_a_file_pi_writes_reaches_its_model_after_the_write_and_bob_sees_the_file(
         model: ModelServer, team: Team) -> None:
-    machine = team.machine
-    git_project(machine)
-    lesson_id = verified_lesson(machine, "src/app.py is imported by the deploy script by path: keep it at the top "
-                                         "of src.", "file:src/app.py")
-    write = Call("write", {"path": f"{machine.project}/src/app.py", "content": "print('hello')\n"})
-    line = lesson_and_files_after_a_write(runner(), team, model, write, lesson_id)
+    write = Call("write", {"path": f"{team.machine.project}/src/app.py", "content": "print('hello')\n"})
+    line = lesson_and_files_after_a_write(runner(), team, model, write)
     assert 'why="files:src/app.py"' in line, f"{contract(HARNESS)}: {line}"

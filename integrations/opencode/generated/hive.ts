@@ -113,11 +113,35 @@ function discoverSocket(): Promise<string | null> {
   });
 }
 
+/** The JSON objects in a stream of newline-ended JSON lines, fed chunk by chunk; null once the
+ *  unfinished line grows past MAX_BUFFER (a peer gone wrong: drop the stream). */
+class JsonLines {
+  private buffer = "";
+
+  feed(chunk: string): Record<string, unknown>[] | null {
+    this.buffer += chunk;
+    if (this.buffer.length > MAX_BUFFER) return null;
+    const lines = this.buffer.split("\n");
+    this.buffer = lines.pop() ?? "";
+    const found: Record<string, unknown>[] = [];
+    for (const line of lines) {
+      if (!line.trim()) continue;
+      try {
+        const value: unknown = JSON.parse(line);
+        if (isRecord(value)) found.push(value);
+      } catch {
+        // not JSON: skipped
+      }
+    }
+    return found;
+  }
+}
+
 /** One NDJSON connection to the sidecar, reopened with backoff while sessions need push. */
 class Link {
   private socket: Socket | null = null;
   private socketPath: string | null = null;
-  private buffer = "";
+  private lines = new JsonLines();
   private nextId = 1;
   private readonly pending = new Map<number, (reply: Reply) => void>();
   private connecting: Promise<boolean> | null = null;
@@ -199,7 +223,7 @@ class Link {
           return;
         }
         this.socket = socket;
-        this.buffer = "";
+        this.lines = new JsonLines();
         this.registered = new Map();
         // A plugin must never keep its harness alive (`pi -p` and `opencode run` exit when their run ends).
         socket.unref();
@@ -223,28 +247,15 @@ class Link {
 
   private receive(socket: Socket, chunk: string): void {
     if (this.socket !== socket) return;
-    this.buffer += chunk;
-    if (this.buffer.length > MAX_BUFFER) {
+    const messages = this.lines.feed(chunk);
+    if (messages === null) {
       socket.destroy();
       return;
     }
-    let newline = this.buffer.indexOf("\n");
-    while (newline >= 0) {
-      const line = this.buffer.slice(0, newline);
-      this.buffer = this.buffer.slice(newline + 1);
-      newline = this.buffer.indexOf("\n");
-      if (line.trim()) this.handleLine(line);
-    }
+    for (const message of messages) this.handle(message);
   }
 
-  private handleLine(line: string): void {
-    let message: unknown;
-    try {
-      message = JSON.parse(line);
-    } catch {
-      return;
-    }
-    if (!isRecord(message)) return;
+  private handle(message: Record<string, unknown>): void {
     if (message.event === "deliver") {
       if (typeof message.session === "string" && typeof message.text === "string") {
         this.onDeliver({ session: message.session, ids: strings(message.ids), text: message.text });

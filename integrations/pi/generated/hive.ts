@@ -113,11 +113,35 @@ function discoverSocket(): Promise<string | null> {
   });
 }
 
+/** The JSON objects in a stream of newline-ended JSON lines, fed chunk by chunk; null once the
+ *  unfinished line grows past MAX_BUFFER (a peer gone wrong: drop the stream). */
+class JsonLines {
+  private buffer = "";
+
+  feed(chunk: string): Record<string, unknown>[] | null {
+    this.buffer += chunk;
+    if (this.buffer.length > MAX_BUFFER) return null;
+    const lines = this.buffer.split("\n");
+    this.buffer = lines.pop() ?? "";
+    const found: Record<string, unknown>[] = [];
+    for (const line of lines) {
+      if (!line.trim()) continue;
+      try {
+        const value: unknown = JSON.parse(line);
+        if (isRecord(value)) found.push(value);
+      } catch {
+        // not JSON: skipped
+      }
+    }
+    return found;
+  }
+}
+
 /** One NDJSON connection to the sidecar, reopened with backoff while sessions need push. */
 class Link {
   private socket: Socket | null = null;
   private socketPath: string | null = null;
-  private buffer = "";
+  private lines = new JsonLines();
   private nextId = 1;
   private readonly pending = new Map<number, (reply: Reply) => void>();
   private connecting: Promise<boolean> | null = null;
@@ -199,7 +223,7 @@ class Link {
           return;
         }
         this.socket = socket;
-        this.buffer = "";
+        this.lines = new JsonLines();
         this.registered = new Map();
         // A plugin must never keep its harness alive (`pi -p` and `opencode run` exit when their run ends).
         socket.unref();
@@ -223,28 +247,15 @@ class Link {
 
   private receive(socket: Socket, chunk: string): void {
     if (this.socket !== socket) return;
-    this.buffer += chunk;
-    if (this.buffer.length > MAX_BUFFER) {
+    const messages = this.lines.feed(chunk);
+    if (messages === null) {
       socket.destroy();
       return;
     }
-    let newline = this.buffer.indexOf("\n");
-    while (newline >= 0) {
-      const line = this.buffer.slice(0, newline);
-      this.buffer = this.buffer.slice(newline + 1);
-      newline = this.buffer.indexOf("\n");
-      if (line.trim()) this.handleLine(line);
-    }
+    for (const message of messages) this.handle(message);
   }
 
-  private handleLine(line: string): void {
-    let message: unknown;
-    try {
-      message = JSON.parse(line);
-    } catch {
-      return;
-    }
-    if (!isRecord(message)) return;
+  private handle(message: Record<string, unknown>): void {
     if (message.event === "deliver") {
       if (typeof message.session === "string" && typeof message.text === "string") {
         this.onDeliver({ session: message.session, ids: strings(message.ids), text: message.text });
@@ -950,7 +961,7 @@ function described(name: string) {
 class ToolServer {
   private child: ChildProcess | null = null;
   private ready: Promise<boolean> | null = null;
-  private buffer = "";
+  private lines = new JsonLines();
   private nextId = 1;
   private readonly pending = new Map<number, (message: Record<string, unknown> | null) => void>();
 
@@ -995,7 +1006,7 @@ class ToolServer {
     if (this.child !== child) return;
     this.child = null;
     this.ready = null;
-    this.buffer = "";
+    this.lines = new JsonLines();
     for (const settle of this.pending.values()) settle(null);
     this.pending.clear();
   }
@@ -1009,23 +1020,13 @@ class ToolServer {
   }
 
   private receive(chunk: string): void {
-    this.buffer += chunk;
-    if (this.buffer.length > MAX_BUFFER) {
+    const messages = this.lines.feed(chunk);
+    if (messages === null) {
       this.child?.kill();
       return;
     }
-    let newline = this.buffer.indexOf("\n");
-    while (newline >= 0) {
-      const line = this.buffer.slice(0, newline);
-      this.buffer = this.buffer.slice(newline + 1);
-      newline = this.buffer.indexOf("\n");
-      let message: unknown;
-      try {
-        message = JSON.parse(line);
-      } catch {
-        continue;
-      }
-      if (!isRecord(message) || typeof message.id !== "number") continue; // notifications, logs
+    for (const message of messages) {
+      if (typeof message.id !== "number") continue; // notifications, logs
       const settle = this.pending.get(message.id);
       this.pending.delete(message.id);
       settle?.(message);
