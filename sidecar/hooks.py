@@ -251,7 +251,6 @@ async def refresh(sidecar: Sidecar, caller: Caller, request: dict[str, Any], cli
     force = force or caller.key in observe.UNMANAGED  # found on disk first: register it as the hook says
     ppid = request.get("ppid")
     ppid = ppid if isinstance(ppid, int) and not isinstance(ppid, bool) and ppid > 1 else None
-    ppid = ppid if ppid is not None and procs.parent(client_pid) == ppid else None
     # A pid still to learn is a reason to register again, but only when this request can tell it.
     if (session is not None and not force and session.ended_at is None and (session.pid or ppid is None)
             and session.agent == slug(caller.harness.name) and session.cwd == (cwd or session.cwd)
@@ -260,7 +259,7 @@ async def refresh(sidecar: Sidecar, caller: Caller, request: dict[str, Any], cli
         return session
     info: dict[str, Any] = {"key": caller.key, "agent": caller.harness.name, "cwd": cwd, "transcript": transcript,
                             "tier": caller.harness.tiers().default}
-    if ppid is not None:
+    if ppid is not None and procs.parent(client_pid) == ppid:  # checked here, off the common path
         info["pid"] = await _harness_pid(ppid)
     info.update(git_facts(cwd))
     session, _ = await sidecar.sessions.register(info, None)
