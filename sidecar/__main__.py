@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import os
 import sys
+import traceback
 
 from hive.integrations import registry
 
@@ -39,6 +40,13 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 0
+    except Exception as exc:
+        # The traceback for the log, then one line of ours for the client that started it: a
+        # library's helper thread may print its own failure after ours (aiosqlite's, when its
+        # loop closed under it), so the client looks for this line, not the last one.
+        traceback.print_exc()
+        print(f"hive: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 

@@ -76,14 +76,15 @@ def start_detached(paths: StatePaths, timeout: float = START_TIMEOUT) -> bool:
 
 
 def _why_it_exited(paths: StatePaths, stderr_path: Path, offset: int) -> str:
-    """The sidecar's last error line (a traceback's last line, or its own ``hive: ...``)."""
+    """The sidecar's own last ``hive: ...`` line, else the last line it wrote (a traceback's)."""
     try:
         with open(stderr_path, "rb") as said:
             said.seek(offset)
             lines = said.read(MAX_LINE).decode(errors="replace").splitlines()
     except OSError:
         lines = []
-    cause = next((line.strip() for line in reversed(lines) if line.strip()), "")
+    ours = [line.strip() for line in lines if line.startswith("hive: ")]
+    cause = ours[-1] if ours else next((line.strip() for line in reversed(lines) if line.strip()), "")
     cause = cause.removeprefix("hive: ")
     if not cause:
         return (f"the sidecar for {paths.home} exited at once without saying why; "
