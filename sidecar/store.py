@@ -348,6 +348,21 @@ MIGRATIONS: list[str] = [
         LEFT JOIN lesson_blobs e ON e.hash = l.text_hash AND l.text_hash != ''
         WHERE l.state = 'verified';
     """,
+    # lesson evidence files newest first (hive.sidecar.recall): each row carries its lesson's time, so
+    # the newest lessons naming a file are read from the index alone, however many name it
+    """
+    ALTER TABLE lesson_files ADD COLUMN at INTEGER NOT NULL DEFAULT 0;
+    UPDATE lesson_files SET at = (SELECT l.created_at FROM lessons l WHERE l.id = lesson_files.lesson);
+    DROP INDEX lesson_files_path;
+    CREATE INDEX lesson_files_recent ON lesson_files(path, at);
+    DROP TRIGGER lesson_files_add;
+    CREATE TRIGGER lesson_files_add AFTER INSERT ON lessons BEGIN
+        INSERT OR IGNORE INTO lesson_files (lesson, path, name, at)
+        SELECT NEW.id, p, replace(p, rtrim(p, replace(p, '/', '')), ''), NEW.created_at FROM (
+            SELECT trim(json_extract(e.value, '$.ref')) AS p FROM json_each(NEW.header, '$.evidence') AS e
+            WHERE json_extract(e.value, '$.kind') = 'file') WHERE p != '';
+    END;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

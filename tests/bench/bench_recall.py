@@ -18,7 +18,12 @@ are two or three words drawn the same way. Each query runs through:
 - by text alone, and by files alone through :func:`hive.sidecar.recall.for_turn`, what turn-tier
   recall runs at a hook.
 
-Then the same searches again with no scoring budget, to show what the budget costs in results.
+Searches keep each word's lessons as bit sets until the index changes (:class:`hive.sidecar.relevance.Postings`):
+the timed pass meets each word for the first time once, as searches after a lesson is verified do; a
+second pass, with every word already met, gives the steady state.
+
+Then the same searches again with every lesson that holds a word scored, to show what the cap on
+the candidate work costs in results.
 
 Nothing is asserted on the numbers: the machines that run this are small and noisy. Aim (issue 20):
 recall p50 under 5 ms and p99 under 30 ms at 100,000 lessons.
@@ -38,7 +43,7 @@ from pathlib import Path
 
 import anyio
 
-from hive.sidecar import recall
+from hive.sidecar import recall, relevance
 from hive.sidecar.store import Store
 
 AIM_MS = 5.0
@@ -121,7 +126,7 @@ async def bench(quick: bool) -> None:
 
         async def baseline(q: object) -> None:
             await store.fetchall("SELECT id FROM lesson_fts WHERE lesson_fts MATCH ? ORDER BY bm25(lesson_fts) "
-                                 "LIMIT 20", (recall.fts_query(str(q)),))
+                                 "LIMIT 20", (relevance.fts_query(str(q)),))
 
         pairs = list(zip(queries, files, strict=True))
 
@@ -136,6 +141,7 @@ async def bench(quick: bool) -> None:
             await recall.for_turn(store, viewer, words="", files=f, project=PROJECT,  # type: ignore[arg-type]
                                   origins=origins)
 
+        # search runs first for each query, so it is the one that meets a word first and reads its lessons
         runs = {"base": baseline, "search": search, "files": by_files, "text": by_text}
         arguments = {"base": queries, "search": pairs, "files": files, "text": queries}
         samples: dict[str, list[float]] = {name: [] for name in runs}
@@ -150,24 +156,27 @@ async def bench(quick: bool) -> None:
         b50, b99 = percentiles(base)
         s50, s99 = percentiles(full)
         t50, t99 = percentiles(turn)
+        x50, x99 = percentiles(text)
+        warm = await timed(pairs, search)
+        w50, w99 = percentiles(warm)
         print(f"baseline: bare FTS5 MATCH, bm25 top 20   p50 {b50:7.3f} ms  p99 {b99:7.3f} ms")
         print(f"recall p50/p99: search (text+files+rank)  p50 {s50:7.3f} ms  p99 {s99:7.3f} ms  "
-              f"{s50 / b50:5.2f}x / {s99 / b99:5.2f}x baseline")
-        x50, x99 = percentiles(text)
+              f"{s50 / b50:5.2f}x / {s99 / b99:5.2f}x baseline  (each word met for the first time once)")
         print(f"recall by text alone                     p50 {x50:7.3f} ms  p99 {x99:7.3f} ms")
         print(f"recall by files (turn tier)              p50 {t50:7.3f} ms  p99 {t99:7.3f} ms")
+        print(f"search again, every word met before      p50 {w50:7.3f} ms  p99 {w99:7.3f} ms")
         print(f"aim: recall p50 under {AIM_MS:g} ms, p99 under {AIM_P99_MS:g} ms: "
               f"{'met' if s50 < AIM_MS and s99 < AIM_P99_MS else 'NOT met'} ({count:,} lessons, {QUERIES} queries)")
         # What the scoring budget costs in results: the same searches with every word and lesson scored.
         capped = [[r.lesson.id for r in await recall.search(store, viewer, text=q, files=f, project=PROJECT,
                                                                origins=origins, limit=5)] for q, f in pairs]
-        budget = recall.SCORE_BUDGET
-        recall.SCORE_BUDGET = count + 1
+        budget = relevance.SCORE_BUDGET
+        relevance.SCORE_BUDGET = count + 1
         try:
             whole = [[r.lesson.id for r in await recall.search(store, viewer, text=q, files=f, project=PROJECT,
                                                                   origins=origins, limit=5)] for q, f in pairs]
         finally:
-            recall.SCORE_BUDGET = budget
+            relevance.SCORE_BUDGET = budget
         first = sum(a[:1] == b[:1] for a, b in zip(capped, whole, strict=True)) / len(pairs)
         top5 = sum(len(set(a) & set(b)) / max(len(b), 1) for a, b in zip(capped, whole, strict=True)) / len(pairs)
         print(f"agreement with every word and lesson scored: same first result {first:.1%}, top-5 overlap {top5:.1%}")

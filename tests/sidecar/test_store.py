@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hive.sidecar.store import SCHEMA_VERSION, Store, migrate
+from hive.sidecar.store import MIGRATIONS, SCHEMA_VERSION, Store, migrate
 from tests.conftest import Hive
 
 
@@ -90,7 +90,8 @@ async def test_recalls_index_is_rebuilt_stemmed_with_only_the_verified_lessons_o
         tmp_path: Path) -> None:
     path = tmp_path / "hive.db"
     conn = sqlite3.connect(path)
-    migrate(conn, target=SCHEMA_VERSION - 1)  # the last version with the unstemmed index of every lesson
+    stemmed = next(n for n, step in enumerate(MIGRATIONS) if "porter unicode61" in step)
+    migrate(conn, target=stemmed)  # the last version with the unstemmed index of every lesson
     for n, (state, text) in enumerate((("verified", "Run each migration with a lock timeout."),
                                        ("proposed", "Migrations are unreviewed folklore here."))):
         lesson_id = f"{n:064x}"
@@ -109,3 +110,23 @@ async def test_recalls_index_is_rebuilt_stemmed_with_only_the_verified_lessons_o
         assert [tuple(r) for r in rows] == [(f"{0:064x}", "postgres")]
     finally:
         await store.close()
+
+
+def test_evidence_files_carry_their_lessons_time_after_the_migration_and_for_lessons_stored_later(
+        tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "hive.db")
+    migrate(conn, target=next(n for n, step in enumerate(MIGRATIONS) if "lesson_files_recent" in step))
+    header = '{"evidence": [{"kind": "file", "ref": "README.md"}, {"kind": "file", "ref": "src/app.py"}]}'
+
+    def store(n: int, created_at: int) -> None:
+        conn.execute("INSERT INTO lessons (id, author, author_person, scope, kind, header, body_hash, created_at, "
+                     "received_at, asked_at, state, eff_scope) VALUES (?, 'k', 'alice', 'team', 'gotcha', ?, ?, ?, "
+                     "1, 1, 'verified', 'team')", (f"{n:064x}", header, f"h{n}", created_at))
+
+    store(0, 111)
+    migrate(conn)
+    store(1, 222)
+    rows = conn.execute("SELECT lesson, path, at FROM lesson_files ORDER BY at, path").fetchall()
+    assert rows == [(f"{0:064x}", "README.md", 111), (f"{0:064x}", "src/app.py", 111),
+                    (f"{1:064x}", "README.md", 222), (f"{1:064x}", "src/app.py", 222)]
+    conn.close()
