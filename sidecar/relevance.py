@@ -115,7 +115,7 @@ def members(bits: int) -> list[int]:
 
 def newest(bits: int, count: int) -> list[int]:
     """The ``count`` highest rowids in a bit set, highest first."""
-    out = []
+    out: list[int] = []
     while bits and len(out) < count:
         top = bits.bit_length() - 1
         out.append(top)
@@ -232,7 +232,7 @@ def best(conn: sqlite3.Connection, postings: Postings, text: str, want: int,
     every = {w: postings.get(conn, w) for w in words}
     sets = {w: bits for w, bits in every.items() if bits is not None}
     words = list(sets)  # a word most lessons hold is not searched for
-    counts = {w: (text | when).bit_count() for w, (text, when) in sets.items()}
+    counts = {w: (in_text | in_when).bit_count() for w, (in_text, in_when) in sets.items()}
     held = [w for w in words if counts[w]]
     if not held:
         return {}
@@ -271,9 +271,9 @@ def best(conn: sqlite3.Connection, postings: Postings, text: str, want: int,
             break
         lessons = everything & ~scored
         for word, bits in where.items():
-            text, when = sets[word]
-            lessons &= text if bits & TEXT else ~text
-            lessons &= when if bits & WHEN else ~when
+            in_text, in_when = sets[word]
+            lessons &= in_text if bits & TEXT else ~in_text
+            lessons &= in_when if bits & WHEN else ~in_when
         for rowid in newest(lessons, want):
             found[rowid] = match
     return found
