@@ -297,9 +297,10 @@ class _FreedesktopPopup:
         if (sender != self.owner or fields.get(HeaderFields.interface) != NOTIFICATIONS
                 or fields.get(HeaderFields.path) != NOTIFICATIONS_PATH or not body or body[0] != self.id):
             return None
-        if member == "ActionInvoked" and len(body) == 2:
+        # The server's own signals may still be malformed: an answer of the wrong type is no answer.
+        if member == "ActionInvoked" and len(body) == 2 and isinstance(body[1], str):
             return {APPROVE: Answer.APPROVED, DENY: Answer.DENIED}.get(body[1])
-        if member == "NotificationClosed" and len(body) == 2:
+        if member == "NotificationClosed" and len(body) == 2 and isinstance(body[1], int):
             return CLOSE_REASONS.get(body[1], Answer.CLOSED)
         return None
 

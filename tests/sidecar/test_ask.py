@@ -624,8 +624,15 @@ while True:
 """
 
 
+# A notification server whose first answer is malformed (the action as a list) and whose second denies.
+MALFORMED_THEN_DENY = STAND_IN.replace(
+    'conn.send(new_signal(DBusAddress(PATH, interface=NAME), "ActionInvoked", "us", (shown, "approve")))',
+    'conn.send(new_signal(DBusAddress(PATH, interface=NAME), "ActionInvoked", "uas", (shown, ["approve"])))\n'
+    '        conn.send(new_signal(DBusAddress(PATH, interface=NAME), "ActionInvoked", "us", (shown, "deny")))')
+
+
 @contextmanager
-def a_stand_in_that_clicks_approve(root: Path) -> Iterator[tuple[dict[str, str], Path]]:
+def a_stand_in_that_clicks_approve(root: Path, script: str = STAND_IN) -> Iterator[tuple[dict[str, str], Path]]:
     """A private session bus in ``root`` whose "notification server" approves whatever it is shown,
     as an agent can start one: (the desktop variables leading to it, the file it logs pop-ups to)."""
     runtime = root / "run"
@@ -637,7 +644,7 @@ def a_stand_in_that_clicks_approve(root: Path) -> Iterator[tuple[dict[str, str],
     try:
         assert bus.stdout is not None
         address = bus.stdout.readline().strip()
-        server = subprocess.Popen([sys.executable, "-c", STAND_IN, address, str(log)], stdout=subprocess.PIPE,
+        server = subprocess.Popen([sys.executable, "-c", script, address, str(log)], stdout=subprocess.PIPE,
                                   text=True)
         assert server.stdout is not None and server.stdout.readline().strip() == "ready"
         yield {"DBUS_SESSION_BUS_ADDRESS": address, "XDG_RUNTIME_DIR": str(runtime), "DISPLAY": ":99"}, log
@@ -681,3 +688,17 @@ def test_an_agents_own_notification_server_never_answers_for_its_person(
     assert not shown.exists()  # nothing was ever shown on the agent's bus
     unread = [hive.request({"id": 1, "op": "unread", "session": s})["result"]["count"] for s in ("s1", "s2")]
     assert unread == [0, 0]
+
+
+async def test_a_notification_servers_malformed_answer_is_ignored_and_its_next_answer_counts(
+        make_hive: Any, empty_runtime: Path, tmp_path: Path) -> None:
+    hive = make_hive()
+    with a_stand_in_that_clicks_approve(tmp_path, MALFORMED_THEN_DENY) as (desktop_env, shown):
+        start_sidecar(hive, no_desktop_env(empty_runtime, **desktop_env))  # the person's own desktop
+        pid = hive.pid()
+        async with client(hive) as c:
+            with anyio.fail_after(30):
+                result = await c.call("ask", question="Rotate the keys?")
+    assert result["answer"] == "denied"
+    assert shown.read_text() == "shown\n"
+    assert hive.pid() == pid and hive.request({"id": 1, "op": "status"})["ok"]
