@@ -414,8 +414,8 @@ def check_harness(harness: registry.Harness, detection: Detection, manifest: Man
         # Never wired (or removed): the person may have left it out on purpose, so not a failure.
         checks.append(Check(name, "wired", "warn", "not wired: hive is not set up for it", fix))
     elif missing or outdated:
-        detail = "; ".join(filter(None, [missing and "missing " + ", ".join(missing),
-                                         outdated and "not as setup writes it: " + ", ".join(outdated)]))
+        detail = "; ".join([*(["missing " + ", ".join(missing)] if missing else []),
+                            *(["not as setup writes it: " + ", ".join(outdated)] if outdated else [])])
         checks.append(Check(name, "wired", "fail", detail, fix))
     elif not unparsed:
         checks.append(Check(name, "wired", "ok", ", ".join(sorted(display(p) for p in by_path))))

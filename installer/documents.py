@@ -38,6 +38,8 @@ MISSING: Any = _Missing()  # the value at a key path that does not exist
 class Document(Protocol):
     """One parsed config file, edited through key paths."""
 
+    path: Path  # the file it was read from, named in errors about its shape
+
     def get(self, path: Key) -> Any:
         """The plain value (dict, list, str, …) at ``path``, or :data:`MISSING`."""
 

@@ -8,6 +8,8 @@ watcher (``<harness> watch``), which exits 2 to wake its session.
 
 import sys
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
+
 if __name__ == "__main__":
     import posix
 
@@ -16,7 +18,10 @@ if __name__ == "__main__":
         # -I leaves this folder off sys.path; only our module is imported from it.
         sys.path.insert(0, __file__.rpartition("/")[0] or ".")
         try:
-            from hook_client import run
+            if TYPE_CHECKING:  # a type checker knows the module by its package name
+                from .hook_client import run
+            else:
+                from hook_client import run
         finally:
             del sys.path[0]
         code = run(sys.argv)

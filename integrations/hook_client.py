@@ -161,8 +161,8 @@ def state_home(environ: dict[bytes, bytes] | None = None) -> str:
         base = xdg
     else:
         # platformdirs treats a relative HOME as unset and asks the password database.
-        home = _getenv(environ, "HOME")
-        if home is None or not home.startswith("/"):
+        home = _getenv(environ, "HOME") or ""
+        if not home.startswith("/"):
             home = _home_dir()
         tail = "/Library/Application Support" if sys.platform == "darwin" else "/.local/share"
         base = (home.rstrip("/") + tail) or "/"
@@ -201,7 +201,9 @@ def _loads(text: str) -> object:
         import json
 
         return json.loads(text)
-    value, end = _json.make_scanner(_ScanContext())(text, 0)
+    # typeshed types the context as a make_scanner itself; CPython reads only the attributes (json.decoder passes
+    # a JSONDecoder), which _ScanContext has.
+    value, end = _json.make_scanner(_ScanContext())(text, 0)  # type: ignore[arg-type]
     if text[end:].strip():
         raise HookError("trailing data after the JSON value")
     return value
@@ -437,14 +439,20 @@ def _deadline(environ: dict) -> float:
 
 
 def _arm(seconds: float) -> None:
-    import _signal
+    if TYPE_CHECKING:  # typeshed has no stubs for _signal; signal re-exports these same functions
+        import signal as _signal
+    else:
+        import _signal
 
     _signal.signal(_signal.SIGALRM, _alarm)
     _signal.setitimer(_signal.ITIMER_REAL, seconds)
 
 
 def _disarm() -> None:
-    import _signal
+    if TYPE_CHECKING:
+        import signal as _signal
+    else:
+        import _signal
 
     _signal.setitimer(_signal.ITIMER_REAL, 0)
 

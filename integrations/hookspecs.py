@@ -33,6 +33,7 @@ def hive_harness() -> Identity:
     folders, version probe, which stdin fields and environment variables carry the session id
     and working folder). Called once per plugin; the result names the harness for every other hook.
     """
+    raise NotImplementedError  # a spec: pluggy calls the plugins' implementations, never this body
 
 
 @hookspec(firstresult=True)

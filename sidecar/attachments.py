@@ -452,7 +452,8 @@ async def for_send(sidecar: Sidecar, request: dict[str, Any], session: Session |
         if not cwd:
             raise AttachmentHome("the folder this command runs in cannot be read, so it cannot attach files")
     else:
-        cwd = request.get("cwd") if isinstance(request.get("cwd"), str) else ""
+        given = request.get("cwd")
+        cwd = given if isinstance(given, str) else ""
     read = functools.partial(read_files, paths, cwd, confined=confined, state_home=sidecar.paths.home)
     return tuple(await anyio.to_thread.run_sync(read))
 
@@ -553,8 +554,9 @@ async def quota_wait(sidecar: Sidecar, person: str, files: Sequence[File]) -> fl
     size = sum(f.size for f in files)
     now = time.time()
     store = sidecar.store
-    total = (await store.fetchone("SELECT COALESCE(SUM(bytes), 0) FROM attachments"))[0]
-    mine = (await store.fetchone("SELECT COALESCE(SUM(bytes), 0) FROM attachments WHERE person = ?", (person,)))[0]
+    # A sum without GROUP BY always has its one row; fetchall()[0] says so where fetchone() would be Optional.
+    total = (await store.fetchall("SELECT COALESCE(SUM(bytes), 0) FROM attachments"))[0][0]
+    mine = (await store.fetchall("SELECT COALESCE(SUM(bytes), 0) FROM attachments WHERE person = ?", (person,)))[0][0]
     rows = await store.fetchall("SELECT at, bytes FROM attachments WHERE person = ? AND at > ? ORDER BY at",
                                 (person, now - HOUR))
     if total + size > quota.keep_total or mine + size > quota.keep_person:

@@ -14,6 +14,7 @@ import tempfile
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .errors import BadRequest
 
@@ -53,13 +54,14 @@ def load_settings(path: Path) -> Settings:
     person = slug(str(data.get("person") or os.environ.get("HIVE_PERSON") or getpass.getuser())) or "me"
     machine = slug(str(data.get("machine") or socket.gethostname().split(".")[0])) or "machine"
     section = data.get("sidecar", {})
-    tuning = {k: float(v) for k, v in section.items()} if isinstance(section, dict) else {}
     allowed = {"session_ttl", "forget_after", "forget_grace", "inflight_timeout"}
+    # Any: mypy checks a ** dict against every field, int ones too; only these float fields are passed.
+    tuning: dict[str, Any] = ({k: float(v) for k, v in section.items() if k in allowed}
+                              if isinstance(section, dict) else {})
     # share_unmanaged at the top or in [sidecar]
     sharing = (data.get("share_unmanaged"), isinstance(section, dict) and section.get("share_unmanaged"))
     share = any(v is True for v in sharing)
-    return Settings(person=person, machine=machine, share_unmanaged=share,
-                    **{k: v for k, v in tuning.items() if k in allowed})
+    return Settings(person=person, machine=machine, share_unmanaged=share, **tuning)
 
 
 def write_atomically(path: Path, text: str) -> None:

@@ -230,7 +230,9 @@ def _spells_hive(window: str) -> bool:
 
 def _suspect_tag(view: str, roles: str, start: int) -> bool:
     """Whether what follows a bracket at ``start - 1`` of the reader's view could be a hive tag."""
-    start = _SKIP.match(roles, start).end()
+    skipped = _SKIP.match(roles, start)
+    assert skipped is not None  # a starred pattern matches anywhere, if only the empty string
+    start = skipped.end()
     end = _WORD_END.search(roles, start, start + 1 + _TAG_WORD_LIMIT)
     word = view[start:end.start() if end else start + 1 + _TAG_WORD_LIMIT]
     if len(word) > _TAG_WORD_LIMIT:

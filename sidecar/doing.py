@@ -25,6 +25,7 @@ so ``who`` and presence carry it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -376,11 +377,11 @@ class Doing:
             presence = _presence_of(session.agent)
             home = harness_home()
             for pattern in getattr(presence, "titles", ()):
-                self._add(key, home / pattern, lambda p=home / pattern: Titles(p))
+                self._add(key, home / pattern, functools.partial(Titles, home / pattern))
             for pattern in getattr(presence, "todos", ()):
                 found = task_folder(home, pattern, key)
                 if found is not None:
-                    self._add(key, found[0], lambda f=found: Tasks(f[0], f[1]))
+                    self._add(key, found[0], functools.partial(Tasks, *found))
             self.followed[key] = ""
         if session.transcript:
             path = Path(session.transcript)

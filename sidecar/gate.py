@@ -127,7 +127,7 @@ import weakref
 from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import anyio
 import anyio.lowlevel
@@ -1103,7 +1103,8 @@ class Gate:
     async def ledger(self, since: float | None = None, person: str | None = None, limit: int = 500,
                      item: str | None = None) -> list[dict[str, Any]]:
         """Ledger rows, oldest first, with each item's title."""
-        clauses, params = ["l.at >= ?"], [since or 0.0]
+        clauses: list[str] = ["l.at >= ?"]
+        params: list[float | str] = [since or 0.0]
         if person:
             clauses.append("l.person = ?")
             params.append(person)
@@ -1157,14 +1158,14 @@ class Gate:
         rows = await self.store.fetchall(
             "SELECT * FROM gate_items WHERE person = ? AND state IN ('digest', 'held', 'pending') AND updated_at >= ? "
             "ORDER BY offered_at", (person, since))
-        last = {r["item"]: r for r in await self.store.fetchall(
+        latest = {r["item"]: r for r in await self.store.fetchall(
             "SELECT item, rule, reason FROM gate_ledger WHERE seq IN (SELECT MAX(seq) FROM gate_ledger "
             "WHERE person = ? AND at >= ? GROUP BY item)", (person, since))}
         groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for row in rows:
             public = _item_public(row)
             public["unblocks"] = self._unblocks(row)
-            decided = last.get(row["id"])
+            decided = latest.get(row["id"])
             public["rule"], public["reason"] = (decided["rule"], decided["reason"]) if decided else ("", "")
             groups[row["source"]].append(public)
         ordered = []
@@ -1488,7 +1489,9 @@ async def code_owners(sidecar: Sidecar, item: Item) -> list[tuple[str, str]]:
             rules = codeowners.rules_of(root)
             for path in paths:
                 rule = codeowners.rule_for(rules, path)
-                for owner in rule.owners if rule else ():
+                if rule is None:
+                    continue
+                for owner in rule.owners:
                     person = codeowners.person_for(owner, people, aliases)
                     if person and all(p != person for p, _ in found):
                         found.append((person, f"CODEOWNERS line {rule.line} gives {path} to {owner}"))
@@ -1583,7 +1586,7 @@ async def relay_item(sidecar: Sidecar, item: Item, facts: list[Fact]) -> str:
             tried.append(f"{label} runs a hive without a gate")
             continue
         frame_id = new_ulid()
-        waiter = (anyio.Event(), {})
+        waiter: tuple[anyio.Event, dict[str, Any]] = (anyio.Event(), {})
         waiting = _acks.setdefault(sidecar, {})
         waiting[frame_id] = waiter
         try:
@@ -1627,18 +1630,23 @@ def _fact_from_wire(raw: Any) -> Fact | None:
     if kind not in FACT_STATES or state not in FACT_STATES[kind] or not isinstance(ref, str) or not ref \
             or len(ref) > MAX_REF:
         return None
-    numbers = [raw.get(n) for n in ("since", "at")]
-    if any(isinstance(n, bool) or not isinstance(n, int | float) for n in numbers):
+    since, stamped = raw.get("since"), raw.get("at")
+    if not _is_number(since) or not _is_number(stamped):
         return None
     runs, due = raw.get("runs", 1), raw.get("due")
     if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
         return None
-    if due is not None and (isinstance(due, bool) or not isinstance(due, int | float)):
+    if due is not None and not _is_number(due):
         return None
-    detail = raw.get("detail") if isinstance(raw.get("detail"), str) else ""
+    given = raw.get("detail")
+    detail = given if isinstance(given, str) else ""
     # A record from another machine cannot claim to be newer than this machine's clock.
-    at = min(float(numbers[1]), time.time())
-    return Fact(kind, ref, state, min(float(numbers[0]), at), at, min(runs, 1000), due, clip(clean(detail), MAX_REF))
+    at = min(float(stamped), time.time())
+    return Fact(kind, ref, state, min(float(since), at), at, min(runs, 1000), due, clip(clean(detail), MAX_REF))
+
+
+def _is_number(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)  # JSON true is no number
 
 
 async def on_frame(sidecar: Sidecar, peer: str, person: str, machine: str, frame: Mapping[str, Any]) -> Any:

@@ -229,10 +229,10 @@ def _fraction(value: Any, name: str) -> float:
 
 def _budget(value: Any) -> int:
     text = value.strip() if isinstance(value, str) else value
-    whole = isinstance(text, int) and not isinstance(text, bool)
-    if isinstance(text, str) and text.isdigit():
-        text, whole = int(text), True
-    if not whole or not 0 <= text <= MAX_BUDGET:
+    # isdecimal, not isdigit: int() refuses digits such as "²" that isdigit accepts.
+    if isinstance(text, str) and text.isdecimal():
+        text = int(text)
+    if not isinstance(text, int) or isinstance(text, bool) or not 0 <= text <= MAX_BUDGET:
         raise BadRequest(f"budget is a whole number of attention items per day, 0 to {MAX_BUDGET}")
     return int(text)
 

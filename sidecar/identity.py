@@ -30,7 +30,7 @@ import stat
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from nacl.exceptions import BadSignatureError
 from nacl.signing import SigningKey, VerifyKey
@@ -90,7 +90,7 @@ def key_id(public_key: bytes) -> str:
     return public_key.hex()
 
 
-def is_key_id(value: object) -> bool:
+def is_key_id(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and _KEY_ID.fullmatch(value) is not None
 
 

@@ -144,8 +144,9 @@ def _view_dict(view: LessonView, origin: dict[str, str], *, agent: bool = False)
 async def op_lesson_propose(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     session = _session(sidecar, request)
     author = sidecar.sessions.address(session) if session is not None else sidecar.terminal
-    fields = {k: request[k] for k in ("kind", "text", "applicability", "scope", "project", "evidence", "tags",
-                                      "quote", "supersedes") if k in request and request[k] is not None}
+    fields: dict[str, Any] = {k: request[k] for k in ("kind", "text", "applicability", "scope", "project", "evidence",
+                                                      "tags", "quote", "supersedes")
+                              if k in request and request[k] is not None}
     fields.setdefault("scope", "project")
     if isinstance(fields.get("evidence"), list):
         fields["evidence"] = [evidence_item(e) for e in fields["evidence"]]

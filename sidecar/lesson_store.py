@@ -33,6 +33,7 @@ Tables (migration "lessons" in :mod:`hive.sidecar.store`)
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import json
 import logging
@@ -139,6 +140,9 @@ def _dumps(value: Any) -> str:
 
 
 class LessonStore:
+    # Signatures here spell the builtin ``builtins.list``: inside this class body the name ``list``
+    # is the method below, which a type checker would take for the annotation.
+
     def __init__(self, store: Store, context: Callable[[], Awaitable[Context]]) -> None:
         self.store = store
         self._context = context
@@ -166,7 +170,7 @@ class LessonStore:
                                  (body.id, _dumps(dataclasses.asdict(body)), time.time()))])
         return body.id
 
-    async def drafts(self) -> list[L.LessonBody]:
+    async def drafts(self) -> builtins.list[L.LessonBody]:
         rows = await self.store.fetchall("SELECT body FROM lesson_drafts ORDER BY created_at")
         return [_body_from_plain(json.loads(r[0])) for r in rows]
 
@@ -324,12 +328,12 @@ class LessonStore:
         assert view is not None
         return view
 
-    async def pending(self, *, reviewer: str | None = None, now: float | None = None) -> list[LessonView]:
+    async def pending(self, *, reviewer: str | None = None, now: float | None = None) -> builtins.list[LessonView]:
         """Proposed and held lessons, oldest first (``reviewer`` is informational: L2 picks reviewers)."""
         return await self._views("l.state = 'proposed'", (), now=now, order="l.received_at")
 
     async def list(self, *, states: Sequence[str] | None = None, scope: str | None = None,
-                   project: str | None = None, limit: int = 200, now: float | None = None) -> list[LessonView]:
+                   project: str | None = None, limit: int = 200, now: float | None = None) -> builtins.list[LessonView]:
         """Lessons newest first; ``states`` may include ``held`` (read from proposed)."""
         where, params = ["1"], []
         if states:
@@ -353,7 +357,7 @@ class LessonStore:
         return recall.Viewer(ctx.person, tuple(dict.fromkeys(projects_of(ctx.roster, ctx.person))))
 
     async def _views(self, where: str, params: Sequence[Any], *, now: float | None = None,
-                     order: str = "l.created_at", limit: int = 1000) -> list[LessonView]:
+                     order: str = "l.created_at", limit: int = 1000) -> builtins.list[LessonView]:
         now = time.time() if now is None else now
         rows = await self.store.fetchall(
             "SELECT l.*, b.blob AS body_blob, e.blob AS edit_blob, t.person AS t_person, t.reason AS t_reason, "
@@ -430,7 +434,7 @@ class LessonStore:
         rows = await self.store.fetchall("SELECT author, scope, MAX(seq) FROM lesson_log GROUP BY author, scope")
         return {(r[0], r[1]): r[2] for r in rows}
 
-    async def entries_after(self, author: str, scope: str, seq: int, limit: int = 500) -> list[dict[str, Any]]:
+    async def entries_after(self, author: str, scope: str, seq: int, limit: int = 500) -> builtins.list[dict[str, Any]]:
         """Entries of one log after ``seq``, as wire objects, in order."""
         rows = await self.store.fetchall(
             "SELECT entry FROM lesson_log WHERE author = ? AND scope = ? AND seq > ? ORDER BY seq LIMIT ?",
@@ -449,13 +453,13 @@ class LessonStore:
     async def has_blob(self, blob_hash: str) -> bool:
         return await self.store.fetchone("SELECT 1 FROM lesson_blobs WHERE hash = ?", (blob_hash,)) is not None
 
-    async def blob_hashes_of(self, lesson_id: str) -> list[str]:
+    async def blob_hashes_of(self, lesson_id: str) -> builtins.list[str]:
         """The blobs an entry about ``lesson_id`` refers to (its body, edit texts) that this machine holds."""
         rows = await self.store.fetchall("SELECT hash FROM lesson_blobs WHERE lesson = ?", (lesson_id,))
         return [r[0] for r in rows]
 
     async def blobs_with_logs(self, *, lessons: Sequence[str] = (), hashes: Sequence[str] = ()
-                              ) -> list[tuple[dict[str, Any], str, str]]:
+                              ) -> builtins.list[tuple[dict[str, Any], str, str]]:
         """Held blobs of ``lessons`` and by ``hashes``, each with the author machine and log scope of
         its lesson (what decides who may receive it), read in one hop."""
         def work(conn: sqlite3.Connection) -> list[tuple[dict[str, Any], str, str]]:
@@ -470,7 +474,7 @@ class LessonStore:
 
         return await self.store.run(work)
 
-    async def missing_blobs(self, limit: int = 1000) -> list[str]:
+    async def missing_blobs(self, limit: int = 1000) -> builtins.list[str]:
         """Hashes of bodies and edit texts named by held entries but not held, for lessons not retracted."""
         rows = await self.store.fetchall(
             "SELECT h FROM (SELECT l.body_hash AS h, l.id AS lesson FROM lessons l UNION "
@@ -493,7 +497,7 @@ class LessonStore:
             raise result
         return result
 
-    async def ingest_many(self, objs: Sequence[Any], *, via: str = "") -> list[str]:
+    async def ingest_many(self, objs: Sequence[Any], *, via: str = "") -> builtins.list[str]:
         """:meth:`ingest` for a batch, in order, with one commit: per entry its result or error code."""
         return [r.code if isinstance(r, HiveError) else r for r in await self._ingest(objs, via, entries=True)]
 
@@ -508,11 +512,11 @@ class LessonStore:
             raise result
         return result
 
-    async def ingest_blobs(self, blobs: Sequence[Any]) -> list[str]:
+    async def ingest_blobs(self, blobs: Sequence[Any]) -> builtins.list[str]:
         """:meth:`ingest_blob` for a batch with one commit: per blob its result or error code."""
         return [r.code if isinstance(r, HiveError) else r for r in await self._ingest(blobs, "", entries=False)]
 
-    async def _ingest(self, items: Sequence[Any], via: str, *, entries: bool) -> list[str | HiveError]:
+    async def _ingest(self, items: Sequence[Any], via: str, *, entries: bool) -> builtins.list[str | HiveError]:
         """Take a batch on the database's thread in one hop, then commit once: a replicated batch
         costs one fsync and no per-statement round trips."""
         ctx = await self._context() if entries else None

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 from mcp.server.mcpserver import Context, MCPServer
-from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from mcp_types import CallToolResult, ContentBlock, TextContent, ToolAnnotations
 from pydantic import Field
 
 from hive import skills
@@ -317,7 +317,7 @@ class HiveTools:
             notice = await self._unread_notice(identity) if identity is not None else None
             return _failure(exc, notice)
         notice = await self._unread_notice(identity)
-        content = [TextContent(type="text", text=reply.text)]
+        content: list[ContentBlock] = [TextContent(type="text", text=reply.text)]
         data = dict(reply.data)
         if notice is not None:
             content.append(TextContent(type="text", text=notice[0]))
@@ -415,7 +415,7 @@ class HiveTools:
 
     async def whoami(self, identity: Identity) -> Reply:
         result = await self.call("who", session=identity.key, all=True)
-        me = next((s for s in result["sessions"] if s["address"] == result.get("me")), {})
+        me: dict[str, Any] = next((s for s in result["sessions"] if s["address"] == result.get("me")), {})
         data = {"key": identity.key, "via": identity.via, "address": result.get("me"), "agent": identity.agent,
                 "name": me.get("name"), "tier": me.get("tier"), "person": result.get("person"),
                 "machine": result.get("machine")}
@@ -551,7 +551,7 @@ def team_text(shown: dict[str, Any]) -> str:
 def _failure(exc: HiveError, notice: tuple[str, dict[str, Any]] | None) -> CallToolResult:
     message = defang(exc.message)
     data: dict[str, Any] = {"error": {"code": exc.code, "message": message}}
-    content = [TextContent(type="text", text=f"hive error {exc.code}: {message}")]
+    content: list[ContentBlock] = [TextContent(type="text", text=f"hive error {exc.code}: {message}")]
     if notice is not None:
         content.append(TextContent(type="text", text=notice[0]))
         data["unread"] = notice[1]

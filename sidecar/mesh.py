@@ -215,7 +215,7 @@ def _listed(raw: dict[str, Any], key: str) -> list[Any]:
 def sanitise_presence(raw: Any) -> dict[str, Any]:
     """A peer's presence cut to the shape and sizes hive shows: counts, lengths, one line each."""
     raw = raw if isinstance(raw, dict) else {}
-    sessions = []
+    sessions: list[dict[str, Any]] = []
     seen: set[str] = set()
     for item in _listed(raw, "sessions"):
         if len(sessions) >= MAX_SESSIONS:
@@ -1175,9 +1175,10 @@ class Mesh:
     # ---- sending mail --------------------------------------------------------------------
 
     def _msg_payload(self, message: Message) -> dict[str, Any]:
-        payload = {"id": message.id, "from": message.sender, "to": message.recipient, "kind": message.sender_kind,
-                   "agent": message.sender_agent, "repo": message.sender_repo, "reply_to": message.reply_to,
-                   "body": message.body, "fyi": not message.wake, "sent_at": message.sent_at}
+        payload: dict[str, Any] = {
+            "id": message.id, "from": message.sender, "to": message.recipient, "kind": message.sender_kind,
+            "agent": message.sender_agent, "repo": message.sender_repo, "reply_to": message.reply_to,
+            "body": message.body, "fyi": not message.wake, "sent_at": message.sent_at}
         approval = wire_of(message.approval)
         if approval is not None:
             payload["approval"] = approval  # signed by this machine (approvals.py)
@@ -1500,7 +1501,8 @@ class Mesh:
             await self._ack(link, message_id, state, f"already received: {seen[1]}"[:300])
             return
         sender, recipient, body = raw.get("from"), raw.get("to"), raw.get("body")
-        kind = raw.get("kind") if raw.get("kind") in ("agent", "person", "script") else "agent"
+        claimed = raw.get("kind")
+        kind = claimed if claimed in ("agent", "person", "script") else "agent"
         reply_to = raw.get("reply_to") if is_ulid(raw.get("reply_to")) else None
         local_person = self.sc.settings.person
         if (not isinstance(sender, str) or not isinstance(recipient, str) or not isinstance(body, str)

@@ -388,18 +388,18 @@ def entries(state: TeamState) -> Iterator[Entry]:
     """Every signed entry in a state, as they would travel one by one."""
     if state.meta is not None:
         yield Entry("meta", state.meta)
-    for s in state.admissions.values():
-        yield Entry("admission", s)
-    for s in state.members.values():
-        yield Entry("member", s)
-    for s in state.updates.values():
-        yield Entry("member", s)
-    for s in state.invites.values():
-        yield Entry("invite", s)
+    for admission in state.admissions.values():
+        yield Entry("admission", admission)
+    for member in state.members.values():
+        yield Entry("member", member)
+    for update in state.updates.values():
+        yield Entry("member", update)
+    for invite in state.invites.values():
+        yield Entry("invite", invite)
     if state.link is not None:
         yield Entry("link", state.link)
-    for s in state.projects.values():
-        yield Entry("project", s)
+    for project in state.projects.values():
+        yield Entry("project", project)
 
 
 def without_secrets(state: TeamState) -> TeamState:
@@ -415,14 +415,15 @@ def without_secrets(state: TeamState) -> TeamState:
 # ---- merging ----------------------------------------------------------------------------------
 
 
-_KIND_TYPES: dict[str, type] = {"meta": Meta, "admission": Member, "member": Member, "invite": Invite,
-                                "link": Link, "project": ProjectMember}
+_KIND_TYPES: dict[str, type[Meta | Member | Invite | Link | ProjectMember]] = {
+    "meta": Meta, "admission": Member, "member": Member, "invite": Invite, "link": Link, "project": ProjectMember}
 
 
 def _refusal(state: TeamState, entry: Entry, now: int) -> str | None:
     """Why an entry can never count, or None. Only checks that need no other entry."""
     signed = entry.signed
-    if not isinstance(signed.body, _KIND_TYPES.get(entry.kind, ())):
+    body_type = _KIND_TYPES.get(entry.kind)
+    if body_type is None or not isinstance(signed.body, body_type):
         return f"not a {entry.kind} entry"
     if not verify(state.id, entry.kind, signed):
         return "bad signature (forged, altered, or signed for another team or kind)"
@@ -490,16 +491,16 @@ def _put(state: TeamState, entry: Entry) -> None:
             state.meta = s
     elif kind == "admission":
         key = f"{s.body.key}/{s.by}"
-        old = state.admissions.get(key)
-        if old is None or s.order < old.order:  # kept forever: the earliest stays
+        earliest = state.admissions.get(key)
+        if earliest is None or s.order < earliest.order:  # kept forever: the earliest stays
             state.admissions[key] = s
     elif kind == "member":
         slot = state.updates if (s.by == s.body.key and s.body.active) else state.members
         if _later(slot.get(s.body.key), s):
             slot[s.body.key] = s
     elif kind == "invite":
-        old = state.invites.get(s.body.hash)
-        if old is None or _invite_order(s) > _invite_order(old):
+        held = state.invites.get(s.body.hash)
+        if held is None or _invite_order(s) > _invite_order(held):
             state.invites[s.body.hash] = s
     elif kind == "link":
         if _later(state.link, s):

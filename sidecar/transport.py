@@ -51,7 +51,8 @@ from aioquic.asyncio.server import QuicServer
 from aioquic.quic import events
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.connection import QuicConnection
-from anyio.abc import ObjectReceiveStream, ObjectSendStream, TaskStatus
+from anyio.abc import TaskStatus
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
@@ -272,8 +273,8 @@ class Link:
         self.opened_at = time.monotonic()
         self.closed = anyio.Event()
         self.close_reason = ""
-        self._frames_in: ObjectSendStream[dict[str, Any]]
-        self._frames: ObjectReceiveStream[dict[str, Any]]
+        self._frames_in: MemoryObjectSendStream[dict[str, Any]]
+        self._frames: MemoryObjectReceiveStream[dict[str, Any]]
         self._frames_in, self._frames = anyio.create_memory_object_stream[dict[str, Any]](INBOX_FRAMES)
         self.bytes_in = 0
         self.bytes_out = 0
@@ -447,8 +448,8 @@ async def listen(host: str, port: int, cert: MachineCert, check: PeerCheck,
     Each accepted link runs ``await handler(link)`` in a task of its own; the link is closed
     when the handler returns.
     """
-    new_links: ObjectSendStream[tuple[_Protocol, asyncio.StreamReader, asyncio.StreamWriter]]
-    new_links_out: ObjectReceiveStream[tuple[_Protocol, asyncio.StreamReader, asyncio.StreamWriter]]
+    new_links: MemoryObjectSendStream[tuple[_Protocol, asyncio.StreamReader, asyncio.StreamWriter]]
+    new_links_out: MemoryObjectReceiveStream[tuple[_Protocol, asyncio.StreamReader, asyncio.StreamWriter]]
     new_links, new_links_out = anyio.create_memory_object_stream[
         tuple[_Protocol, asyncio.StreamReader, asyncio.StreamWriter]](64)
 
@@ -464,6 +465,7 @@ async def listen(host: str, port: int, cert: MachineCert, check: PeerCheck,
     server = await serve(host, port, configuration=_configuration(cert, list(alpns), is_client=False),
                          create_protocol=create_protocol)
     try:
+        assert server._transport is not None  # serve() returns once its socket is bound
         sockname = server._transport.get_extra_info("sockname")
         listener = Listener(server, int(sockname[1]))
         async with anyio.create_task_group() as tg:

@@ -10,6 +10,7 @@ import os
 import re
 import threading
 import time
+from typing import TypeGuard
 
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _PATTERN = re.compile(r"^[0-7][0-9A-HJKMNP-TV-Z]{25}$")
@@ -41,7 +42,7 @@ def new_ulid(now_ms: int | None = None) -> str:
     return _encode(ms, 10) + _encode(rand, 16)
 
 
-def is_ulid(value: object) -> bool:
+def is_ulid(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and bool(_PATTERN.match(value))
 
 
