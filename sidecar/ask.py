@@ -164,6 +164,18 @@ def _prompt(asker: str, question: str, requester: str | None, request: str, expi
 
 
 async def op_ask(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """Ask this machine's person a yes/no question in a desktop pop-up, and wait for the answer.
+
+    Request: ``session`` (str, optional): the asking session (none: the person's terminal).
+    ``question`` (str, required, at most 8000 characters; the pop-up shows 400). ``about`` (str,
+    optional): the id of a teammate's message to this session that the question is about; the answer
+    goes back to its sender as an approval. ``wait`` (number, optional): seconds to wait, at most and
+    by default 600. ``expire`` (number, optional): seconds the pop-up stays up, at most and by default
+    3600. Returns ``{"answer", "question", "about", "request", "from", "approval", "note"}``;
+    ``answer`` is approved, denied, dismissed, expired, closed or ``waiting`` (a later answer arrives
+    as a message). Raises ``bad_request``, ``not_found`` (session or ``about``), ``conflict`` while
+    another question of this session is up, and ``no_desktop`` (ask in your own session instead).
+    """
     key, asker, session = _asker(sidecar, request)
     raw = request.get("question")
     if not isinstance(raw, str) or not clean(raw):
@@ -211,7 +223,11 @@ async def op_ask(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) ->
 
 
 async def op_ask_stop(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
-    """A client abandoned its ``ask`` call: stop waiting, so a later answer comes as a message."""
+    """A client abandoned its ``ask`` call: stop waiting, so a later answer comes as a message.
+
+    Request: ``session`` (str, optional): the asking session (none: the person's terminal).
+    Returns ``{"stopped": n}``, the waiting calls ended. Raises ``not_found`` for an unknown session.
+    """
     key, _, _ = _asker(sidecar, request)
     current = desk(sidecar).questions.get(key)
     scopes = list(current.waiting) if current is not None else []

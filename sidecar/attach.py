@@ -44,6 +44,14 @@ def _answer(sidecar: Sidecar, session: Session, via: str) -> dict[str, Any]:
 
 
 async def attach(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """Say which live session, registered by a hook, the calling MCP server process belongs to.
+
+    Request: ``pids`` (list of int, required): the caller's ancestor pids, nearest first, at most 64.
+    ``cwd`` (str, optional): the caller's folder, which breaks a tie between sessions of one harness
+    process. ``hint`` (str, optional): a session id from the server's environment, preferred while
+    live. Returns ``{"key", "name", "address", "agent", "via": "hint" | "ancestry"}``. Raises
+    ``bad_request`` for ill-typed ``pids`` or ``hint``, ``not_found`` when no session matches.
+    """
     pids = _pids(request.get("pids"))
     cwd = request.get("cwd")
     hint = request.get("hint")

@@ -48,7 +48,12 @@ async def is_off(sidecar: Sidecar, cwd: str) -> bool:
 
 
 async def op_folder(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
-    """``folder {"path"?, "state"?: "off"|"on"}``: change one folder, and list the folders that are off."""
+    """Turn hive off (or back on) in a folder and the folders below it; list the folders that are off.
+
+    Request: ``state`` (str, optional): off or on; with it, ``path`` (str, required): an absolute
+    folder. Without ``state`` nothing changes. Returns ``{"off": [path]}``. Raises ``bad_request``
+    for another state or a relative path.
+    """
     path, state = request.get("path"), request.get("state")
     folders = await _folders(sidecar)
     if state is not None:

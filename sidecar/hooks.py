@@ -321,6 +321,17 @@ async def session_ended(sidecar: Sidecar, session: Session) -> None:
 
 
 async def hook(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """Answer one harness hook: register or refresh its session, record its events, and return the
+    stdout that puts waiting mail (and turn-tier lessons) into the model's context.
+
+    Request: ``harness`` (str, required): the harness the hook was installed for; ``event`` (str,
+    required): its native event name; ``stdin`` (str) or ``payload`` (object): the hook's input;
+    ``env`` (object of str): the variables that name the session; ``ppid`` (int): the hook client's
+    parent; ``cwd`` (str): the folder when the input names none. Returns ``{"stdout", "ids",
+    "session"}``, plus ``"stderr"`` and ``"exit": 2`` at a ``stderr_block`` point; ``ids`` are what
+    the client confirms with ``hook_written``. Raises ``bad_request`` without ``harness`` and
+    ``event``, or for a harness no plugin knows.
+    """
     _publish_env_names(sidecar)
     caller = understand(request)
     point = caller.point
@@ -380,7 +391,12 @@ async def _holder(session: Session, request: dict[str, Any]) -> Holder:
 
 
 async def hook_written(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
-    """The hook client wrote its reply (with these ids) to the harness: hold them for the harness now."""
+    """The hook client wrote its reply (with these ids) to the harness: hold them for the harness now.
+
+    Request: ``ids`` (list of str, required): the message ids of the reply it printed. Returns
+    ``{"held": n}``, the messages this connection was shown that the harness now holds. Raises
+    ``bad_request`` without ``ids``.
+    """
     ids = request.get("ids")
     if not isinstance(ids, list):
         raise BadRequest("hook_written needs 'ids': the message ids in the reply the hook printed")
@@ -406,8 +422,11 @@ async def _turn_ended(sidecar: Sidecar, session: Session) -> None:
 
 
 async def plugin_event(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
-    """What a plugin inside its harness saw (opencode, pi), told as a hook would tell it
-    (``harness``, ``event``: the native name, ``payload``).
+    """Take what a plugin inside its harness (opencode, pi) saw, told as a hook would tell it.
+
+    Request: ``harness`` and ``event`` (str, required: the native name), ``payload`` (object) and
+    ``env`` (object), as for ``hook``; they name the session. Returns ``{"text"}``: the turn-tier
+    lessons due at a tool result, else "". Raises ``bad_request`` as ``hook`` does.
 
     It becomes the same normalized events (busy and idle, files, HEAD, overlaps, doing, commands
     for the gate), a prompt restarts the session's loop-guard runs, and a turn's end is the
@@ -445,6 +464,14 @@ async def plugin_event(sidecar: Sidecar, conn: Connection, request: dict[str, An
 
 
 async def watch(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """Claude Code's push watcher's long poll: wait for the session's waking mail.
+
+    Request: the caller fields of ``hook`` (``harness``, ``event``, ``stdin`` or ``payload``, ``env``,
+    ``ppid``, ``cwd``); ``wait`` (number, optional): seconds, at most 600; ``peek`` (bool, optional):
+    answer at once without waiting or showing anything. Returns ``{"session", "ids", "text",
+    "ended"}``; ``ended`` tells the watcher to exit (the session ended, or this harness has no watcher
+    push). Raises ``bad_request`` when nothing names a session or ``wait`` is not a number.
+    """
     caller = understand(request)
     if caller.key is None:
         raise BadRequest("the watcher's stdin and environment carry no session id")
@@ -488,7 +515,12 @@ async def watch(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> 
 
 async def hold(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """A plugin inside its harness (opencode) put mail it was shown into a session: the harness
-    process on the other end of this connection holds it until ``seen`` (or its death)."""
+    process on the other end of this connection holds it until ``seen`` (or its death).
+
+    Request: ``session`` (str, required): the session's key; ``ids`` (list of str, required): the
+    messages it put in. Returns ``{"held": n}``, counting only that session's unread mail. Raises
+    ``bad_request`` without ``ids``, ``not_found`` for a key not registered here.
+    """
     ids = request.get("ids")
     if not isinstance(ids, list):
         raise BadRequest("hold needs 'ids': the message ids the plugin put into the session")
@@ -503,13 +535,23 @@ async def hold(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> d
 
 
 async def seen(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
-    """A plugin saw its harness send the session's next model request: what it holds reached the model."""
+    """A plugin saw its harness send the session's next model request: what it holds reached the model.
+
+    Request: ``session`` (str, required): the session's key. Returns ``{"confirmed": n}``, the held
+    messages now read. Raises ``not_found`` for a key not registered here.
+    """
     session = _plugin_session(sidecar, request)
     return {"confirmed": await sidecar.mailbox.confirm_held(session.key)}
 
 
 async def doing(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
-    """A plugin says the session's title and/or todo list, as its harness told it."""
+    """A plugin says the session's title and/or todo list, as its harness told it.
+
+    Request: ``session`` (str, required): the session's key; ``title`` (str, optional); ``todos``
+    (list of ``{content, status}``, optional): the whole list, whose in-progress item is the task
+    (empty clears it). Returns ``{"doing"}``, the session's line now. Raises ``bad_request`` for
+    ill-typed fields, ``not_found`` for a key not registered here.
+    """
     session = _plugin_session(sidecar, request)
     title = request.get("title")
     todos = request.get("todos")

@@ -142,6 +142,17 @@ def _view_dict(view: LessonView, origin: dict[str, str], *, agent: bool = False)
 # ---- propose ----------------------------------------------------------------------------------
 
 async def op_lesson_propose(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """Propose a lesson for review: file it, choose its reviewer, and ask them when that is this person.
+
+    Request: ``session`` (str, optional): the author (none: the terminal); ``cwd`` (str): finds the
+    repository when no session does. ``kind`` and ``text`` (str, required); ``evidence`` (list,
+    required): ``{kind, ref}``, ``kind:ref`` or a file path; ``scope`` (personal, project (default) or
+    team); ``project``, ``applicability``, ``tags``, ``quote`` (``{speaker, words}``, required for a
+    preference or decision), ``supersedes`` (a verified lesson's id), all optional. Returns ``{"id",
+    "state", "reviewer", "reviewer_why", "scope", "project", "note"}``. Raises the ``lesson_*``
+    codes for an invalid lesson (``lesson_bad_scope`` for a project lesson outside a repository),
+    ``not_member``, ``not_found`` (a session or the lesson it supersedes).
+    """
     session = _session(sidecar, request)
     author = sidecar.sessions.address(session) if session is not None else sidecar.terminal
     fields: dict[str, Any] = {k: request[k] for k in ("kind", "text", "applicability", "scope", "project", "evidence",
@@ -314,6 +325,12 @@ def _limit(request: dict[str, Any], default: int, high: int) -> int:
 
 
 async def op_lesson_list(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """List lessons, newest first, peer-written text defanged.
+
+    Request: ``state`` (str, optional): only lessons in that state (proposed, held, verified, ...).
+    ``limit`` (int, optional): default 100, at most 1000. Returns ``{"lessons": [lesson]}``, each
+    with ``suggested_reviewer`` while proposed or held. Raises ``bad_request`` for a bad ``limit``.
+    """
     await follow_skills(sidecar)
     state = request.get("state")
     states = [state] if isinstance(state, str) and state else None
@@ -328,6 +345,12 @@ async def op_lesson_list(sidecar: Sidecar, conn: Connection, request: dict[str, 
 
 
 async def op_lesson_show(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """Show one lesson, peer-written text defanged.
+
+    Request: ``lesson`` (str, required): its id or its first 6+ hex digits. Returns ``{"lesson"}``
+    with ``suggested_reviewer``. Raises ``bad_request`` without ``lesson``, ``not_found`` for no
+    lesson or several by that prefix.
+    """
     view = await _find(sidecar, request)
     row = _view_dict(view, origins(sidecar), agent=True)  # an agent may run `hive lessons show` too
     row["suggested_reviewer"] = await _suggested(sidecar, view.id)
@@ -335,7 +358,11 @@ async def op_lesson_show(sidecar: Sidecar, conn: Connection, request: dict[str, 
 
 
 async def op_lesson_pending(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
-    """Proposals this person may decide: every pending one, the person's own first."""
+    """List the proposals this person may decide: every pending one, those suggested to them first.
+
+    Reads no fields. Returns ``{"person", "lessons": [lesson]}``, each with
+    ``suggested_reviewer``; another person's personal lessons are left out.
+    """
     await follow_skills(sidecar)
     origin = origins(sidecar)
     me = sidecar.settings.person
@@ -384,6 +411,13 @@ async def _recall(sidecar: Sidecar, request: dict[str, Any], text: str, limit: i
 
 
 async def op_lesson_search(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """Search the verified lessons this person may see, ranked, framed and defanged for a model.
+
+    Request: ``q`` (str, optional): the text to search for; ``files`` (list of str, optional): paths
+    the lessons should touch; ``limit`` (int, optional): default 20, at most 100; ``session`` or
+    ``cwd`` (str, optional): place the search in a project. Returns ``{"lessons", "text",
+    "project"}``. Raises ``bad_request`` for ill-typed fields, ``not_found`` for an unknown session.
+    """
     q = request.get("q") or ""
     if not isinstance(q, str):
         raise BadRequest("q is the text to search for")
@@ -391,6 +425,12 @@ async def op_lesson_search(sidecar: Sidecar, conn: Connection, request: dict[str
 
 
 async def op_lesson_context(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """The lessons for a task: at most 5, ranked with the session's own recent files.
+
+    Request: ``task`` (str, optional): the task in plain words; ``files`` (list of str, optional);
+    ``session`` or ``cwd`` (str, optional), as for ``lesson_search``. Returns ``{"lessons", "text",
+    "project"}``. Raises ``bad_request`` for ill-typed fields, ``not_found`` for an unknown session.
+    """
     task = request.get("task") or ""
     if not isinstance(task, str):
         raise BadRequest("task is the task in plain words")
@@ -398,6 +438,12 @@ async def op_lesson_context(sidecar: Sidecar, conn: Connection, request: dict[st
 
 
 async def op_lesson_cite(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """Record that an agent used a verified lesson, and whether it worked.
+
+    Request: ``lesson`` (str, required): its id or prefix. ``worked`` (bool, optional): left out
+    while unknown. Returns ``{"id", "citations", "successes", "outcome_rate", "note"}``. Raises
+    ``bad_request``, ``not_found``, ``lesson_state`` for a lesson that is not verified.
+    """
     worked = request.get("worked")
     if worked is not None and not isinstance(worked, bool):
         raise BadRequest("worked is true, false, or left out while unknown")
@@ -413,6 +459,15 @@ async def op_lesson_cite(sidecar: Sidecar, conn: Connection, request: dict[str, 
 
 @asks_person
 async def op_lesson_review(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """Record the person's verdict on a proposed or held lesson, only once they confirm it in person.
+
+    Request: ``lesson`` (str, required): its id or prefix. ``verdict`` (str, required): approve,
+    reject or edit. ``text`` (str): the replacement, required for edit. ``scope`` (str, optional):
+    personal, project or team. ``note`` (str, optional). ``confirmed_on_terminal`` (str): the
+    question typed back at the terminal. Returns ``{"id", "state", "reviewer", "confirmed",
+    "note"}``. Raises ``bad_request``, ``not_found``, ``lesson_state`` (not proposed or held),
+    ``not_member``, ``refused``/``confirm_on_terminal`` when the person does not confirm.
+    """
     verdict = request.get("verdict")
     if verdict not in ("approve", "reject", "edit"):
         raise BadRequest("verdict is approve, reject or edit")
@@ -440,6 +495,13 @@ async def op_lesson_review(sidecar: Sidecar, conn: Connection, request: dict[str
 
 
 async def op_lesson_retract(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """Retract a lesson everywhere it went, and remove the skills this machine made of it.
+
+    Request: ``lesson`` (str, required): its id or prefix. ``reason`` (str, optional, kept to 600
+    characters). Returns ``{"id", "state", "removed", "note"}``; ``removed`` lists the skill folders
+    deleted. Raises ``bad_request``, ``not_found``, ``lesson_state`` when already retracted,
+    ``not_member`` unless this person wrote or reviewed it.
+    """
     view = await _find(sidecar, request)
     reason = request.get("reason") or ""
     if not isinstance(reason, str):
@@ -470,6 +532,14 @@ def _source(view: LessonView, origin: dict[str, str]) -> promote.SkillSource:
 
 
 async def op_lesson_promote(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """Write a verified lesson into a repository as an agent skill.
+
+    Request: ``lesson`` (str, required): its id or prefix. ``cwd`` (str, required): an absolute
+    folder inside the project. ``force`` (bool, optional): overwrite a skill edited by hand.
+    Returns ``{"lesson", "skill", "path", "claude", "notes"}``. Raises ``bad_request``,
+    ``not_found`` (no lesson, no repository), ``lesson_state`` when not verified, ``refused`` (another
+    project's lesson, or a personal one), ``conflict`` for a skill edited by hand without ``force``.
+    """
     await follow_skills(sidecar)
     view = await _find(sidecar, request)
     if view.state != "verified":
@@ -559,6 +629,12 @@ async def _follow_skills(sidecar: Sidecar) -> list[str]:
 # ---- import -----------------------------------------------------------------------------------
 
 async def op_lesson_import(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """Import a Beacon memory database's records as lesson proposals, each once.
+
+    Request: ``path`` (str, optional): the absolute path of its memory.db (default Beacon's own).
+    Returns ``{"path", "proposed": [{"id", "beacon_id", "state", "scope"}], "skipped": [{"id",
+    "reason"}]}``. Raises ``bad_request`` for a relative path, ``not_found`` when there is no such file.
+    """
     path = request.get("path")
     if path is not None and (not isinstance(path, str) or not os.path.isabs(path)):
         raise BadRequest("path is the absolute path of a Beacon memory.db")

@@ -329,8 +329,12 @@ def sync_of(sidecar: Sidecar) -> LessonSync:
 
 
 async def op_lesson_sync_status(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
-    """Heads, counts and linked peers with the feature; with ``lessons: [id...]``, what this store
-    holds of each (state, whether its body is here, blob hashes), or null."""
+    """Show lesson replication's state: log heads, table counts and the linked peers with the feature.
+
+    Request: ``lessons`` (list of str, optional): ids to look up, at most 100. Returns ``{"team_id",
+    "me", "heads", "counts", "peers", "stats"}``, plus with ``lessons`` what this store holds of
+    each (``{"state", "has_body", "scope", "blobs", "author_machine", "text"}``) or null.
+    """
     sync = sync_of(sidecar)
     result = await sync.status()
     wanted = request.get("lessons")
@@ -349,6 +353,13 @@ async def op_lesson_sync_status(sidecar: Sidecar, conn: Connection, request: dic
 
 
 async def op_lesson_sync_ingest(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """Take lesson log entries or blobs from a local file or export as if a peer had sent them.
+
+    Request: ``entries`` (list, optional): signed log entries; ``blobs`` (list, optional): lesson
+    bodies and edit texts. What is new goes on to the linked peers that may hold it. Returns
+    ``{"entries": [result], "blobs": [result]}``: per item ``added``, ``duplicate`` or an error code.
+    Raises ``bad_request`` when either is not a list.
+    """
     sync = sync_of(sidecar)
     entries = request.get("entries") or []
     blobs = request.get("blobs") or []

@@ -1869,11 +1869,23 @@ def _ids(request: dict[str, Any]) -> list[str]:
 
 
 async def op_held(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """List teammates' messages the inbound policy holds for the person to approve or drop.
+
+    Reads no fields. Returns ``{"held": [{"id", "from", "to", "body", "received_at", "files"}]}``,
+    peer-written text defanged; ``files`` are the names of attachments, saved only once approved.
+    """
     return {"held": await sidecar.mesh.held()}
 
 
 @asks_person
 async def op_approve(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """Deliver held messages to their sessions, once the person confirms it when an agent asks.
+
+    Request: ``ids`` (list of str, required, not empty): the held messages. Returns ``{"settled":
+    [{"id", "state", "note"}]}``, ``state`` ``not_held`` for an id that is not held; each sender
+    hears the outcome by receipt. Raises ``bad_request`` without ``ids``, ``needs_person`` or
+    ``confirm_on_terminal`` when an agent asks and the person does not confirm.
+    """
     ids = _ids(request)
     # Mail is held for the person to judge; the agent it would reach must not wave it through.
     await confirm_by_person(conn, request, f"Deliver {len(ids)} held message(s) to your sessions?",
@@ -1883,12 +1895,26 @@ async def op_approve(sidecar: Sidecar, conn: Connection, request: dict[str, Any]
 
 
 async def op_drop(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """Refuse held messages: they are never delivered, and each sender hears so by receipt.
+
+    Request: ``ids`` (list of str, required, not empty): the held messages. Returns ``{"settled":
+    [{"id", "state": "dropped" | "not_held"}]}``. Raises ``bad_request`` without ``ids``.
+    """
     return {"settled": await sidecar.mesh.settle(_ids(request), approve=False)}
 
 
 @asks_person
 async def op_team_join(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
-    """``hive join '<link>' --as <person>``: read the invite, dial its machines, keep the roster."""
+    """Join a team: read the invite, dial its machines, keep the roster (``hive join '<link>' --as <person>``).
+
+    Request: ``link`` (str, required): the invite, ``hive1:...``. ``person`` or ``as`` (str,
+    optional): the name to join as (default this machine's person, or the invite's own for an
+    own-machine invite). ``machine`` (str, optional): this machine's name. Returns the team as
+    ``team_show`` does, with ``invite`` (the team link) when the team has one. Raises
+    ``bad_request``, ``conflict`` when already in a team, ``refused`` for an expired or refused
+    invite, ``needs_person``/``confirm_on_terminal`` when an agent asks unconfirmed, and
+    ``not_found`` when none of the invite's machines answers.
+    """
     from .team import agent_confirms, team_of  # the team module imports nothing of the mesh; keep it that way
 
     link = request.get("link")
@@ -1913,7 +1939,11 @@ async def op_team_join(sidecar: Sidecar, conn: Connection, request: dict[str, An
 
 
 async def op_mesh(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
-    """Links, addresses and the listener: for `hive team` and tests."""
+    """Show this machine's links to teammates, its addresses and its listener (`hive team`, tests).
+
+    Reads no fields. Returns ``{"listening": port | None, "addresses", "links": {peer key:
+    {"address", "dialed", "age"}}}``.
+    """
     return sidecar.mesh.status()
 
 

@@ -857,7 +857,14 @@ def describe_extra(sidecar: Sidecar, key: str | None, person: str, machine: str,
 
 
 async def op_events(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
-    """``events {"session"?, "limit"?, "action"?}``: the newest records, oldest first."""
+    """Read the newest observed events (tool calls, files, commands) of this machine's sessions.
+
+    Request: ``session`` (str, optional): a key, name or address; ``action`` (str, optional): one
+    kind of event; ``limit`` (int, optional): how many, default 100, at most 10,000. Returns
+    ``{"events": [{"id", "at", "session", "harness", "action", "tool", "call_id", "path", "command",
+    "exit_code", "cwd", "method", "fidelity", "detail"}]}``, oldest first. Raises ``bad_request``
+    for a ``limit`` that is not a number.
+    """
     try:
         limit = min(max(int(request.get("limit") or 100), 1), 10_000)
     except (TypeError, ValueError) as exc:

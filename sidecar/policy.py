@@ -113,7 +113,13 @@ class InboundPolicy:
 
 @asks_person
 async def op_policy(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
-    """``hive policy``: list; ``hive policy [PERSON] accept|hold|refuse``: change, at once."""
+    """Read or set the inbound policy for teammates' mail: accept, hold (for ``approve``) or refuse.
+
+    Request: ``value`` (str, optional): accept, hold or refuse, or default (drop a person's own);
+    without it nothing changes. ``person`` (str, optional): whose messages; without it everyone's
+    default. Returns ``{"default", "people": {person: policy}}``. Raises ``bad_request``,
+    ``needs_person``/``confirm_on_terminal`` when an agent asks to change it unconfirmed.
+    """
     inbound = sidecar.mesh.inbound
     value, person = request.get("value"), request.get("person")
     if value is None:

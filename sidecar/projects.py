@@ -208,6 +208,13 @@ def _person_arg(request: dict[str, Any]) -> str:
 
 
 async def op_project_join(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """Propose this machine's person as a member of a project, or claim it when it has no owner.
+
+    Request: ``project`` (str): its ``sha256:`` id; or ``repo`` (str): host/org/repo or a remote
+    URL; or ``cwd`` (str): a folder in the repository. Returns ``{"project", "owner", "members",
+    "proposed"}``; joining twice changes nothing. Raises ``bad_request`` when no project is named,
+    ``not_found`` in no team.
+    """
     project = _project_arg(request)
     if isinstance(request.get("repo"), str):
         await remember_label(sidecar, project, request["repo"])
@@ -216,6 +223,15 @@ async def op_project_join(sidecar: Sidecar, conn: Connection, request: dict[str,
 
 @asks_person
 async def op_project_confirm(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """The project's owner confirms a proposed member, in a desktop pop-up or typed at the terminal.
+
+    Request: ``project``, ``repo`` or ``cwd`` (str): the project, as for ``project_join``;
+    ``person`` (str, required): the member; ``confirmed_on_terminal`` (str): the question typed
+    back at the terminal. Returns ``{"project", "owner", "members", "proposed"}``, plus
+    ``confirmed`` (how) when it changed. Raises ``bad_request``, ``not_found`` (no such project),
+    ``not_member`` (not the owner, or not in the team), ``refused``/``confirm_on_terminal`` when
+    the owner does not confirm.
+    """
     project, person = _project_arg(request), _person_arg(request)
     if person in check_confirm(sidecar, project, person).members:  # refused with the reason before asking
         return show(sidecar.team.roster, project)  # type: ignore[attr-defined]
@@ -226,6 +242,14 @@ async def op_project_confirm(sidecar: Sidecar, conn: Connection, request: dict[s
 
 @asks_person
 async def op_project_remove(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """Remove a member from a project: the owner removes anyone, a person themselves.
+
+    Request: ``project``, ``repo`` or ``cwd`` (str): the project, as for ``project_join``;
+    ``person`` (str, required): the member. Returns ``{"project", "owner", "members",
+    "proposed"}``. Raises ``bad_request``, ``not_found`` (no such project), ``refused`` (neither
+    the owner nor that person), ``needs_person``/``confirm_on_terminal`` when an agent asks
+    unconfirmed.
+    """
     project, person = _project_arg(request), _person_arg(request)
     # Who receives a project's lessons is the person's call, not something a teammate's text can ask for.
     await confirm_by_person(conn, request, f"Remove {person} from project {await label_of(sidecar, project)}?",
@@ -235,6 +259,12 @@ async def op_project_remove(sidecar: Sidecar, conn: Connection, request: dict[st
 
 
 async def op_project_show(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """Show a project's owner, members and open proposals.
+
+    Request: ``project``, ``repo`` or ``cwd`` (str): the project, as for ``project_join``. Returns
+    ``{"project", "owner", "members", "proposed", "label"}``; ``label`` is the remote it was seen
+    as here. Raises ``bad_request`` when no project is named.
+    """
     project = _project_arg(request)
     return {**show(sidecar.team.roster, project), "label": await label_of(sidecar, project)}  # type: ignore[attr-defined]
 

@@ -25,7 +25,7 @@ import resource
 import signal
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import anyio
@@ -160,6 +160,27 @@ OP_MODULES: tuple[str, ...] = (
 )
 
 
+def op_table(modules: Iterable[str] = OP_MODULES) -> dict[str, ModuleOp]:
+    """Every op the sidecar serves: the ``op_<name>`` methods of :class:`Sidecar`, then the ``OPS``
+    of each module in ``modules``. Returns op name -> handler, called with the sidecar, the
+    connection and the request. Raises RuntimeError naming both sources when two register one
+    name: a programming error, so the sidecar must not start with one silently replacing the other.
+    """
+    sources: list[tuple[str, dict[str, ModuleOp]]] = [
+        ("hive.sidecar.server.Sidecar", {name[3:]: getattr(Sidecar, name) for name in dir(Sidecar)
+                                         if name.startswith("op_")}),
+    ]
+    sources += [(f"{name}.OPS", importlib.import_module(name).OPS) for name in modules]
+    table: dict[str, ModuleOp] = {}
+    registered_by: dict[str, str] = {}
+    for source, ops in sources:
+        for op, func in ops.items():
+            if op in table:
+                raise RuntimeError(f"op {op!r} is registered twice: by {registered_by[op]} and by {source}")
+            table[op], registered_by[op] = func, source
+    return table
+
+
 class Sidecar:
     def __init__(self, paths: StatePaths, settings: Settings) -> None:
         self.paths = paths
@@ -170,13 +191,7 @@ class Sidecar:
         self.connections: dict[int, Connection] = {}
         self.waits: dict[str, set[anyio.CancelScope]] = {}
         self.parked: Counter[str] = Counter()  # mailboxes with a long poll waiting right now
-        self.handlers: dict[str, Handler] = {
-            name[3:]: getattr(self, name) for name in dir(self) if name.startswith("op_")
-        }
-        for module_name in OP_MODULES:
-            module = importlib.import_module(module_name)
-            for op, func in module.OPS.items():
-                self.handlers[op] = functools.partial(func, self)
+        self.handlers: dict[str, Handler] = {op: functools.partial(func, self) for op, func in op_table().items()}
         self.store: Store
         self.sessions: Sessions
         self.mailbox: Mailbox
@@ -460,10 +475,21 @@ class Sidecar:
     # ---- ops -------------------------------------------------------------------------
 
     async def op_ping(self, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+        """Answer that the sidecar is up.
+
+        Reads no fields. Returns ``{"pong": true, "version", "pid", "home", "uptime"}`` (the state
+        folder, and seconds since the sidecar started).
+        """
         return {"pong": True, "version": __version__, "pid": os.getpid(), "home": str(self.paths.home),
                 "uptime": round(time.time() - self.started, 3)}
 
     async def op_status(self, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+        """Describe this sidecar: who and where it is, its sessions and the person's terminal mailbox.
+
+        Reads no fields. Returns ``{"version", "pid", "home", "socket", "person", "machine", "uptime",
+        "sessions_live", "sessions_known", "terminal_unread", "terminal_unread_from", "team", "waiting"}``:
+        ``team`` is the team's name or None, ``waiting`` the mailboxes a long poll waits on now.
+        """
         now = time.time()
         count, senders = await self.mailbox.counts(self.terminal)
         live = [s for s in self.sessions.by_key.values() if self.sessions.is_live(s, now)]
@@ -484,6 +510,16 @@ class Sidecar:
         return state.meta.body.name if state.meta is not None else state.id
 
     async def op_register(self, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+        """Register a session, or refresh one already known by its key.
+
+        Request: ``session`` (object, required): ``key`` (required), ``agent``, ``cwd``, ``name`` (wanted
+        name), ``tier`` (push, turn or pull), ``repo``, ``repo_root``, ``branch``, ``pid``, ``transcript``;
+        the repository around ``cwd`` fills in what it does not say. ``hold`` (bool, optional): this
+        connection holds the session, which ends once no connection does. ``push`` (bool, optional):
+        also hold it, and take its ``deliver`` events on this connection. Returns ``{"key", "name",
+        "address", "tier", "new", "unread", "unread_from"}``. Raises ``refused`` in a folder the person
+        turned hive off in, and ``bad_request`` without a key or with an unknown tier.
+        """
         info = request.get("session")
         if not isinstance(info, dict):
             raise BadRequest("register needs a 'session' object with at least 'key' and 'agent'")
@@ -511,6 +547,13 @@ class Sidecar:
                 "new": new, "unread": count, "unread_from": senders}
 
     async def op_set_status(self, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+        """Set what a session is doing, rename it, or both.
+
+        Request: ``session`` (str, required): its key, name or address. ``doing`` (str, optional): the
+        line others see in ``who``. ``name`` (str, optional): a new name. Returns ``{"name", "address",
+        "renamed_from"}``, the old address when the name changed, else None. Raises ``not_found``, and
+        ``conflict`` for a name the person, the terminal mailbox or another session has.
+        """
         session = self._session_ref(request.get("session"))
         doing = request.get("doing")
         name = request.get("name")
@@ -522,12 +565,25 @@ class Sidecar:
         return {"name": session.name, "address": self._address_of(session), "renamed_from": old}
 
     async def op_end(self, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+        """End a session: it is offline from now on, and this connection stops pushing to it.
+
+        Request: ``session`` (str, required): its key, name or address. Returns ``{"ended": name}``.
+        Raises ``not_found``.
+        """
         session = self._session_ref(request.get("session"))
         await self.sessions.end(session)
         conn.push_sessions.discard(session.key)
         return {"ended": session.name}
 
     async def op_who(self, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+        """List the sessions this sidecar knows: its own and, in a team, the teammates' machines'.
+
+        Request: ``session`` (str, optional): the asking session, returned as ``me``. ``all`` (bool,
+        optional): offline sessions too. ``filter`` (str, optional): keep sessions with a field
+        containing it (case-insensitive). Returns ``{"person", "machine", "me", "sessions"}``, each
+        session with its address, person, machine, name, agent, repo, branch, folder, doing, tier, live
+        and presence (state, head, files, unmanaged). Raises ``not_found`` for an unknown ``session``.
+        """
         await self._maybe_forget()
         me = None
         if request.get("session"):
@@ -545,6 +601,18 @@ class Sidecar:
 
     @asks_person  # group sends and loop-guard overrides
     async def op_send(self, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+        """Send a message to a session, a person's mailbox or (from the person only) a group.
+
+        Request: ``to`` (str, required): person/session, a session name, or a group. ``body`` (str,
+        required, at most ``max_body`` bytes). ``from`` (str, optional): the sending session, or one of
+        the person's mailboxes (default ``terminal``). ``reply_to`` (str, optional): the message id this
+        answers. ``fyi`` (bool): do not wake the recipient. ``notify`` (bool): also a desktop notification.
+        ``files`` (list of paths) and ``cwd`` (str): attachments. Returns ``{"from", "results": [{"to",
+        "id", "state", "note"}]}``, plus ``notified`` and ``notify_note`` with ``notify``. Raises
+        ``bad_request``, ``too_large``, ``not_found``/``ambiguous``, ``group_refused``, ``needs_person`` or
+        ``confirm_on_terminal`` (group sends and loop-guard overrides), ``loop_guard``, ``rate_limited``,
+        and ``attachment_*`` refusals.
+        """
         body = request.get("body")
         to = request.get("to")
         if not isinstance(body, str) or not body.strip():
@@ -652,6 +720,16 @@ class Sidecar:
         return "queued", TIER_NOTES[tier]
 
     async def op_inbox(self, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+        """Fetch a mailbox's unread mail, waiting for some to arrive when asked to (a long poll).
+
+        Request: ``session`` (str, optional): the session whose mailbox; or ``as`` (str, optional): a
+        session, or a named mailbox of the person's (opened on first use); neither: the person's terminal.
+        ``wait`` (number, optional): seconds to wait for mail, at most 600 (``stop_waiting`` ends it).
+        ``peek`` (bool): show nothing and confirm nothing. ``keep_held`` (bool): a plugin taking mail,
+        which does not confirm what the session's harness holds. Returns ``{"to", "messages", "ids",
+        "text"}``: the mailbox's address, the messages, their ids and the framed text for a model.
+        Raises ``bad_request`` for a ``wait`` that is not a number, ``not_found`` for an unknown session.
+        """
         recipient, session = self._mailbox_of(request)
         try:
             wait = min(max(float(request.get("wait") or 0), 0.0), MAX_WAIT)
@@ -689,11 +767,24 @@ class Sidecar:
                 "ids": [m.id for m in messages], "text": frames(messages)}
 
     async def op_unread(self, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+        """Count a mailbox's unread mail still waiting to be shown.
+
+        Request: ``session`` or ``as`` (str, optional), as for ``inbox``; neither: the person's
+        terminal. Returns ``{"to", "count", "from"}``: the mailbox's address, how many messages, and the
+        senders. Raises ``not_found`` for an unknown ``session``.
+        """
         recipient, _ = self._mailbox_of(request)
         count, senders = await self.mailbox.counts(recipient)
         return {"to": recipient, "count": count, "from": senders}
 
     async def op_delivered(self, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+        """Mark messages read: the client passed them on to its agent or person.
+
+        Request: ``session`` or ``as`` (str, optional), as for ``inbox``. ``ids`` (list of str, required):
+        the message ids that arrived. Returns ``{"confirmed": n}``, the unread messages of that mailbox
+        among ``ids`` now marked read. Raises ``bad_request`` without ``ids``, ``not_found`` for an
+        unknown ``session``.
+        """
         recipient, session = self._mailbox_of(request)
         ids = request.get("ids")
         if not isinstance(ids, list):
@@ -707,8 +798,11 @@ class Sidecar:
     async def op_undelivered(self, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
         """A client was shown messages but could not pass them on: make them visible now.
 
-        With ``push_failed`` the session's push channel is broken: it drops to the turn tier
-        (hooks or check_inbox show the mail instead) and senders are told so from then on.
+        Request: ``ids`` (list of str, required): the messages. ``push_failed`` (bool, optional) with
+        ``session`` (str): the session's push channel is broken: it drops to the turn tier (hooks or
+        check_inbox show the mail instead) and senders are told so from then on. Returns
+        ``{"released": len(ids), "tier"}``, the session's tier after a ``push_failed``, else None.
+        Raises ``bad_request`` without ``ids``, ``not_found`` for an unknown ``session``.
         """
         ids = request.get("ids")
         if not isinstance(ids, list):
@@ -723,6 +817,11 @@ class Sidecar:
         return {"released": len(ids), "tier": tier}
 
     async def op_stop_waiting(self, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+        """End the long polls (``inbox`` with ``wait``) on a mailbox now; each answers with what it has.
+
+        Request: ``session`` or ``as`` (str, optional), as for ``inbox``. Returns ``{"stopped": n}``,
+        the polls ended. Raises ``not_found`` for an unknown ``session``.
+        """
         recipient, _ = self._mailbox_of(request)
         scopes = self.waits.get(recipient, set())
         for scope in scopes:
@@ -730,6 +829,15 @@ class Sidecar:
         return {"stopped": len(scopes)}
 
     async def op_sent(self, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+        """Receipts for what a session or the person's terminal sent: queued or read, and when.
+
+        Request: ``session`` or ``from`` (str, optional): the sender; neither: the person's terminal.
+        ``ids`` (list of str, optional): these messages; without them the sender's latest 50 here and
+        their latest 50 to teammates' machines. Returns ``{"messages": [{"id", "to", "sent_at", "read_at",
+        "state", ...}]}``, newest first without ``ids``; those to other machines add ``note``, ``remote``
+        and ``in_outbox``. Raises ``bad_request`` for ``ids`` that are not strings, ``not_found`` for an
+        unknown sender.
+        """
         ref = request.get("session") or request.get("from")
         ids = request.get("ids") or []
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
@@ -743,6 +851,10 @@ class Sidecar:
         return {"messages": sorted(messages, key=lambda m: m["id"], reverse=not ids)}
 
     async def op_shutdown(self, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+        """Stop the sidecar once this reply is written.
+
+        Reads no fields. Returns ``{"stopping": true, "pid"}``.
+        """
         return {"stopping": True, "pid": os.getpid()}
 
 

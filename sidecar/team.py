@@ -681,6 +681,14 @@ def _text(request: dict[str, Any], name: str) -> str | None:
 
 @asks_person
 async def op_team_init(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """Found a team with this machine as its first member.
+
+    Request: ``team`` (str, required): the team's name; ``person`` and ``machine`` (str, optional):
+    this machine's names in it (default config.toml's); ``addresses`` (list of host:port, optional):
+    where teammates dial it. Returns the team as ``team_show`` does, with ``invite`` (the team link).
+    Raises ``bad_request`` for a bad name, ``conflict`` when already in a team, ``needs_person`` or
+    ``confirm_on_terminal`` when an agent asks unconfirmed.
+    """
     team = _text(request, "team")
     if team is None:
         raise BadRequest("team_init needs 'team': the team's name (a-z, 0-9 and -)")
@@ -693,6 +701,15 @@ async def op_team_init(sidecar: Sidecar, conn: Connection, request: dict[str, An
 
 @asks_person
 async def op_team_invite(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """Hand out a way into the team: the team link, a one-time invite, or one for another of this
+    person's machines.
+
+    Request: ``own_machine`` (bool, optional): an invite for another machine of this person's;
+    ``once`` (bool, optional): a one-time invite; ``ttl_hours`` (number, optional): how long either
+    lasts (default a week, at most 30 days). Returns ``{"team", "kind": "link" | "once" |
+    "own_machine", "link", "line", "expires"}``. Raises ``not_found`` in no team, ``bad_request``,
+    ``needs_person``/``confirm_on_terminal`` when an agent asks unconfirmed.
+    """
     ttl = request.get("ttl_hours")
     if ttl is not None and (not isinstance(ttl, int | float) or isinstance(ttl, bool)):
         raise BadRequest("ttl_hours is a number")
@@ -708,6 +725,12 @@ async def op_team_invite(sidecar: Sidecar, conn: Connection, request: dict[str, 
 
 
 async def op_team_show(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """Show the team: its people, their machines and roles, and each link's state from the mesh.
+
+    Reads no fields. Returns ``{"team": {"id", "name", "founder", "link", "invites"} | None, "me",
+    "people": [{"person", "machines"}], "departed"}``, plus ``problem`` when this machine's key
+    cannot be read.
+    """
     return team_of(sidecar).show()
 
 
@@ -725,6 +748,13 @@ async def agent_confirms(conn: Connection, request: dict[str, Any], question: st
 
 @asks_person
 async def op_team_remove(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """Remove a person (all their machines) or one machine from the team, and replace the team link.
+
+    Request: ``target`` (str, required): a person, a machine, or person@machine. Returns
+    ``{"removed", "keys", "link_replaced": true, "invite"}``. Raises ``bad_request`` without a
+    target, ``not_found``/``ambiguous``, ``refused`` for this machine (leave instead) or the
+    founder (only their own person removes them), ``needs_person``/``confirm_on_terminal``.
+    """
     team = team_of(sidecar)
     target = _text(request, "target") or ""
     if target and conn.by_agent:
@@ -736,6 +766,12 @@ async def op_team_remove(sidecar: Sidecar, conn: Connection, request: dict[str, 
 
 @asks_person
 async def op_team_leave(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """Sign this machine's departure, send it to the teammates, then forget the team.
+
+    Request: ``force`` (bool, optional): leave even when no teammate is online to hear it. Returns
+    ``{"left": team name}``. Raises ``not_found`` in no team, ``refused`` when no teammate is online
+    (without ``force``), ``needs_person``/``confirm_on_terminal`` when an agent asks unconfirmed.
+    """
     team = team_of(sidecar)
     if team.state is not None:
         await agent_confirms(conn, request, f"Leave team {team.name} on this machine?",
@@ -745,6 +781,11 @@ async def op_team_leave(sidecar: Sidecar, conn: Connection, request: dict[str, A
 
 @asks_person
 async def op_team_link_new(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """Replace the team link: the old one stops working.
+
+    Reads no fields. Returns the new link as ``team_invite`` does. Raises ``not_found`` in no team,
+    ``needs_person``/``confirm_on_terminal`` when an agent asks unconfirmed.
+    """
     team = team_of(sidecar)
     if team.state is not None:
         await agent_confirms(conn, request, f"Replace the link of team {team.name}? The old link stops working.",
@@ -759,6 +800,14 @@ def join_question(ticket: Ticket, person: str, machine: str) -> str:
 
 @asks_person
 async def op_team_join_prepare(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """The joiner's first half of ``team_join``: read the invite and sign the join frame.
+
+    Request: ``link`` (str, required): the invite; ``person`` and ``machine`` (str, optional): the
+    names to join as; ``addresses`` (list of host:port, optional). Returns ``{"team", "team_id",
+    "person", "machine", "own_machine", "addresses", "keys", "expires", "frame"}``: where to dial
+    and the frame to send. Raises ``bad_request``, ``conflict`` when already in a team, ``refused``
+    for an expired invite, ``needs_person``/``confirm_on_terminal``.
+    """
     link = _text(request, "link") or ""
     person, machine = _text(request, "person"), _text(request, "machine")
     ticket = _decode(link)
@@ -770,6 +819,13 @@ async def op_team_join_prepare(sidecar: Sidecar, conn: Connection, request: dict
 
 @asks_person
 async def op_team_join_accept(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """The inviter's half of a join, by hand: check a join frame, admit the joiner, return the state.
+
+    Request: ``frame`` (object, required): the joiner's join frame; ``peer`` (str, optional): the key
+    the transport proved, which must be the frame's. Returns ``{"state"}``, the team state to hand
+    back. Raises ``not_found`` in no team, ``refused`` (a bad, used or expired invite, a stale or
+    unsigned frame), ``conflict`` for a taken person name, ``needs_person``/``confirm_on_terminal``.
+    """
     team = team_of(sidecar)
     if team.state is not None:
         await agent_confirms(conn, request, f"Admit a machine to team {team.name} by hand?",
@@ -779,6 +835,14 @@ async def op_team_join_accept(sidecar: Sidecar, conn: Connection, request: dict[
 
 @asks_person
 async def op_team_join_finish(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """The joiner's last half of ``team_join``: check the inviter's answer and keep the team state.
+
+    Request: ``link`` (str, required): the invite; ``state`` (object, required): the inviter's
+    answer; ``peer`` (str, optional): the key that answered. Returns the team as ``team_show`` does,
+    with ``invite`` when the team has a link. Raises ``bad_request`` for a bad link, ``refused`` for
+    an answer that does not check out, ``conflict`` when already in a team,
+    ``needs_person``/``confirm_on_terminal``.
+    """
     link = _text(request, "link") or ""
     ticket = _decode(link)
     await agent_confirms(conn, request, f"Join team {ticket.team} on this machine with the answer given?",

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import importlib
+import inspect
 import json
 import os
+import re
 import resource
 import socket
 import stat
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from hive.sidecar import folders
+from hive.sidecar.config import load_settings
+from hive.sidecar.paths import StatePaths, ensure_home
+from hive.sidecar.server import OP_MODULES, Sidecar, op_table
 from tests.conftest import Hive
 
 
@@ -80,6 +88,46 @@ def test_replies_are_one_json_object_per_line(hive: Hive) -> None:
         raw = conn.file.readline()
         assert raw.endswith(b"\n") and b"\n" not in raw[:-1]
         assert json.loads(raw)["result"]["person"] == "alice"
+
+
+# ---- the op table: each name once, each op documented ---------------------------------------
+
+# Every registration, read the way op_table reads them but without its duplicate check, so a name
+# registered twice fails the test below rather than the collection of this whole file.
+REGISTERED = [(name[3:], getattr(Sidecar, name)) for name in dir(Sidecar) if name.startswith("op_")] + [
+    (op, func) for module in OP_MODULES for op, func in importlib.import_module(module).OPS.items()]
+
+
+def _sidecar(tmp_path: Path) -> Sidecar:
+    ensure_home(tmp_path / "h")
+    paths = StatePaths(tmp_path / "h")
+    return Sidecar(paths, load_settings(paths.config))
+
+
+@pytest.mark.parametrize(("op", "handler"), REGISTERED, ids=[op for op, _ in REGISTERED])
+def test_every_op_the_sidecar_serves_says_in_a_sentence_what_it_does_and_what_it_returns(
+        op: str, handler: Any) -> None:
+    doc = inspect.getdoc(handler) or ""
+    assert doc, f"op {op!r} has no docstring: say what it does, the fields it reads and what it returns"
+    summary = doc.split("\n\n", 1)[0]
+    assert re.match(r"[A-Z`]", summary) and summary.endswith(".") and len(summary.split()) >= 4, (
+        f"op {op!r}'s docstring does not open with a sentence saying what it does: {summary!r}")
+    assert "return" in doc.lower(), f"op {op!r}'s docstring does not say what it returns"
+
+
+def test_no_op_name_is_registered_by_two_sources_and_the_sidecar_serves_each_one(tmp_path: Path) -> None:
+    names = [op for op, _ in REGISTERED]
+    twice = sorted(op for op, count in Counter(names).items() if count > 1)
+    assert not twice, f"registered by more than one source: {twice}"
+    assert set(_sidecar(tmp_path).handlers) == set(op_table()) == set(names)
+
+
+def test_an_op_name_registered_twice_stops_the_sidecar_naming_both_sources(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(folders.OPS, "ping", folders.op_folder)
+    with pytest.raises(RuntimeError, match="'ping'") as raised:
+        _sidecar(tmp_path)
+    assert "hive.sidecar.server.Sidecar" in str(raised.value) and "hive.sidecar.folders.OPS" in str(raised.value)
 
 
 # ---- hostile lines: nothing a client writes stops the sidecar ------------------------------
