@@ -406,6 +406,7 @@ class Team:
 
     def targets(self, target: str) -> list[MemberView]:
         """The active machines ``target`` names: a person's, one machine, or person@machine."""
+        self._require()  # in no team: not_found (or why the team cannot be read), not an assertion
         view = self._roster()
         active = list(view.active().values())
         if "@" in target:

@@ -370,6 +370,8 @@ def test_an_agent_cannot_remove_leave_replace_the_link_or_join_without_its_perso
     assert labels(call(alice, "team_show")) == {"alice@m1", "bob@m2"}
     assert secret(alice) == roster.decode_ticket(link).secret
     assert call(carol, "team_show")["team"] is None  # carol's machine joined no team
+    code, stderr = finished(as_agent(harness, carol, env, "remove", "bob"))
+    assert code == 1 and "[not_found]" in stderr, stderr  # in no team: said so, not an internal error
     # The person's own command needs no second question.
     assert alice.cli("remove", "bob", check=True).returncode == 0
     assert labels(call(alice, "team_show")) == {"alice@m1"}
