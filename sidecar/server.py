@@ -64,6 +64,7 @@ MAX_PENDING_BYTES = 8 << 20
 MAX_INFLIGHT = 256  # requests of one connection running at once; reading waits beyond that
 MAX_CONNECTIONS = 4096
 FD_RESERVE = 128  # descriptors kept for the database, the mesh, pop-ups and log files
+MAX_RECEIPT_IDS = 500  # receipts asked for at once (SQLite binds at most 32,766 parameters)
 ACCEPT_BACKOFF = (0.05, 2.0)
 
 log = logging.getLogger("hive.sidecar")
@@ -835,13 +836,15 @@ class Sidecar:
         ``ids`` (list of str, optional): these messages; without them the sender's latest 50 here and
         their latest 50 to teammates' machines. Returns ``{"messages": [{"id", "to", "sent_at", "read_at",
         "state", ...}]}``, newest first without ``ids``; those to other machines add ``note``, ``remote``
-        and ``in_outbox``. Raises ``bad_request`` for ``ids`` that are not strings, ``not_found`` for an
-        unknown sender.
+        and ``in_outbox``. Raises ``bad_request`` for ``ids`` that are not strings or more than
+        :data:`MAX_RECEIPT_IDS`, ``not_found`` for an unknown sender.
         """
         ref = request.get("session") or request.get("from")
         ids = request.get("ids") or []
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
             raise BadRequest("ids must be a list of message ids")
+        if len(ids) > MAX_RECEIPT_IDS:
+            raise BadRequest(f"at most {MAX_RECEIPT_IDS} ids at a time")
         if ref in (None, "", "terminal", self.terminal):
             key, address = None, self.terminal
         else:
