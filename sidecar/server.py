@@ -64,7 +64,7 @@ MAX_PENDING_BYTES = 8 << 20
 MAX_INFLIGHT = 256  # requests of one connection running at once; reading waits beyond that
 MAX_CONNECTIONS = 4096
 FD_RESERVE = 128  # descriptors kept for the database, the mesh, pop-ups and log files
-MAX_RECEIPT_IDS = 500  # receipts asked for at once (SQLite binds at most 32,766 parameters)
+MAX_RECEIPT_IDS = 500  # receipts asked for at once: one query binds them all, and its work stays bounded
 ACCEPT_BACKOFF = (0.05, 2.0)
 
 log = logging.getLogger("hive.sidecar")
