@@ -16,17 +16,16 @@ import os
 import re
 import sys
 import time
-from collections.abc import Callable
-from typing import Any, NoReturn
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn, cast
 
-import anyio
-
-from . import __version__, procs
-from .client import Client, lock_held
-from .dialog import desktop_env
+from . import __version__
 from .errors import ConfirmOnTerminal, HiveError, UnknownOp, Unreachable
-from .paths import state_paths
-from .render import for_person
+
+# Every command builds the whole parser, so at load time this module and the sub-CLIs' argument
+# builders import only the standard library: a command imports what it runs on (the sidecar client,
+# psutil, the gate with aioquic and cryptography) when it runs, and calls the sidecar without an
+# event loop. tests/sidecar/test_cli_imports.py holds `hive --help`, `send` and `inbox` to that.
 
 LISTEN_WAIT = 600  # the sidecar's longest wait per request; listen asks again until mail comes
 
@@ -57,7 +56,7 @@ def clip(text: str, width: int) -> str:
     return line if len(line) <= width else line[:max(width - 1, 0)] + "…"
 
 
-def table(rows: list[tuple[str, ...]], limits: tuple[int, ...]) -> list[str]:
+def table(rows: Sequence[tuple[str, ...]], limits: tuple[int, ...]) -> list[str]:
     """Aligned columns, each at most its limit wide; the last takes what is left of WIDTH."""
     cells = [[clip(cell, limit) for cell, limit in zip(row, limits, strict=False)] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(limits))]
@@ -67,11 +66,18 @@ def table(rows: list[tuple[str, ...]], limits: tuple[int, ...]) -> list[str]:
 
 
 def _call(op: str, autostart: bool = True, **args: Any) -> dict[str, Any]:
-    async def go() -> dict[str, Any]:
-        async with Client.open(state_paths(), autostart=autostart) as client:
-            return await client.call(op, **args)
+    from .client import BlockingClient
+    from .paths import state_paths
 
-    return anyio.run(go)
+    with BlockingClient.open(state_paths(), autostart=autostart) as client:
+        return client.call(op, **args)
+
+
+def _desktop() -> dict[str, str]:
+    """This process's desktop variables, for an op that may ask the person in a pop-up there."""
+    from .dialog import desktop_env  # defang and subprocess: only commands that may ask load them
+
+    return desktop_env(os.environ)
 
 
 def cmd_sidecar(args: argparse.Namespace) -> int:
@@ -81,6 +87,9 @@ def cmd_sidecar(args: argparse.Namespace) -> int:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
+    from .client import lock_held
+    from .paths import state_paths
+
     paths = state_paths()
     try:
         result = _call("shutdown", autostart=False)
@@ -99,6 +108,8 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 
 def _process_gone(pid: int) -> bool:
+    from . import procs  # psutil: only `hive stop` looks at processes
+
     return not procs.alive(pid, None)  # a zombie has finished too
 
 
@@ -181,7 +192,7 @@ def cmd_send(args: argparse.Namespace) -> int:
     if args.file:
         request["files"] = [os.path.abspath(path) for path in args.file]
         request["cwd"] = os.getcwd()
-    request["desktop"] = desktop_env(os.environ)  # a group send is confirmed in a pop-up on this desktop
+    request["desktop"] = _desktop()  # a group send is confirmed in a pop-up on this desktop
     try:
         result = _call("send", **request)
     except ConfirmOnTerminal as exc:
@@ -211,7 +222,7 @@ def _confirm_on_terminal(question: str) -> bool:
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
-    request: dict[str, Any] = {"question": " ".join(args.question), "desktop": desktop_env(os.environ)}
+    request: dict[str, Any] = {"question": " ".join(args.question), "desktop": _desktop()}
     if args.about:
         request["about"] = args.about
     if args.as_:
@@ -225,43 +236,44 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 
 def cmd_inbox(args: argparse.Namespace, until_mail: bool = False) -> int:
+    from .client import BlockingClient
+    from .paths import state_paths
+
     # At a terminal a person reads the mail; piped (an agent's shell, a script) it stays in frames.
     human = not args.json and not args.raw and sys.stdout.isatty()
-
-    async def go() -> int:
-        async with Client.open(state_paths()) as client:
-            mailbox = {"as": args.as_} if args.as_ else {}
-            result = await client.call("inbox", wait=0, peek=args.peek, **mailbox)
-            if not result["messages"] and (args.wait > 0 or until_mail):
-                if sys.stderr.isatty() and not args.json:
-                    how_long = "" if until_mail else f" up to {args.wait:g} s"
-                    print(f"waiting{how_long} for mail to {result['to']} (Ctrl-C stops)…",
-                          file=sys.stderr, flush=True)
-                result = await client.call("inbox", wait=args.wait or LISTEN_WAIT, peek=args.peek, **mailbox)
-                while until_mail and not result["messages"]:
-                    result = await client.call("inbox", wait=LISTEN_WAIT, peek=args.peek, **mailbox)
-            if not result["messages"]:
-                if not args.json:
-                    print(f"no unread messages for {result['to']}")
-                else:
-                    _print_json(result)
-                return 0
-            try:
-                if args.json:
-                    _print_json(result)
-                elif human:
-                    print(for_person(result["messages"]))
-                else:
-                    print(result["text"])
-                sys.stdout.flush()
-            except OSError:
-                await client.call("undelivered", ids=result["ids"])
-                raise
-            if not args.peek:
-                await client.call("delivered", ids=result["ids"], **mailbox)
+    with BlockingClient.open(state_paths()) as client:
+        mailbox = {"as": args.as_} if args.as_ else {}
+        result = client.call("inbox", wait=0, peek=args.peek, **mailbox)
+        if not result["messages"] and (args.wait > 0 or until_mail):
+            if sys.stderr.isatty() and not args.json:
+                how_long = "" if until_mail else f" up to {args.wait:g} s"
+                print(f"waiting{how_long} for mail to {result['to']} (Ctrl-C stops)…",
+                      file=sys.stderr, flush=True)
+            result = client.call("inbox", wait=args.wait or LISTEN_WAIT, peek=args.peek, **mailbox)
+            while until_mail and not result["messages"]:
+                result = client.call("inbox", wait=LISTEN_WAIT, peek=args.peek, **mailbox)
+        if not result["messages"]:
+            if not args.json:
+                print(f"no unread messages for {result['to']}")
+            else:
+                _print_json(result)
             return 0
+        try:
+            if args.json:
+                _print_json(result)
+            elif human:
+                from .render import for_person
 
-    return anyio.run(go)
+                print(for_person(result["messages"]))
+            else:
+                print(result["text"])
+            sys.stdout.flush()
+        except OSError:
+            client.call("undelivered", ids=result["ids"])
+            raise
+        if not args.peek:
+            client.call("delivered", ids=result["ids"], **mailbox)
+        return 0
 
 
 def cmd_listen(args: argparse.Namespace) -> int:
@@ -409,7 +421,7 @@ def cmd_team(args: argparse.Namespace) -> int:
 
 
 def cmd_remove(args: argparse.Namespace) -> int:
-    result = _call("team_remove", target=args.target, desktop=desktop_env(os.environ))
+    result = _call("team_remove", target=args.target, desktop=_desktop())
     if args.json:
         _print_json(result)
         return 0
@@ -419,7 +431,7 @@ def cmd_remove(args: argparse.Namespace) -> int:
 
 
 def cmd_leave(args: argparse.Namespace) -> int:
-    result = _call("team_leave", force=args.force, desktop=desktop_env(os.environ))
+    result = _call("team_leave", force=args.force, desktop=_desktop())
     if args.json:
         _print_json(result)
         return 0
@@ -428,7 +440,7 @@ def cmd_leave(args: argparse.Namespace) -> int:
 
 
 def cmd_link(args: argparse.Namespace) -> int:
-    result = _call("team_link_new", desktop=desktop_env(os.environ)) if args.new else _call("team_invite")
+    result = _call("team_link_new", desktop=_desktop()) if args.new else _call("team_invite")
     if args.json:
         _print_json(result)
         return 0
@@ -440,7 +452,7 @@ def cmd_link(args: argparse.Namespace) -> int:
 
 def cmd_join(args: argparse.Namespace) -> int:
     # Asked of an agent's shell, the join waits for its person's click on this desktop.
-    request: dict[str, Any] = {"link": args.link, "desktop": desktop_env(os.environ)}
+    request: dict[str, Any] = {"link": args.link, "desktop": _desktop()}
     if args.as_:
         request["person"] = args.as_
     if args.machine:
@@ -546,7 +558,24 @@ def _command_list(commands: list[tuple[str, str]]) -> str:
     return "\n".join(clip(f"  {name:<{width}}{what}", WIDTH) for name, what in commands)
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Unbuilt:
+    """Stands in for the parser of a command this run does not parse: what is added to it is dropped."""
+
+    def __getattr__(self, name: str) -> Callable[..., _Unbuilt]:
+        return lambda *args, **kwargs: self
+
+
+_UNBUILT = cast(argparse.ArgumentParser, _Unbuilt())
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """hive's parser; with ``only``, the parser of that one command and the top level's help.
+
+    Each command's parser costs argparse time (the whole set is most of what ``hive --help``
+    spent), and parsing ``hive send ...`` needs only send's. ``only=""`` builds no command's
+    parser: enough for ``hive``, ``--help`` and ``--version``. A name that is no command gives the
+    whole parser, whose error lists the commands.
+    """
     parser = Parser(prog="hive", usage="hive [-h] [-V] COMMAND ...",
                     description="Your team's coding agents, as one network.",
                     formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -557,9 +586,11 @@ def build_parser() -> argparse.ArgumentParser:
     plumbing: list[tuple[str, str]] = []
 
     def add(name: str, func: Command, help_text: str) -> argparse.ArgumentParser:
+        (plumbing if name in PLUMBING else everyday).append((name, help_text))
+        if only is not None and name != only:
+            return _UNBUILT
         p = sub.add_parser(name, description=help_text)
         p.set_defaults(func=func)
-        (plumbing if name in PLUMBING else everyday).append((name, help_text))
         return p
 
     add("sidecar", cmd_sidecar, "run the sidecar in the foreground")
@@ -663,18 +694,23 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("link", cmd_link, "show the team link, or replace it with --new")
     p.add_argument("--new", action="store_true", help="replace the team link; the old one stops working")
     p.add_argument("--json", action="store_true")
-    from .gate_cli import add_gate_arguments
+    p = add("gate", cmd_gate, "the gate: its ledger, why it told you (or not), your preferences, shadow sources")
+    if p is not _UNBUILT:
+        from .gate_cli import add_gate_arguments
 
-    add_gate_arguments(add("gate", cmd_gate, "the gate: its ledger, why it told you (or not), your preferences, "
-                                             "shadow sources"))
-    from .lessons_cli import add_lessons_arguments
+        add_gate_arguments(p)
+    p = add("lessons", cmd_lessons, "the team's reviewed lessons: propose, search, review, retract, promote to "
+                                    "skills, import")
+    if p is not _UNBUILT:
+        from .lessons_cli import add_lessons_arguments
 
-    add_lessons_arguments(add("lessons", cmd_lessons, "the team's reviewed lessons: propose, search, review, "
-                                                      "retract, promote to skills, import"))
-    from .projects_cli import add_project_arguments
+        add_lessons_arguments(p)
+    p = add("project", cmd_project, "the project of this repository: its owner and members, who receives its "
+                                    "lessons")
+    if p is not _UNBUILT:
+        from .projects_cli import add_project_arguments
 
-    add_project_arguments(add("project", cmd_project, "the project of this repository: its owner and members, "
-                                                      "who receives its lessons"))
+        add_project_arguments(p)
     p = add("digest", cmd_digest, "what the gate held for you, what it checked and how much it silenced")
     p.add_argument("--since", help="2h, 30m, 7d or an ISO date or time (default: since your last digest)")
     p.add_argument("--peek", action="store_true", help="do not count this as your last digest")
@@ -684,11 +720,21 @@ def build_parser() -> argparse.ArgumentParser:
                      f"plumbing (what harnesses and `hive setup` run; rarely typed):\n{_command_list(plumbing)}\n\n"
                      "`hive COMMAND --help` tells more. Exit codes: 0 done, 1 a user error,\n"
                      "2 the sidecar cannot be reached or started, 3 `hive ask` not approved.")
+    if only and only not in sub.choices:
+        return build_parser()
     return parser
 
 
+def _only(argv: list[str]) -> str | None:
+    """The one command whose parser parsing ``argv`` needs ("" none, None maybe all of them)."""
+    if not argv or argv[0] in ("-h", "--help", "-V", "--version"):
+        return ""  # argparse acts on the first option at once: the help or the version
+    return None if argv[0].startswith("-") else argv[0]
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(_only(argv))
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()  # bare `hive`: what it can do, on stdout like any asked-for help

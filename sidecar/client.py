@@ -5,6 +5,9 @@
 
 Requests are multiplexed on one connection, so a long ``inbox`` poll and other calls can be in
 flight together. Pushed ``deliver`` events arrive on :attr:`Client.events`.
+
+:class:`BlockingClient` makes the same calls one at a time without an event loop: a CLI command
+makes a few calls in a row, and starting asyncio would cost it more than the calls themselves.
 """
 
 from __future__ import annotations
@@ -14,20 +17,20 @@ import fcntl
 import itertools
 import json
 import os
-import select
-import subprocess
+import socket
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
-
-import anyio
-from anyio.abc import SocketStream
-from anyio.streams.buffered import BufferedByteReceiveStream
+from typing import TYPE_CHECKING, Any
 
 from .errors import HiveError, Unreachable, from_wire
 from .paths import StatePaths, ensure_home, state_paths
+
+# anyio is imported where the async client runs: a CLI command's blocking calls never load it.
+if TYPE_CHECKING:
+    import anyio.abc
+    from anyio.abc import SocketStream
 
 START_TIMEOUT = 10.0
 MAX_LINE = 1 << 22
@@ -41,6 +44,9 @@ def start_detached(paths: StatePaths, timeout: float = START_TIMEOUT) -> bool:
     with the sidecar's own last error line when it exited for any other reason, so that a
     sidecar that cannot start is reported at once rather than waited for.
     """
+    import select
+    import subprocess  # only a start needs them: a command that finds its sidecar running does not load them
+
     ensure_home(paths.home)
     read_fd, write_fd = os.pipe()
     env = dict(os.environ, HIVE_HOME=str(paths.home))
@@ -107,37 +113,85 @@ def lock_held(path: os.PathLike[str]) -> bool:
         return False
 
 
+def _none_running(paths: StatePaths, exc: OSError) -> Unreachable:
+    return Unreachable(f"no sidecar is running for {paths.home} ({exc.strerror})")
+
+
+def _cannot_start(paths: StatePaths, exc: OSError) -> Unreachable:
+    return Unreachable(f"cannot start a sidecar in {paths.home}: {exc.strerror or exc}")
+
+
+def _not_reached(paths: StatePaths, exc: OSError) -> Unreachable:
+    log = paths.home / "sidecar.stderr"
+    return Unreachable(f"could not start or reach the sidecar for {paths.home} ({exc.strerror}); "
+                       f"see {log} and {paths.log}")
+
+
 async def _connect(socket_path: Path) -> SocketStream:
+    import anyio
+
     return await anyio.connect_unix(socket_path)
 
 
 async def connect_or_start(paths: StatePaths, autostart: bool = True) -> SocketStream:
     """A stream to the sidecar, starting one detached when none answers."""
+    import anyio
+
     try:
         return await _connect(paths.socket)
     except OSError as exc:
         if not autostart:
-            raise Unreachable(f"no sidecar is running for {paths.home} ({exc.strerror})") from exc
+            raise _none_running(paths, exc) from exc
     deadline = time.monotonic() + START_TIMEOUT
     while True:
         try:
             started = await anyio.to_thread.run_sync(start_detached, paths, max(deadline - time.monotonic(), 0.1))
         except OSError as exc:
-            raise Unreachable(f"cannot start a sidecar in {paths.home}: {exc.strerror or exc}") from exc
+            raise _cannot_start(paths, exc) from exc
         try:
             return await _connect(paths.socket)
         except OSError as exc:
             if started or time.monotonic() > deadline:
-                log = paths.home / "sidecar.stderr"
-                raise Unreachable(
-                    f"could not start or reach the sidecar for {paths.home} ({exc.strerror}); "
-                    f"see {log} and {paths.log}"
-                ) from exc
+                raise _not_reached(paths, exc) from exc
         await anyio.sleep(0.05)  # lost the start race to another client: its sidecar is coming up
+
+
+def _connect_blocking(socket_path: Path) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(str(socket_path))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def connect_or_start_blocking(paths: StatePaths, autostart: bool = True) -> socket.socket:
+    """:func:`connect_or_start` without an event loop: a connected socket to the sidecar."""
+    try:
+        return _connect_blocking(paths.socket)
+    except OSError as exc:
+        if not autostart:
+            raise _none_running(paths, exc) from exc
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        try:
+            started = start_detached(paths, max(deadline - time.monotonic(), 0.1))
+        except OSError as exc:
+            raise _cannot_start(paths, exc) from exc
+        try:
+            return _connect_blocking(paths.socket)
+        except OSError as exc:
+            if started or time.monotonic() > deadline:
+                raise _not_reached(paths, exc) from exc
+        time.sleep(0.05)  # lost the start race to another client: its sidecar is coming up
 
 
 class Client:
     def __init__(self, stream: SocketStream) -> None:
+        import anyio
+        from anyio.streams.buffered import BufferedByteReceiveStream
+
         self._stream = stream
         self._reader = BufferedByteReceiveStream(stream)
         self._ids = itertools.count(1)
@@ -148,6 +202,8 @@ class Client:
     @classmethod
     @contextlib.asynccontextmanager
     async def open(cls, paths: StatePaths | None = None, *, autostart: bool = True) -> AsyncIterator[Client]:
+        import anyio
+
         stream = await connect_or_start(paths or state_paths(), autostart)
         client = cls(stream)
         failure: BaseException | None = None
@@ -162,6 +218,8 @@ class Client:
             raise failure
 
     async def _read_loop(self) -> None:
+        import anyio
+
         try:
             while True:
                 line = await self._reader.receive_until(b"\n", MAX_LINE)
@@ -188,6 +246,8 @@ class Client:
 
     async def call(self, op: str, **args: Any) -> dict[str, Any]:
         """Send one request and wait for its reply. Raises the HiveError the sidecar reported."""
+        import anyio
+
         request_id = next(self._ids)
         send, receive = anyio.create_memory_object_stream[dict[str, Any]](1)
         self._pending[request_id] = send
@@ -208,10 +268,54 @@ class Client:
         raise from_wire(reply.get("error") or {})
 
 
+class BlockingClient:
+    """Calls one at a time on one connection, each waiting for its reply; pushed events are skipped."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
+        self._reader = sock.makefile("rb")
+        self._ids = itertools.count(1)
+
+    @classmethod
+    @contextlib.contextmanager
+    def open(cls, paths: StatePaths | None = None, *, autostart: bool = True) -> Iterator[BlockingClient]:
+        sock = connect_or_start_blocking(paths or state_paths(), autostart)
+        client = cls(sock)
+        try:
+            yield client
+        finally:
+            client._reader.close()
+            sock.close()
+
+    def call(self, op: str, **args: Any) -> dict[str, Any]:
+        """Send one request and wait for its reply. Raises the HiveError the sidecar reported."""
+        request_id = next(self._ids)
+        data = (json.dumps({"id": request_id, "op": op, **args}, separators=(",", ":"), ensure_ascii=False)
+                + "\n").encode()
+        try:
+            self._sock.sendall(data)
+        except OSError as exc:
+            raise Unreachable(f"the connection to the sidecar broke ({exc!r})") from exc
+        while True:
+            try:
+                line = self._reader.readline()
+            except OSError:
+                line = b""  # a reset connection ends like a closed one, as in Client's read loop
+            if not line.endswith(b"\n"):
+                raise Unreachable("the sidecar closed the connection before answering")
+            reply = json.loads(line)
+            if "event" not in reply and reply.get("id") == request_id:
+                break
+        if reply.get("ok"):
+            return reply.get("result") or {}
+        raise from_wire(reply.get("error") or {})
+
+
 async def call(op: str, paths: StatePaths | None = None, *, autostart: bool = True, **args: Any) -> dict[str, Any]:
     """One request on a fresh connection."""
     async with Client.open(paths, autostart=autostart) as client:
         return await client.call(op, **args)
 
 
-__all__ = ["Client", "HiveError", "call", "connect_or_start", "start_detached"]
+__all__ = ["BlockingClient", "Client", "HiveError", "call", "connect_or_start", "connect_or_start_blocking",
+           "start_detached"]

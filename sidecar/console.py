@@ -1,7 +1,7 @@
 """The ``hive`` console script.
 
-Two commands are started by harnesses, which wait on them, and skip the CLI, whose parser pulls in
-the mesh, the gate and the lessons (about two seconds per call on a loaded machine):
+Two commands are started by harnesses, which wait on them, and skip the CLI and its parser, which
+they have no use for:
 
 - ``hive hook <harness> <event>`` is what committed project files name (they cannot hold this
   machine's paths), and it runs on every tool call of every hooked session: it goes straight to

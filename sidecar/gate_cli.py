@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
 import re
 import sys
 import time
 from typing import Any
 
-from .cli import _call, _confirm_on_terminal, _print_json
-from .dialog import desktop_env
+from .cli import _call, _confirm_on_terminal, _desktop, _print_json
 from .errors import BadRequest, ConfirmOnTerminal
-from .gate import digest_text
 
 _SPAN = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -50,7 +47,7 @@ def _when(at: float | None) -> str:
 
 def _confirmed_call(op: str, **request: Any) -> dict[str, Any] | None:
     """Call ``op``; when the sidecar asks for confirmation at this terminal, ask and repeat. None: declined."""
-    request["desktop"] = desktop_env(os.environ)
+    request["desktop"] = _desktop()
     try:
         return _call(op, **request)
     except ConfirmOnTerminal as exc:
@@ -256,5 +253,7 @@ def cmd_digest(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(result)
         return 0
+    from .gate import digest_text  # the gate pulls in the mesh transport (aioquic, cryptography)
+
     print(digest_text(result, _when))
     return 0

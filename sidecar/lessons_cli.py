@@ -13,8 +13,7 @@ import sys
 import time
 from typing import Any
 
-from .cli import _call, _print_json
-from .dialog import desktop_env
+from .cli import _call, _desktop, _print_json
 from .errors import BadRequest, ConfirmOnTerminal, Refused
 
 
@@ -35,7 +34,7 @@ def _typed(question: str, word: str) -> bool:
 
 def _verdict_call(verdict: str, request: dict[str, Any]) -> dict[str, Any] | None:
     """Call ``lesson_review``; when the sidecar asks for the terminal, have the verdict typed. None: declined."""
-    request = {**request, "verdict": verdict, "desktop": desktop_env(os.environ)}
+    request = {**request, "verdict": verdict, "desktop": _desktop()}
     try:
         return _call("lesson_review", **request)
     except ConfirmOnTerminal as exc:
@@ -93,7 +92,7 @@ def _proposal(args: argparse.Namespace) -> dict[str, Any]:
         text = sys.stdin.read()
     request: dict[str, Any] = {"kind": args.kind, "text": text, "applicability": args.applicability or "",
                                "scope": args.scope, "evidence": args.evidence or [],
-                               "tags": args.tag or [], "desktop": desktop_env(os.environ), "cwd": os.getcwd()}
+                               "tags": args.tag or [], "desktop": _desktop(), "cwd": os.getcwd()}
     if args.quote:
         speaker, sep, words = args.quote.partition(":")
         if not sep:
@@ -182,7 +181,7 @@ def cmd_review(args: argparse.Namespace) -> int:
     if typed in ("approve", "reject"):
         from .review import question
 
-        request = {"lesson": view["id"], "verdict": typed, "desktop": desktop_env(os.environ),
+        request = {"lesson": view["id"], "verdict": typed, "desktop": _desktop(),
                    "confirmed_on_terminal": question(typed, view["id"])}
         if args.note:
             request["note"] = args.note

@@ -11,8 +11,7 @@ import argparse
 import os
 from typing import Any
 
-from .cli import _call, _confirm_on_terminal, _print_json
-from .dialog import desktop_env
+from .cli import _call, _confirm_on_terminal, _desktop, _print_json
 from .errors import ConfirmOnTerminal
 
 
@@ -41,7 +40,7 @@ def cmd_join(args: argparse.Namespace) -> int:
 
 
 def cmd_confirm(args: argparse.Namespace) -> int:
-    request = {**_where(args), "person": args.person, "desktop": desktop_env(os.environ)}
+    request = {**_where(args), "person": args.person, "desktop": _desktop()}
     try:
         result = _call("project_confirm", **request)
     except ConfirmOnTerminal as exc:

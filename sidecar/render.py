@@ -12,9 +12,13 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from .attachments import File, listing, saved_paths
 from .defang import attr, defang
+
+if TYPE_CHECKING:
+    # attachments loads the harness registry; `hive inbox` at a terminal renders mail without it.
+    from .attachments import File
 
 # Who a message is from, in the words an agent reads under its frame: one line per kind of sender.
 # ``{person}`` and ``{sender}`` are filled in (defanged); a kind in REPLIES adds the reply line.
@@ -49,6 +53,8 @@ class Message:
 
     def public(self) -> dict[str, object]:
         """The message as a client sees it, peer-controlled fields defanged."""
+        from .attachments import saved_paths
+
         return {
             "id": self.id,
             "from": defang(self.sender),
@@ -79,6 +85,8 @@ def frame(message: Message) -> str:
     if record is not None:
         text += approval_frame(record) + "\n"
     if message.files:
+        from .attachments import listing
+
         text += listing(message.id, message.sender, message.files) + "\n"
     return text + footer(message)
 
@@ -133,7 +141,9 @@ def for_person(messages: list[dict[str, object]], now: float | None = None) -> s
         sender = str(m.get("from") or "")
         by = _PERSON_VIEW.get(str(m.get("kind"))) or ", ".join(
             str(part) for part in (m.get("agent"), m.get("repo")) if part) or "an agent"
-        head = f"from {sender} ({by}), {_when(float(m.get('sent_at') or now), now)}"
+        sent_at = m.get("sent_at")
+        at = float(sent_at) if isinstance(sent_at, int | float | str) and sent_at else now
+        head = f"from {sender} ({by}), {_when(at, now)}"
         if m.get("fyi"):
             head += ", fyi"
         if m.get("reply_to"):

@@ -178,7 +178,7 @@ def test_the_sender_sees_when_its_message_was_read(hive: Hive) -> None:
     assert receipt["state"] == "read" and receipt["read_at"] >= before - 1
 
 
-def test_receipts_for_more_ids_at_once_than_the_limit_are_a_clear_bad_request_and_nothing_else_changes(hive: Hive) -> None:
+def test_receipts_for_more_ids_at_once_than_the_limit_are_a_clear_bad_request(hive: Hive) -> None:
     register(hive, "r", "/src/api")
     register(hive, "s", "/src/web")
     sent = send(hive, "alice/api-codex", "question", sender="s")["result"]["results"][0]
