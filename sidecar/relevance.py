@@ -97,10 +97,11 @@ def bm25_idf(total: int, held: int) -> float:
     return max(math.log((max(total, held) - held + 0.5) / (held + 0.5)), 1e-6)
 
 
-def _bits(rowids: Iterable[tuple[int]]) -> int:
-    """A bit set of rowids: bit r is set for rowid r."""
+def _bits(rowids: str | None) -> int:
+    """A bit set of rowids (given comma-separated, as ``group_concat`` makes them in C: a row object
+    per lesson would cost more than the set): bit r is set for rowid r."""
     raw = bytearray()
-    for (rowid,) in rowids:
+    for rowid in map(int, rowids.split(",") if rowids else ()):
         if rowid >> 3 >= len(raw):
             raw.extend(bytes((rowid >> 3) - len(raw) + 4096))
         raw[rowid >> 3] |= 1 << (rowid & 7)
@@ -173,7 +174,8 @@ class Postings:
         held = conn.execute("SELECT count(*) FROM (SELECT 1 FROM lesson_fts WHERE lesson_fts MATCH ? LIMIT ?)",
                             (f'"{word}"', half + 1)).fetchone()[0]
         sets = None if held > half else tuple(
-            _bits(conn.execute("SELECT rowid FROM lesson_fts WHERE lesson_fts MATCH ?", (f'{part} : "{word}"',)))
+            _bits(conn.execute("SELECT group_concat(rowid) FROM lesson_fts WHERE lesson_fts MATCH ?",
+                               (f'{part} : "{word}"',)).fetchone()[0])
             for _, part in PARTS)
         self.words[word] = sets  # type: ignore[assignment]
         self.size += 64 + sum(bits.bit_length() // 8 for bits in sets or ())
