@@ -20,12 +20,13 @@ of a text changed nothing on the evaluation corpus (tests/bench/bench_recall_qua
 
 So a lesson's relevance depends only on which of the request's words it holds where, and
 :func:`best` finds the best lessons without scoring every one. The words' lessons are kept as bit
-sets of rowids (:class:`Postings`, until the index changes). Every lesson holding one of the
-request's rarest words, while they fit :data:`SCORE_BUDGET`, is scored (a word more than half the
-lessons hold is not searched for at all); the lessons holding only
-commoner words fall into classes of equal relevance (each word absent, in the text, in what says
-when, or in both), visited best first, each for its newest lessons, until no class left can reach
-the lessons kept. Ties go to the newer lesson, so the result is what scoring every lesson gives.
+sets of rowids (:class:`Postings`, until the index changes); a commoner word's are read only when
+its lessons could matter. Every lesson holding one of the request's rarest words, while they fit
+:data:`SCORE_BUDGET`, is scored (a word more than half the lessons hold is not searched for at all);
+the lessons holding only commoner words fall into classes of equal relevance (each word absent, in
+the text, in what says when, or in both), visited best first, each for its newest lessons, until no
+class left can reach the lessons kept. Ties go to the newer lesson, so the result is what scoring
+every lesson gives.
 """
 
 from __future__ import annotations
@@ -149,7 +150,8 @@ class Postings:
 
     version: bytes = b""
     total: int = 0  # lessons in the index
-    words: OrderedDict[str, tuple[int, int] | None] = field(default_factory=OrderedDict)
+    counts: dict[str, int | None] = field(default_factory=dict)  # lessons holding a word; None: too many
+    words: OrderedDict[str, tuple[int, int]] = field(default_factory=OrderedDict)
     size: int = 0
 
     def sync(self, conn: sqlite3.Connection) -> None:
@@ -157,32 +159,41 @@ class Postings:
         version = bytes(row[0]) if row and row[0] else b""
         if version != self.version:
             self.version, self.size = version, 0
+            self.counts.clear()
             self.words.clear()
             # FTS5's averages record: its row count first, then each column's total length.
             row = conn.execute("SELECT block FROM lesson_fts_data WHERE id = 1").fetchone()
             self.total = _first_varint(row[0]) if row and row[0] else 0
 
-    def get(self, conn: sqlite3.Connection, word: str) -> tuple[int, int] | None:
-        """The bit sets of the lessons holding ``word`` in their text and in what says when; None for a
-        word more than half of them hold: BM25's idf for it is below zero, it says nothing about
-        which lesson a request needs, and its lessons are the costliest to read (at least
-        :data:`FEW_LESSONS` lessons count, so a team's first lessons keep all their words)."""
+    def count(self, conn: sqlite3.Connection, word: str) -> int | None:
+        """How many lessons hold ``word``; None for a word more than half of them hold: BM25's idf for
+        it is below zero, it says nothing about which lesson a request needs, and its lessons are the
+        costliest to read (at least :data:`FEW_LESSONS` lessons count, so a team's first lessons keep
+        all their words)."""
+        if word not in self.counts:
+            half = max(self.total, FEW_LESSONS) // 2
+            held = conn.execute("SELECT count(*) FROM (SELECT 1 FROM lesson_fts WHERE lesson_fts MATCH ? LIMIT ?)",
+                                (f'"{word}"', half + 1)).fetchone()[0]
+            self.counts[word] = None if held > half else int(held)
+        return self.counts[word]
+
+    def known(self, word: str) -> bool:
+        return word in self.words
+
+    def get(self, conn: sqlite3.Connection, word: str) -> tuple[int, int]:
+        """The bit sets of the lessons holding ``word`` (one :meth:`count` did not refuse) in their
+        text and in what says when."""
         if word in self.words:
             self.words.move_to_end(word)
             return self.words[word]
-        half = max(self.total, FEW_LESSONS) // 2
-        held = conn.execute("SELECT count(*) FROM (SELECT 1 FROM lesson_fts WHERE lesson_fts MATCH ? LIMIT ?)",
-                            (f'"{word}"', half + 1)).fetchone()[0]
-        sets = None if held > half else tuple(
-            _bits(conn.execute("SELECT group_concat(rowid) FROM lesson_fts WHERE lesson_fts MATCH ?",
-                               (f'{part} : "{word}"',)).fetchone()[0])
-            for _, part in PARTS)
-        self.words[word] = sets  # type: ignore[assignment]
-        self.size += 64 + sum(bits.bit_length() // 8 for bits in sets or ())
+        text, when = (_bits(conn.execute("SELECT group_concat(rowid) FROM lesson_fts WHERE lesson_fts MATCH ?",
+                                         (f'{part} : "{word}"',)).fetchone()[0]) for _, part in PARTS)
+        self.words[word] = (text, when)
+        self.size += 64 + (text.bit_length() + when.bit_length()) // 8
         while self.size > POSTINGS_BYTES and len(self.words) > 1:
-            _, dropped = self.words.popitem(last=False)
-            self.size -= 64 + sum(bits.bit_length() // 8 for bits in dropped or ())
-        return sets  # type: ignore[return-value]
+            _, (a, b) = self.words.popitem(last=False)
+            self.size -= 64 + (a.bit_length() + b.bit_length()) // 8
+        return text, when
 
 
 @dataclass(frozen=True)
@@ -231,10 +242,9 @@ def best(conn: sqlite3.Connection, postings: Postings, text: str, want: int,
     if not words or want <= 0:
         return {}
     postings.sync(conn)
-    every = {w: postings.get(conn, w) for w in words}
-    sets = {w: bits for w, bits in every.items() if bits is not None}
-    words = list(sets)  # a word most lessons hold is not searched for
-    counts = {w: (in_text | in_when).bit_count() for w, (in_text, in_when) in sets.items()}
+    every = {w: postings.count(conn, w) for w in words}
+    counts = {w: n for w, n in every.items() if n is not None}  # a word most lessons hold is not searched for
+    words = list(counts)
     held = [w for w in words if counts[w]]
     if not held:
         return {}
@@ -252,11 +262,18 @@ def best(conn: sqlite3.Connection, postings: Postings, text: str, want: int,
         spent += counts[word]
     scored = 0  # the lessons scored one by one: those holding a rare word
     for word in rare:
-        scored |= sets[word][0] | sets[word][1]
+        in_text, in_when = postings.get(conn, word)
+        scored |= in_text | in_when
     places: dict[int, dict[str, int]] = {}
-    for word in held:
-        for bit, part in zip((TEXT, WHEN), sets[word], strict=True):
-            for rowid in members(part & scored):
+    for word in held if rare else ():
+        if postings.known(word) or word in rare:
+            parts: list[int] = list(postings.get(conn, word))
+        else:  # where a commoner word stands in these lessons: a MATCH within them, not all its lessons
+            parts = [_bits(conn.execute("SELECT group_concat(rowid) FROM lesson_fts WHERE lesson_fts MATCH ?",
+                                        (f'({part} : "{word}") AND ({_any(rare)})',)).fetchone()[0])
+                     for _, part in PARTS]
+        for bit, part_bits in zip((TEXT, WHEN), parts, strict=True):
+            for rowid in members(part_bits & scored):
                 where = places.setdefault(rowid, {})
                 where[word] = where.get(word, 0) | bit
     found = {rowid: request.match(where) for rowid, where in places.items()}
@@ -265,13 +282,14 @@ def best(conn: sqlite3.Connection, postings: Postings, text: str, want: int,
     common = sorted((w for w in held if w not in rare), key=lambda w: -weights[w])[:COMMON_WORDS]
     if not common:
         return found
-    everything = 0
-    for word in held:
-        everything |= sets[word][0] | sets[word][1]
-    for match, where in _classes(request, {w: sets[w] for w in common}):
-        if len(found) >= want and match.relevance < sorted(m.relevance for m in found.values())[-want]:
+    best_class = request.match(dict.fromkeys(common, TEXT | WHEN))
+    if len(found) >= want and best_class.relevance < floor(found, want):
+        return found  # no class can reach the lessons kept: the commoner words' lessons are never read
+    sets = {w: postings.get(conn, w) for w in common}
+    for match, where in _classes(request, sets):
+        if len(found) >= want and match.relevance < floor(found, want):
             break
-        lessons = everything & ~scored
+        lessons = ~scored
         for word, bits in where.items():
             in_text, in_when = sets[word]
             lessons &= in_text if bits & TEXT else ~in_text
@@ -279,3 +297,8 @@ def best(conn: sqlite3.Connection, postings: Postings, text: str, want: int,
         for rowid in newest(lessons, want):
             found[rowid] = match
     return found
+
+
+def floor(found: dict[int, Match], want: int) -> float:
+    """The relevance of the ``want``-th best lesson found (there are at least ``want``)."""
+    return sorted(m.relevance for m in found.values())[-want]
