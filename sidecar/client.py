@@ -134,26 +134,18 @@ async def _connect(socket_path: Path) -> SocketStream:
 
 
 async def connect_or_start(paths: StatePaths, autostart: bool = True) -> SocketStream:
-    """A stream to the sidecar, starting one detached when none answers."""
+    """A stream to the sidecar, starting one detached when none answers: the start and its retries
+    are :func:`connect_or_start_blocking`'s, run on a worker thread."""
     import anyio
+    from anyio.abc import UNIXSocketStream
 
     try:
         return await _connect(paths.socket)
     except OSError as exc:
         if not autostart:
             raise _none_running(paths, exc) from exc
-    deadline = time.monotonic() + START_TIMEOUT
-    while True:
-        try:
-            started = await anyio.to_thread.run_sync(start_detached, paths, max(deadline - time.monotonic(), 0.1))
-        except OSError as exc:
-            raise _cannot_start(paths, exc) from exc
-        try:
-            return await _connect(paths.socket)
-        except OSError as exc:
-            if started or time.monotonic() > deadline:
-                raise _not_reached(paths, exc) from exc
-        await anyio.sleep(0.05)  # lost the start race to another client: its sidecar is coming up
+    sock = await anyio.to_thread.run_sync(connect_or_start_blocking, paths)
+    return await UNIXSocketStream.from_socket(sock)
 
 
 def _connect_blocking(socket_path: Path) -> socket.socket:
