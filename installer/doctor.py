@@ -37,9 +37,9 @@ import tomlkit.exceptions
 from hive.integrations import registry
 from hive.integrations.descriptor import HOOK_MARKERS
 from hive.sidecar import __version__
+from hive.sidecar.base.errors import HiveError
+from hive.sidecar.base.paths import state_paths
 from hive.sidecar.client import Client as SidecarClient
-from hive.sidecar.errors import HiveError
-from hive.sidecar.paths import state_paths
 
 from . import documents, fileops, integrity, ownership, service
 from .commands import install_context

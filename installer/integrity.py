@@ -21,7 +21,7 @@ from pathlib import Path
 
 DISTRIBUTION = "hive-agents"
 # What the sidecar, `hive mcp`, hooks and setup import first; each pulls in the rest of its part.
-ENTRY_MODULES = ("hive.sidecar.server", "hive.sidecar.mcp_server", "hive.sidecar.cli",
+ENTRY_MODULES = ("hive.sidecar.daemon.server", "hive.sidecar.mcp.server", "hive.sidecar.cli.main",
                  "hive.integrations.hook_client", "hive.installer.setup")
 
 

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from hive.sidecar.paths import state_home
+from hive.sidecar.base.paths import state_home
 
 from . import fileops
 from .commands import hive_argv

@@ -23,7 +23,7 @@ from typing import Any, TextIO
 
 from hive.integrations import registry
 from hive.integrations.descriptor import NativeFile, Scope
-from hive.sidecar.paths import state_home
+from hive.sidecar.base.paths import state_home
 from hive.skills import ROOT as SKILLS_ROOT
 
 from . import documents, fileops, ownership, service, trust

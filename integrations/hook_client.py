@@ -23,7 +23,7 @@ long-polls the sidecar for waking mail, writes it to stderr and exits 2, which w
 the mail is then held for the harness like a hook's reply. It exits 0 when its harness process
 exits or the session ends, and never starts a sidecar (it waits for one). Not the hot path.
 
-The state folder and socket rules mirror ``hive.sidecar.paths`` exactly (a test checks that both
+The state folder and socket rules mirror ``hive.sidecar.base.paths`` exactly (a test checks that both
 agree); the sidecar cannot be imported here because ``-S`` leaves out site-packages.
 """
 
@@ -40,7 +40,7 @@ MAX_FIELD = 4096
 START_BACKOFF = 5.0  # one detached sidecar start per this many seconds, however many hooks fire
 WATCH_POLL = 2.0  # the watcher checks its harness process this often
 SOCKET_NAME = "hive.sock"
-MAX_SOCKET_PATH = 100  # as hive.sidecar.paths
+MAX_SOCKET_PATH = 100  # as hive.sidecar.base.paths
 
 # Environment variables the descriptors name (session ids, caller evidence). The sidecar writes
 # names added by third-party harnesses to ``<state>/hook-env``; a test keeps this list complete
@@ -82,7 +82,7 @@ class Refused(HookError):
     """The sidecar answered with an error: asking again will not help."""
 
 
-# ---- paths: the rules of hive.sidecar.paths and platformdirs, without importing them ----------
+# ---- paths: the rules of hive.sidecar.base.paths and platformdirs, without importing them ----------
 
 
 def _fsdecode(value: bytes) -> str:

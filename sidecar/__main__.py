@@ -10,11 +10,11 @@ import traceback
 
 from hive.integrations import registry
 
-from .dialog import note_start
-from .errors import HiveError
-from .paths import state_paths
-from .peer import agent_reason
-from .server import AlreadyRunning, run_sidecar
+from .base.errors import HiveError
+from .base.paths import state_paths
+from .base.peer import agent_reason
+from .daemon.server import AlreadyRunning, run_sidecar
+from .person.dialog import note_start
 
 
 def main(argv: list[str] | None = None) -> int:

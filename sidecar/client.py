@@ -24,8 +24,8 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import HiveError, Unreachable, from_wire
-from .paths import StatePaths, ensure_home, state_paths
+from .base.errors import HiveError, Unreachable, from_wire
+from .base.paths import StatePaths, ensure_home, state_paths
 
 # anyio is imported where the async client runs: a CLI command's blocking calls never load it.
 if TYPE_CHECKING:

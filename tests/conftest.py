@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 import tomlkit
 
+from hive.sidecar.base.paths import StatePaths
 from hive.sidecar.client import start_detached
-from hive.sidecar.paths import StatePaths
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -161,7 +161,7 @@ def test_the_wheel_built_from_the_sdist_holds_every_tracked_file_of_the_package_
     assert {name.split("/")[0] for name in shipped} == {"hive"}
     assert not [name for name in shipped if "__pycache__" in name or name.endswith(".pyc")]
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
-    assert "hive = hive.sidecar.console:main" in zipfile.ZipFile(built.wheel).read(entry_points).decode()
+    assert "hive = hive.sidecar.cli.console:main" in zipfile.ZipFile(built.wheel).read(entry_points).decode()
 
 
 def test_the_sdist_holds_every_tracked_file_of_the_package_folders_and_the_build_warns_about_none(

@@ -18,7 +18,7 @@ must say so. Project ``.codex/`` files load only in trusted projects.
 
 Push: the TUI runs on a local app-server; the sidecar steers a busy turn (``turn/steer``) or
 starts one when idle (``turn/start``) over its control socket, with ``codex queue`` as fallback
-(``app_server.py`` here, driven by ``hive.sidecar.codex_push``). The TUI runs hooks in that
+(``app_server.py`` here, driven by ``hive.sidecar.mail.codex_push``). The TUI runs hooks in that
 daemon, so the session's pid is the daemon's, which outlives the TUI.
 """
 
@@ -79,7 +79,7 @@ def hive_presence(harness: str) -> Presence | None:
 def hive_tiers(harness: str) -> Tiers | None:
     if harness != NAME:
         return None
-    # The sidecar drives the TUI's own app-server (hive.sidecar.codex_push). A session no TUI runs
+    # The sidecar drives the TUI's own app-server (hive.sidecar.mail.codex_push). A session no TUI runs
     # (`codex exec`) fails its first push and is told as the turn tier from then on.
     return Tiers(default="push", push="app_server",
                  note="Codex: pushed through the TUI's app-server; `codex exec` sees it at its next tool call")

@@ -32,7 +32,7 @@ import anyio
 from anyio.abc import ByteStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from hive.sidecar.errors import HiveError
+from hive.sidecar.base.errors import HiveError
 
 SOCKET = Path("app-server-control") / "app-server-control.sock"
 WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455 §1.3
@@ -265,7 +265,7 @@ async def queue(codex: Path, home: Path, thread: str, text: str) -> Delivery:
     env = {**os.environ, "CODEX_HOME": str(home)}
     with anyio.fail_after(QUEUE_DEADLINE):
         # A session of its own, as every harness process hive starts: one in its caller's session
-        # makes the sidecar take that session's other hive commands for an agent's (sidecar/peer.py).
+        # makes the sidecar take that session's other hive commands for an agent's (sidecar/base/peer.py).
         done = await anyio.run_process([str(codex), "queue", "--thread", thread, "--message", text],
                                        env=env, check=False, start_new_session=True)
     if done.returncode != 0:

@@ -53,7 +53,7 @@ POINTS = [
 @cache
 def render_extension(hive_command: tuple[str, ...]) -> str:
     """The extension source for a hive argv, offering the tools hive's MCP server offers."""
-    from hive.sidecar.mcp_server import tool_table  # the MCP SDK: only when an extension is written
+    from hive.sidecar.mcp.server import tool_table  # the MCP SDK: only when an extension is written
 
     return render(TEMPLATE, {"HIVE_COMMAND": list(hive_command), "HIVE_TOOLS": tool_table()}, tables=("HIVE_TOOLS",))
 

@@ -34,7 +34,7 @@ const ONE_SHOT_ARGS = process.argv.some(
 
 type Details = Record<string, unknown>;
 
-// hive's MCP server's tools/list (hive.sidecar.mcp_server.tool_table), written in by `hive setup`.
+// hive's MCP server's tools/list (hive.sidecar.mcp.server.tool_table), written in by `hive setup`.
 interface ToolEntry {
   name: string;
   description?: string;

@@ -33,8 +33,8 @@ floor 38 ms; ``hive --help`` 51 ms (1.35x), ``--version`` 50 ms (1.32x), ``hive 
 ms with the reference client (1.95x). Run right after on the tree from before the CLI deferred
 its imports and called the sidecar without an event loop: ``--help`` 353 ms (9.4x), ``send`` 395 ms (10.6x),
 ``inbox`` 387 ms (10.4x), a message to a waiting reader 333 ms (6.9x the reference). What is left
-in ``hive send`` is mostly hive.sidecar.dialog, imported for the one function that reads the
-desktop variables (about 30 ms), and hive.sidecar.paths (dataclasses, hashlib, platformdirs).
+in ``hive send`` is mostly hive.sidecar.person.dialog, imported for the one function that reads the
+desktop variables (about 30 ms), and hive.sidecar.base.paths (dataclasses, hashlib, platformdirs).
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hive.sidecar.base.paths import StatePaths
 from hive.sidecar.client import start_detached
-from hive.sidecar.paths import StatePaths
 
 WARMUP = 1
 ME = "alice/terminal"  # the mailbox of the person at this machine's terminal: it needs no session

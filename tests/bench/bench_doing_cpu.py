@@ -40,8 +40,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from hive.sidecar.base.paths import StatePaths
 from hive.sidecar.client import start_detached
-from hive.sidecar.paths import StatePaths
 
 SESSIONS = 20
 INTERVAL = 0.5  # seconds between two entries of one transcript

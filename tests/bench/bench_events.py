@@ -9,7 +9,7 @@ Run it from the repository root with the project's venv:
                                                    # ... vs this tree without one commit's change to two files
 
 1. store: recorded hook payloads (a Claude Code ``Edit`` and a Codex ``apply_patch``) normalized,
-   redacted and appended through :func:`hive.sidecar.observe.store_events` on a real database
+   redacted and appended through :func:`hive.sidecar.presence.observe.store_events` on a real database
    (SQLite WAL, ``synchronous=FULL``) by many concurrent writers, which share commits (group
    commit). Each write returns only once its events are on disk.
 2. hook op: the same payloads sent as ``hook`` requests to a real sidecar over its unix socket
@@ -42,10 +42,11 @@ from typing import Any
 
 import anyio
 
+from hive.sidecar.base.paths import StatePaths
+from hive.sidecar.base.store import Store
 from hive.sidecar.client import Client, start_detached
-from hive.sidecar.observe import normalize, store_events
-from hive.sidecar.paths import StatePaths
-from hive.sidecar.store import Store
+from hive.sidecar.presence.events import store_events
+from hive.sidecar.presence.normalize import normalize
 
 AIM = 5000.0
 REPO = Path(__file__).resolve().parents[2]

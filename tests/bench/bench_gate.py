@@ -5,7 +5,7 @@ Run it from the repository root with the project's venv:
     /work/venv/bin/python tests/bench/bench_gate.py           # full run: 100 people, 10,000 waiting
     /work/venv/bin/python tests/bench/bench_gate.py --quick   # smoke run: 10 people, 1,000 waiting
 
-It drives the real :class:`hive.sidecar.gate.Gate` in this process on a real database (the
+It drives the real :class:`hive.sidecar.gate.engine.Gate` in this process on a real database (the
 sidecar's own :class:`Store`: SQLite WAL, ``synchronous=FULL``) in a temporary folder under
 /tmp, with a real config.toml, and removes the folder at the end. The gate's clock is a
 variable the script moves, so every run decides the same way. Nothing is asserted on the
@@ -48,9 +48,9 @@ from typing import Any
 
 import anyio
 
-from hive.sidecar.gate import Evidence, Gate, Item
-from hive.sidecar.gate_prefs import PrefsFile
-from hive.sidecar.store import Store
+from hive.sidecar.base.store import Store
+from hive.sidecar.gate.engine import Evidence, Gate, Item
+from hive.sidecar.gate.prefs import PrefsFile
 
 SOURCES = ("overlap", "lesson", "review", "notify")
 AIM = 10_000.0  # decisions per second, from issue 10

@@ -53,8 +53,8 @@ from typing import Any
 
 from hive.integrations import hook_client
 from hive.integrations.hook_command import hook_command
+from hive.sidecar.base.paths import StatePaths
 from hive.sidecar.client import start_detached
-from hive.sidecar.paths import StatePaths
 
 SESSION = "bench-session"
 WARMUP = 10

@@ -33,10 +33,10 @@ from typing import Any
 
 import anyio
 
-from hive.sidecar import lessons as L
+from hive.sidecar.base.paths import StatePaths
 from hive.sidecar.client import Client, start_detached
-from hive.sidecar.identity import Identity, load_identity
-from hive.sidecar.paths import StatePaths
+from hive.sidecar.lessons import records as L
+from hive.sidecar.team.identity import Identity, load_identity
 
 BATCH = 250
 

@@ -42,9 +42,9 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPDeprecationWarning
 from mcp_types import Implementation
 
+from hive.sidecar.base.paths import StatePaths
 from hive.sidecar.client import Client as SidecarClient
 from hive.sidecar.client import start_detached
-from hive.sidecar.paths import StatePaths
 
 HIVE = [sys.executable, "-m", "hive.sidecar.cli"]
 WARMUP = 20

@@ -41,8 +41,8 @@ from typing import IO, Any
 
 from bench_hook import percentile, request  # this folder is on sys.path when a benchmark runs
 
+from hive.sidecar.base.paths import StatePaths
 from hive.sidecar.client import start_detached
-from hive.sidecar.paths import StatePaths
 
 WARMUP = 1
 INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {

@@ -42,8 +42,8 @@ from typing import Any
 
 import anyio
 
+from hive.sidecar.base.paths import StatePaths
 from hive.sidecar.client import Client, start_detached
-from hive.sidecar.paths import StatePaths
 
 BODY = "benchmark message: " + "x" * 180
 

@@ -39,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from hive.sidecar.paths import StatePaths  # noqa: E402
+from hive.sidecar.base.paths import StatePaths  # noqa: E402
 from tests.bench.bench_hook import percentile, request  # noqa: E402
 from tests.conftest import loopback_config  # noqa: E402
 from tests.integrations.test_typescript import (  # noqa: E402

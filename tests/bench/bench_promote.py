@@ -5,7 +5,7 @@ Run it from the repository root with the project's venv:
     .venv/bin/python tests/bench/bench_promote.py           # 100 skills
     .venv/bin/python tests/bench/bench_promote.py --quick   # 20 skills (smoke run)
 
-It calls :func:`hive.sidecar.promote.write_skill` (render, digest, atomic 0644 write, the relative
+It calls :func:`hive.sidecar.lessons.promote.write_skill` (render, digest, atomic 0644 write, the relative
 ``.claude/skills`` link) for each lesson into a fresh repository folder under /tmp, then rewrites each
 once more (the supersession path: read, check the digest, re-render), and runs the Agent Skills
 reference validator (``skills_ref.validate``) on every skill written. The baseline writes each rendered
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from skills_ref import validate
 
-from hive.sidecar.promote import SkillSource, render, skill_name, write_skill
+from hive.sidecar.lessons.promote import SkillSource, render, skill_name, write_skill
 
 WORDS = ("staging", "database", "vpn", "retry", "idempotency", "migration", "cache", "token", "refresh", "deploy",
          "fixture", "timezone", "queue", "worker", "schema", "lock", "build", "release", "flag", "payments")

@@ -5,22 +5,22 @@ Run it from the repository root with the project's venv:
     .venv/bin/python tests/bench/bench_recall.py           # 100,000 lessons
     .venv/bin/python tests/bench/bench_recall.py --quick   # 10,000 lessons (smoke run)
 
-The lessons are written straight into the sidecar's own database (:class:`hive.sidecar.store.Store`,
-all migrations, WAL) in the shape :mod:`hive.sidecar.lesson_store` materialises for verified lessons
+The lessons are written straight into the sidecar's own database (:class:`hive.sidecar.base.store.Store`,
+all migrations, WAL) in the shape :mod:`hive.sidecar.lessons.store` materialises for verified lessons
 (a ``lessons`` row, its body blob, its FTS5 row, its evidence files through the migration's trigger): signing and
 reviewing 100,000 lessons one by one would measure the writer, not recall. Texts draw words from a
 Zipf-like vocabulary of 5,000 words, so common words match many lessons and rare ones few; queries
 are two or three words drawn the same way. Each query runs through:
 
 - baseline: ``SELECT id FROM lesson_fts WHERE lesson_fts MATCH ? ORDER BY bm25(lesson_fts) LIMIT 20``;
-- search: :func:`hive.sidecar.recall.search` (text and files, the visibility filter, the join, the
+- search: :func:`hive.sidecar.lessons.recall.search` (text and files, the visibility filter, the join, the
   five-signal ranking), as ``search_memory`` does, for a viewer who may not see a third of them;
-- by text alone, and by files alone through :func:`hive.sidecar.recall.for_turn`, what turn-tier
+- by text alone, and by files alone through :func:`hive.sidecar.lessons.recall.for_turn`, what turn-tier
   recall runs at a hook.
 
-Searches keep each word's lessons as bit sets until the index changes (:class:`hive.sidecar.relevance.Postings`):
-the timed pass meets each word for the first time once, as searches after a lesson is verified do; a
-second pass, with every word already met, gives the steady state.
+Searches keep each word's lessons as bit sets until the index changes
+(:class:`hive.sidecar.lessons.relevance.Postings`): the timed pass meets each word for the first time
+once, as searches after a lesson is verified do; a second pass, with every word already met, gives the steady state.
 
 Then the same searches again with every lesson that holds a word scored, to show what the cap on
 the candidate work costs in results.
@@ -43,8 +43,8 @@ from pathlib import Path
 
 import anyio
 
-from hive.sidecar import recall, relevance
-from hive.sidecar.store import Store
+from hive.sidecar.base.store import Store
+from hive.sidecar.lessons import recall, relevance
 
 AIM_MS = 5.0
 AIM_P99_MS = 30.0

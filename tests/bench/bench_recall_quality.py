@@ -8,15 +8,15 @@ bm25 on the same data in the same run.
 The corpus is ``tests/bench/recall_corpus.yaml`` (two projects and the team's lessons; each task has
 the agent's own description of its work, the files it touched, what its person typed and, for some,
 a failing command's output, and the one lesson it should get). The lessons are written into a real
-sidecar database (all migrations) as verified rows in the shape :mod:`hive.sidecar.lesson_store`
+sidecar database (all migrations) as verified rows in the shape :mod:`hive.sidecar.lessons.store`
 keeps them, with each lesson's age drawn once from a fixed seed, so freshness plays its usual part.
 
 Rows:
 
-- pull, with files: :func:`hive.sidecar.recall.search` with the task's words and files
+- pull, with files: :func:`hive.sidecar.lessons.recall.search` with the task's words and files
   (``search_memory(q, files)``, ``lesson_context``);
 - pull, words only: the same without files (``search_memory(q)``, ``hive lessons search``);
-- turn tier: :func:`hive.sidecar.recall.for_turn` with the session's words as a hook gathers them
+- turn tier: :func:`hive.sidecar.lessons.recall.for_turn` with the session's words as a hook gathers them
   (the person's prompt, the session's ``doing`` line, for which the task's own description stands
   in, and the error text) and its files (an empty answer is a miss); and again without the
   ``doing`` line, as for a harness that reports none;
@@ -44,9 +44,9 @@ from typing import Any
 import anyio
 import yaml
 
-from hive.sidecar import recall
-from hive.sidecar.projects import project_id
-from hive.sidecar.store import Store
+from hive.sidecar.base.store import Store
+from hive.sidecar.lessons import recall
+from hive.sidecar.team.projects import project_id
 
 CORPUS = Path(__file__).with_name("recall_corpus.yaml")
 PERSON = "alice"

@@ -56,8 +56,8 @@ from anyio.abc import SocketStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from hive.sidecar import __version__
+from hive.sidecar.base.paths import StatePaths
 from hive.sidecar.client import Client
-from hive.sidecar.paths import StatePaths
 
 START_TIMEOUT = 15.0
 STOP_TIMEOUT = 10.0

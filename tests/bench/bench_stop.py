@@ -36,8 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from hive.sidecar.base.paths import StatePaths
 from hive.sidecar.client import start_detached
-from hive.sidecar.paths import StatePaths
 
 SID = "0199a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
 # What each watcher logs when the stopping event, not its 5 s wake-up, ended its wait.

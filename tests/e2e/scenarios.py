@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hive.sidecar.defang import defang
+from hive.sidecar.base.defang import defang
 from tests.conftest import on_failure, tail
 from tests.sidecar.lesson_steps import approve, propose, state
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from hive.sidecar.mcp_server import behaviour_rules
+from hive.sidecar.mcp.server import behaviour_rules
 
 from .conftest import HarnessMachine, Team, cli, contract, harness_team, wait_for
 from .model_server import Call, ModelServer, Request, Script, say

@@ -184,7 +184,7 @@ def broken_hive(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                 "-q", "--no-deps", str(wheel)], capture_output=True, text=True, timeout=600)
     assert installed.returncode == 0, installed.stderr
     (purelib / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    (purelib / "hive" / "sidecar" / "codex_push.py").unlink()  # a module the sidecar imports at start
+    (purelib / "hive" / "sidecar" / "mail" / "codex_push.py").unlink()  # a module the sidecar imports at start
     return venv / "bin" / "hive"
 
 
@@ -196,8 +196,8 @@ def test_a_broken_install_names_the_missing_module_and_the_reinstall_not_a_socke
     result = json.loads(done.stdout)
     [failure] = result["failures"]
     assert (failure["area"], failure["name"]) == ("install", "complete")
-    assert "missing hive.sidecar.codex_push" in failure["detail"]
-    assert "hive/sidecar/codex_push.py is gone" in failure["detail"]
+    assert "missing hive.sidecar.mail.codex_push" in failure["detail"]
+    assert "hive/sidecar/mail/codex_push.py is gone" in failure["detail"]
     assert failure["fix"].startswith("reinstall hive: `") and "--force-reinstall" in failure["fix"]
     assert "socket" not in done.stdout and "No such file" not in done.stdout
     assert not (machine.state / "hive.sock").exists()  # it did not try to start a sidecar that cannot run

@@ -28,8 +28,8 @@ from typing import Any
 import pytest
 
 from hive.integrations import hook_client, hook_command, registry
-from hive.sidecar import paths as sidecar_paths
-from hive.sidecar.config import slug
+from hive.sidecar.base import paths as sidecar_paths
+from hive.sidecar.base.config import slug
 from tests.conftest import Hive, loopback_config
 
 HOOK = hook_command.HOOK_SCRIPT

@@ -31,7 +31,7 @@ import pytest
 
 from hive.integrations.opencode import render_plugin
 from hive.integrations.pi import render_extension
-from hive.sidecar.mcp_server import tool_table
+from hive.sidecar.mcp.server import tool_table
 from tests.conftest import loopback_config
 
 REPO = Path(__file__).resolve().parents[2]

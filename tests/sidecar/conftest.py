@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hive.sidecar.dialog import DESKTOP_VARIABLES
+from hive.sidecar.person.dialog import DESKTOP_VARIABLES
 from tests.sidecar.desktop import Desktop, running_desktop
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from hive.sidecar.dialog import DESKTOP_VARIABLES
+from hive.sidecar.person.dialog import DESKTOP_VARIABLES
 from tests.conftest import Hive
 
 PROGRAMS = ("Xvfb", "dbus-daemon", "dunst", "dunstctl")

@@ -16,7 +16,9 @@ from typing import Any
 import anyio
 import pytest
 
-from hive.sidecar.approvals import (
+from hive.sidecar.base.ulid import new_ulid
+from hive.sidecar.mail.render import Message, frame
+from hive.sidecar.team.approvals import (
     MAX_TEXT,
     NOT_VERIFIED_NOTE,
     Approval,
@@ -25,23 +27,10 @@ from hive.sidecar.approvals import (
     receive_approval,
     sign_approval,
 )
-from hive.sidecar.identity import Identity, load_identity
-from hive.sidecar.render import Message, frame
-from hive.sidecar.roster import (
-    Entry,
-    Meta,
-    Roster,
-    TeamState,
-    absorb,
-    admit,
-    found,
-    new_invite,
-    secret_hash,
-    sign,
-    sign_join,
-    view,
-)
-from hive.sidecar.ulid import new_ulid
+from hive.sidecar.team.identity import Identity, load_identity
+from hive.sidecar.team.records import Meta, secret_hash, sign
+from hive.sidecar.team.roster import Roster, admit, found, new_invite, sign_join, view
+from hive.sidecar.team.roster_state import Entry, TeamState, absorb
 from tests.sidecar.desktop import Desktop
 from tests.sidecar.test_mesh import _msg, _raw_link, _team_id, form_team, ok, register, wait_for, who
 

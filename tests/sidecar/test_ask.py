@@ -17,7 +17,7 @@ from typing import Any
 import anyio
 import pytest
 
-from hive.sidecar.errors import Conflict, HiveError, NoDesktop, from_wire
+from hive.sidecar.base.errors import Conflict, HiveError, NoDesktop, from_wire
 from tests.conftest import Hive
 from tests.sidecar.desktop import Desktop, no_desktop_env, start_sidecar
 from tests.sidecar.test_mcp_server import call, data, error_code, hive_mcp, text
@@ -528,8 +528,8 @@ async def test_a_notify_frame_that_speaks_for_another_person_or_is_stale_shows_n
         make_hive: Any, desktop: Desktop, empty_runtime: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import time
 
-    from hive.sidecar.transport import dial, machine_cert
-    from hive.sidecar.ulid import new_ulid
+    from hive.sidecar.base.ulid import new_ulid
+    from hive.sidecar.mesh.transport import dial, machine_cert
     from tests.sidecar.test_mesh import _address, _key_of, _team_id
 
     monkeypatch.setenv("HIVE_KEYRING", "off")

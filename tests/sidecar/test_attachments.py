@@ -24,8 +24,8 @@ import anyio
 import pytest
 
 from hive.integrations.hook_command import HOOK_SCRIPT
-from hive.sidecar.transport import dial, machine_cert
-from hive.sidecar.ulid import is_ulid, new_ulid
+from hive.sidecar.base.ulid import is_ulid, new_ulid
+from hive.sidecar.mesh.transport import dial, machine_cert
 
 from ..conftest import Hive, run_in_terminal
 from .test_mesh import _address, _key_of, _msg, _raw_link, _team_id, form_team, inbox, ok, register, sent, wait_for, who

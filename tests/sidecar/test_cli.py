@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from hive.sidecar import __version__
-from hive.sidecar.cli import PLUMBING, build_parser
+from hive.sidecar.cli.main import PLUMBING, build_parser
 from tests.conftest import Hive, run_in_terminal
 
 MESH = '[mesh]\nlisten = "127.0.0.1:0"\nmdns = false\n'

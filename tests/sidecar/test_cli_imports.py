@@ -21,8 +21,8 @@ BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_cli.py"
 # gate, the harness registry and its plugin manager, the MCP SDK, mDNS, the database, process facts,
 # and an event loop (asyncio, anyio's backend for it), which a few blocking socket calls do not need.
 HEAVY = ("aioquic", "cryptography", "service_identity", "OpenSSL", "zeroconf", "mcp", "pluggy", "aiosqlite",
-         "psutil", "tomlkit", "asyncio", "anyio._backends", "hive.sidecar.transport", "hive.sidecar.mesh",
-         "hive.sidecar.gate", "hive.sidecar.store", "hive.integrations.registry")
+         "psutil", "tomlkit", "asyncio", "anyio._backends", "hive.sidecar.mesh.transport", "hive.sidecar.mesh.links",
+         "hive.sidecar.gate.engine", "hive.sidecar.base.store", "hive.integrations.registry")
 
 
 def imported_by(env: dict[str, str], *args: str, timeout: float = 60) -> tuple[subprocess.CompletedProcess[str],
@@ -43,10 +43,10 @@ def test_hive_help_version_and_bare_hive_load_no_command_and_no_part_of_the_side
     for args in (("--help",), ("--version",), ()):
         done, imported = imported_by(env, *args)
         assert done.returncode == 0, (args, done.stderr[-2000:])
-        assert "hive.sidecar.cli" in imported, args  # the listing is there, so an absence means something
+        assert "hive.sidecar.cli.main" in imported, args  # the listing is there, so an absence means something
         assert heavy_in(imported) == [], args
-        for module in ("hive.sidecar.client", "hive.sidecar.gate_cli", "hive.sidecar.lessons_cli",
-                       "hive.sidecar.dialog"):
+        for module in ("hive.sidecar.client", "hive.sidecar.cli.gate", "hive.sidecar.cli.lessons",
+                       "hive.sidecar.person.dialog"):
             assert module not in imported, (args, module)
     assert not (tmp_path / "home").exists()  # no sidecar was started for the help
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from hive.sidecar import codeowners
-from hive.sidecar.codeowners import aliases_from_config, owners_of, parse, person_for, rule_for
+from hive.sidecar.team import codeowners
+from hive.sidecar.team.codeowners import aliases_from_config, owners_of, parse, person_for, rule_for
 
 GITHUB_EXAMPLE = """\
 # The example from GitHub's documentation, trimmed.

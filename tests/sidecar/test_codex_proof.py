@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from hive.sidecar.codex_push import Pending, verdict
+from hive.sidecar.mail.codex_push import Pending, verdict
 
 ID = "01M91EXXN36D5D0N5R5S9GESMG"
 OTHER = "01M91EYVK031FY5XDZ6MXM9ZGN"

@@ -21,7 +21,7 @@ def test_hive_hook_answers_without_loading_the_cli_the_mesh_or_the_gate(hive: An
     assert result.returncode == 0
     imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
     assert "hive.integrations.hook_client" in imported
-    for heavy in ("hive.sidecar.cli", "hive.sidecar.mesh", "hive.sidecar.gate", "aioquic", "anyio"):
+    for heavy in ("hive.sidecar.cli.main", "hive.sidecar.mesh.links", "hive.sidecar.gate.engine", "aioquic", "anyio"):
         assert heavy not in imported, heavy
 
 
@@ -63,12 +63,13 @@ def test_hive_mcp_answers_initialize_and_lists_tools_without_loading_the_cli_or_
     replies, imported = _mcp_exchange({**hive.env, "PYTHONPROFILEIMPORTTIME": "1"})
     assert replies[0]["result"]["serverInfo"]["name"] == "hive"
     assert "send_message" in {tool["name"] for tool in replies[1]["result"]["tools"]}
-    assert "hive.sidecar.mcp_server" in imported
+    assert "hive.sidecar.mcp.server" in imported
     # Neither the CLI's parser (the mesh, the gate, the lessons) nor what only a tool call needs
     # (the sidecar client, the desktop dialog, defang) is loaded before these two answers.
-    for deferred in ("hive.sidecar.cli", "hive.sidecar.mesh", "hive.sidecar.gate", "hive.sidecar.lessons_cli",
-                     "hive.sidecar.transport", "aioquic", "hive.sidecar.client", "hive.sidecar.dialog",
-                     "hive.sidecar.defang"):
+    for deferred in ("hive.sidecar.cli.main", "hive.sidecar.mesh.links", "hive.sidecar.gate.engine",
+                     "hive.sidecar.cli.lessons",
+                     "hive.sidecar.mesh.transport", "aioquic", "hive.sidecar.client", "hive.sidecar.person.dialog",
+                     "hive.sidecar.base.defang"):
         assert deferred not in imported, deferred
 
 

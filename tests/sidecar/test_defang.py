@@ -16,9 +16,9 @@ from confusable_homoglyphs import confusables
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from hive.sidecar import defang as defang_module
-from hive.sidecar.defang import attr, brackets, defang, one_line
-from hive.sidecar.render import Message, frame
+from hive.sidecar.base import defang as defang_module
+from hive.sidecar.base.defang import attr, brackets, defang, one_line
+from hive.sidecar.mail.render import Message, frame
 
 # An oracle independent of defang's own rule: read the text the way a model may (NFKC, HTML
 # entities decoded until nothing changes, NFKC again), fold look-alikes of "<" and "/" to ASCII
@@ -161,12 +161,12 @@ def test_one_line_fields_are_one_printable_line(value: str) -> None:
 
 
 def test_the_bracket_table_hive_ships_is_the_one_a_scan_of_unicode_makes_now() -> None:
-    # Edited defang.py, or another Unicode or confusables version? `python -m hive.sidecar.defang`.
+    # Edited defang.py, or another Unicode or confusables version? `python -m hive.sidecar.base.defang`.
     assert json.loads(defang_module.SHIPPED_TABLE.read_text()) == json.loads(defang_module.table_json())
 
 
 def test_without_a_current_shipped_table_the_sidecar_scans_unicode_itself(tmp_path: Path) -> None:
-    code = ("import json, sys; from pathlib import Path; from hive.sidecar import defang; "
+    code = ("import json, sys; from pathlib import Path; from hive.sidecar.base import defang; "
             "defang.SHIPPED_TABLE = Path(sys.argv[1]); t = defang._tables(); "
             "print(json.dumps([sorted(map(ord, t.opening)), sorted(t.roles.items())]))")
     stale = tmp_path / "table.json"

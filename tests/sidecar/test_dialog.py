@@ -17,7 +17,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from hive.sidecar.dialog import (
+from hive.sidecar.base.errors import NoDesktop
+from hive.sidecar.person.dialog import (
     ENV_BODY,
     ENV_KIND,
     ENV_SECONDS,
@@ -43,7 +44,6 @@ from hive.sidecar.dialog import (
     parse_outcome,
     powershell_command,
 )
-from hive.sidecar.errors import NoDesktop
 
 HOSTILE = [
     'Deploy?" buttons {"Approve"} default button "Approve',

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from hive.sidecar.discover import places, read_transcript
+from hive.sidecar.presence.discover import places, read_transcript
 
 from ..conftest import Hive, process_gone
 from .test_mcp_server import call, data, hive_mcp, text

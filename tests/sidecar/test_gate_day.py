@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from hive.sidecar.gate import Decision, Evidence, Gate, Item
-from hive.sidecar.gate_prefs import PrefsFile
-from hive.sidecar.store import Store
+from hive.sidecar.base.store import Store
+from hive.sidecar.gate.engine import Decision, Evidence, Gate, Item
+from hive.sidecar.gate.prefs import PrefsFile
 
 pytestmark = pytest.mark.anyio
 

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from hive.sidecar.errors import BadRequest, HiveError
-from hive.sidecar.gate import Decision, Evidence, Fact, Gate, Item, fact_urgency
-from hive.sidecar.gate_prefs import GateConfig, PrefsFile, parse_change, write_changes
-from hive.sidecar.store import Store
+from hive.sidecar.base.errors import BadRequest, HiveError
+from hive.sidecar.base.store import Store
+from hive.sidecar.gate.engine import Decision, Evidence, Fact, Gate, Item, fact_urgency
+from hive.sidecar.gate.prefs import GateConfig, PrefsFile, parse_change, write_changes
 
 BERLIN = zoneinfo.ZoneInfo("Europe/Berlin")
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hive.sidecar.guards import pair
+from hive.sidecar.mail.guards import pair
 
 from ..conftest import Hive, run_in_terminal
 from ..integrations.test_hook import fire

@@ -16,8 +16,8 @@ from typing import Any
 import anyio
 import pytest
 
-from hive.sidecar.transport import ALPN_JOIN, Link, LinkClosed, dial, machine_cert
-from hive.sidecar.ulid import new_ulid
+from hive.sidecar.base.ulid import new_ulid
+from hive.sidecar.mesh.transport import ALPN_JOIN, Link, LinkClosed, dial, machine_cert
 
 from ..conftest import Hive
 from .test_mesh import MESH, _address, _key_of, _msg, _team_id, form_team, inbox, linked, ok, register, wait_for

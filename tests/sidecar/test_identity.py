@@ -15,7 +15,7 @@ import pytest
 from keyring.backend import KeyringBackend
 from keyring.backends import chainer, fail, null
 
-from hive.sidecar.identity import KEY_FILE, WHERE_FILE, Identity, KeyUnavailable, load_identity, verify_bytes
+from hive.sidecar.team.identity import KEY_FILE, WHERE_FILE, Identity, KeyUnavailable, load_identity, verify_bytes
 from tests.conftest import Hive
 
 
@@ -162,5 +162,5 @@ def test_a_sidecar_with_no_keyring_backend_keeps_its_key_in_a_file_and_logs_why_
 
 def test_importing_identity_does_not_touch_the_keyring() -> None:
     # The hook client and the CLI import hive modules on every call; the keyring probe must be lazy.
-    code = "import sys, hive.sidecar.identity; sys.exit('keyring.backends.SecretService' in sys.modules)"
+    code = "import sys, hive.sidecar.team.identity; sys.exit('keyring.backends.SecretService' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

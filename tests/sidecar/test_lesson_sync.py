@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hive.sidecar.projects import project_id
+from hive.sidecar.team.projects import project_id
 
 from ..conftest import Hive
 from .terminal import run_in_terminal_answering

@@ -14,13 +14,14 @@ from typing import Any
 
 import pytest
 
-from hive.sidecar import lessons as L
-from hive.sidecar import recall, roster
-from hive.sidecar.errors import HiveError
-from hive.sidecar.identity import Identity
-from hive.sidecar.lesson_store import Context, LessonStore
-from hive.sidecar.projects import normalise_remote, project_id
-from hive.sidecar.store import Store
+from hive.sidecar.base.errors import HiveError
+from hive.sidecar.base.store import Store
+from hive.sidecar.lessons import recall
+from hive.sidecar.lessons import records as L
+from hive.sidecar.lessons.store import Context, LessonStore
+from hive.sidecar.team import roster
+from hive.sidecar.team.identity import Identity
+from hive.sidecar.team.projects import normalise_remote, project_id
 
 pytestmark = pytest.mark.anyio
 

@@ -123,7 +123,7 @@ def test_a_project_lesson_is_filed_under_the_repository_it_was_proposed_in(hive:
     repo = git_repo(tmp_path / "api", origin="git@github.com:acme/api.git")
     proposed = propose(hive, "The api's fixtures need TZ=UTC.", scope="project", evidence=("file:tests/conftest.py",),
                        cwd=repo)
-    from hive.sidecar.projects import project_id
+    from hive.sidecar.team.projects import project_id
 
     assert proposed["project"] == project_id("https://github.com/acme/api")
     approve(hive, proposed["id"], cwd=repo)

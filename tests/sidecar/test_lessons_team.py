@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from hive.sidecar.projects import project_id
+from hive.sidecar.team.projects import project_id
 
 from ..conftest import Hive
 from .lesson_steps import at_terminal, git_repo, run, run_json

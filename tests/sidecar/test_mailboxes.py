@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from hive.sidecar.addresses import Entry, resolve
+from hive.sidecar.mail.addresses import Entry, resolve
 
 from ..conftest import Hive
 from .test_mesh import _TEAM, MESH, form_team, linked, ok, register, sent, wait_for

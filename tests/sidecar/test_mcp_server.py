@@ -21,7 +21,8 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp_types import CallToolResult, Implementation, TextContent
 
-from hive.sidecar.mcp_server import agent_name, behaviour_rules, session_from_meta
+from hive.sidecar.mcp.identity import agent_name, session_from_meta
+from hive.sidecar.mcp.server import behaviour_rules
 from tests.conftest import REPO, Hive
 
 pytestmark = pytest.mark.anyio

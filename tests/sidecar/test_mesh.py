@@ -20,11 +20,11 @@ import anyio
 import pytest
 import tomlkit
 
-from hive.sidecar import roster
-from hive.sidecar.identity import load_identity
-from hive.sidecar.mesh import sanitise_presence
-from hive.sidecar.transport import MAX_FRAME, LinkClosed, dial, machine_cert
-from hive.sidecar.ulid import new_ulid
+from hive.sidecar.base.ulid import new_ulid
+from hive.sidecar.mesh.presence import sanitise_presence
+from hive.sidecar.mesh.transport import MAX_FRAME, LinkClosed, dial, machine_cert
+from hive.sidecar.team import roster
+from hive.sidecar.team.identity import load_identity
 
 from ..conftest import Hive
 from .terminal import run_in_terminal_answering

@@ -16,7 +16,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from hive.sidecar.observe import _stored_detail, clean, detail_json, normalize, read_head, redact, sensitive, tool_paths
+from hive.sidecar.presence.activity import read_head, sensitive
+from hive.sidecar.presence.events import _stored_detail
+from hive.sidecar.presence.normalize import normalize, tool_paths
+from hive.sidecar.presence.redaction import clean, detail_json, redact
 
 from ..conftest import Hive
 from .test_mesh import form_team, ok, wait_for

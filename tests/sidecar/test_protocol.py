@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
 import os
@@ -16,10 +15,11 @@ from typing import Any
 
 import pytest
 
-from hive.sidecar import folders
-from hive.sidecar.config import load_settings
-from hive.sidecar.paths import StatePaths, ensure_home
-from hive.sidecar.server import OP_MODULES, Sidecar, op_table
+from hive.sidecar.base.config import load_settings
+from hive.sidecar.base.paths import StatePaths, ensure_home
+from hive.sidecar.daemon.features import FEATURES, op_table
+from hive.sidecar.daemon.server import Sidecar
+from hive.sidecar.sessions import folders
 from tests.conftest import Hive
 
 
@@ -94,8 +94,7 @@ def test_replies_are_one_json_object_per_line(hive: Hive) -> None:
 
 # Every registration, read the way op_table reads them but without its duplicate check, so a name
 # registered twice fails the test below rather than the collection of this whole file.
-REGISTERED = [(name[3:], getattr(Sidecar, name)) for name in dir(Sidecar) if name.startswith("op_")] + [
-    (op, func) for module in OP_MODULES for op, func in importlib.import_module(module).OPS.items()]
+REGISTERED = [(op, func) for feature in FEATURES for op, func in feature.ops.items()]
 
 
 def _sidecar(tmp_path: Path) -> Sidecar:
@@ -127,7 +126,7 @@ def test_an_op_name_registered_twice_stops_the_sidecar_naming_both_sources(
     monkeypatch.setitem(folders.OPS, "ping", folders.op_folder)
     with pytest.raises(RuntimeError, match="'ping'") as raised:
         _sidecar(tmp_path)
-    assert "hive.sidecar.server.Sidecar" in str(raised.value) and "hive.sidecar.folders.OPS" in str(raised.value)
+    assert "feature 'daemon'" in str(raised.value) and "feature 'folders'" in str(raised.value)
 
 
 # ---- hostile lines: nothing a client writes stops the sidecar ------------------------------

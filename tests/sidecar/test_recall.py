@@ -1,8 +1,8 @@
 """Recall: the ranking on fixed corpora whose order can be checked by hand, then through real sidecars
 (search, hypotheses, what never appears) and turn-tier injection through the ``hook`` op.
 
-The score (``hive.sidecar.recall``) is 1.0·relevance + 0.6·overlap + 0.4·outcome + 0.3·scope + 0.2·freshness,
-with relevance from hive.sidecar.relevance (given here directly),
+The score (``hive.sidecar.lessons.recall``) is 1.0·relevance + 0.6·overlap + 0.4·outcome + 0.3·scope + 0.2·freshness,
+with relevance from hive.sidecar.lessons.relevance (given here directly),
 overlap = 1 for a touched file the lesson names and ½ for one beneath a folder it names, outcome =
 (successes + 1) / (citations + 2), scope personal 1 / this project ⅔ / team ⅓ / other project 0, and
 freshness = ½ ** (age in days / 90). Each corpus below varies one or two signals; the comments do the sums.
@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from hive.sidecar.recall import Candidate, rank
-from hive.sidecar.relevance import fts_query, query_words
+from hive.sidecar.lessons.recall import Candidate, rank
+from hive.sidecar.lessons.relevance import fts_query, query_words
 
 from ..conftest import Hive
 from .lesson_steps import approve, git_repo, propose, run_json

@@ -1,4 +1,4 @@
-"""Text relevance over recall's real FTS5 index (hive.sidecar.relevance): the capped search finds
+"""Text relevance over recall's real FTS5 index (hive.sidecar.lessons.relevance): the capped search finds
 what scoring every lesson finds, the words' cached lessons follow the index, and words most lessons
 hold are not searched for."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from hive.sidecar import relevance
-from hive.sidecar.store import migrate
+from hive.sidecar.base.store import migrate
+from hive.sidecar.lessons import relevance
 
 
 @pytest.fixture

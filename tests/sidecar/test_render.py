@@ -7,8 +7,8 @@ import re
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hive.sidecar.defang import attr
-from hive.sidecar.render import FOOTERS, REPLIES, Message, footer, frames
+from hive.sidecar.base.defang import attr
+from hive.sidecar.mail.render import FOOTERS, REPLIES, Message, footer, frames
 
 from ..conftest import Hive, run_in_terminal
 from .test_mesh import ok, register, send

@@ -136,7 +136,7 @@ def test_the_reviewer_is_the_person_for_a_personal_lesson_then_codeowners_then_w
 
 def test_a_teammates_proposal_pops_up_on_the_machine_of_the_codeowner_who_reviews_it(
         make_hive: Any, desktop: Desktop, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from hive.sidecar.projects import project_id
+    from hive.sidecar.team.projects import project_id
 
     from .test_mesh import form_team, register
 

@@ -11,34 +11,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hive.sidecar import roster
-from hive.sidecar.identity import Identity
-from hive.sidecar.roster import (
-    Entry,
-    Invite,
-    JoinRequest,
-    Member,
-    Signed,
-    TeamState,
-    Ticket,
-    absorb,
-    admit,
-    decode_ticket,
-    departures,
-    encode_ticket,
-    entries,
-    found,
-    merge,
-    new_invite,
-    new_link,
-    secret_hash,
-    self_update,
-    sign,
-    validated,
-    verify,
-    view,
-    without_secrets,
-)
+from hive.sidecar.team import roster
+from hive.sidecar.team.identity import Identity
+from hive.sidecar.team.records import Invite, JoinRequest, Member, Signed, secret_hash, sign, verify
+from hive.sidecar.team.roster import admit, departures, found, new_invite, new_link, self_update, view
+from hive.sidecar.team.roster_state import Entry, TeamState, absorb, entries, merge, validated, without_secrets
+from hive.sidecar.team.tickets import Ticket, decode_ticket, encode_ticket
 
 T0 = 1_700_000_000_000  # a fixed clock, in ms (in the past: real-clock checks pass too)
 DAY = 86_400_000

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hive.sidecar.store import MIGRATIONS, SCHEMA_VERSION, Store, migrate
+from hive.sidecar.base.store import MIGRATIONS, SCHEMA_VERSION, Store, migrate
 from tests.conftest import Hive
 
 

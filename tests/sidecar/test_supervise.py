@@ -1,4 +1,4 @@
-"""Background work that fails alone (hive.sidecar.supervise): a task started through Supervised that
+"""Background work that fails alone (hive.sidecar.base.supervise): a task started through Supervised that
 raises anything is logged with its traceback, and the task group it runs in, the sidecar's main
 one, goes on serving."""
 
@@ -9,7 +9,7 @@ import logging
 import anyio
 import pytest
 
-from hive.sidecar.supervise import Supervised
+from hive.sidecar.base.supervise import Supervised
 
 pytestmark = pytest.mark.anyio
 

@@ -16,16 +16,18 @@ from typing import Any
 
 import pytest
 
-from hive.sidecar import peer, roster
-from hive.sidecar.config import load_settings
-from hive.sidecar.identity import KeyUnavailable
-from hive.sidecar.mailbox import Mailbox
-from hive.sidecar.paths import StatePaths, ensure_home
-from hive.sidecar.person import is_person_op
-from hive.sidecar.server import Sidecar
-from hive.sidecar.sessions import Sessions
-from hive.sidecar.store import Store
-from hive.sidecar.team import Team, TeamChange, attach
+from hive.sidecar.base import peer
+from hive.sidecar.base.config import load_settings
+from hive.sidecar.base.paths import StatePaths, ensure_home
+from hive.sidecar.base.store import Store
+from hive.sidecar.daemon.server import Sidecar
+from hive.sidecar.mail.mailbox import Mailbox
+from hive.sidecar.person.confirm import is_person_op
+from hive.sidecar.sessions.registry import Sessions
+from hive.sidecar.team import roster
+from hive.sidecar.team.identity import KeyUnavailable
+from hive.sidecar.team.local import Team, TeamChange
+from hive.sidecar.team.membership import attach
 from tests.conftest import Hive
 from tests.sidecar.desktop import Desktop, no_desktop_env, start_sidecar
 

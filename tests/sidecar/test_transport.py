@@ -20,7 +20,7 @@ import pytest
 from aioquic.asyncio import connect
 from aioquic.quic.configuration import QuicConfiguration
 
-from hive.sidecar.transport import (
+from hive.sidecar.mesh.transport import (
     ALPN_JOIN,
     ALPN_TEAM,
     MAX_FRAME,

@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from hive import skills
-from hive.sidecar.mcp_server import behaviour_rules
+from hive.sidecar.mcp.server import behaviour_rules
 
 SKILL = skills.ROOT / "hive" / "SKILL.md"
 # The fields the Agent Skills spec allows; the reference validator rejects any other.

@@ -1,0 +1,97 @@
+"""What an op knows of its caller: the client :class:`Connection` on the sidecar's socket.
+
+The daemon makes one per client; every op receives it, with the process facts the kernel gives
+about the caller (its pid, whether a person's terminal or an agent started it) and the push
+channel a harness plugin keeps open on it.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+from anyio.abc import SocketAttribute, SocketStream
+
+from hive.integrations import registry
+
+from .peer import agent_reason, peer_pid, person_at_terminal
+from .wire import encode_line
+
+# A client that stops reading: this many replies (or bytes) waiting behind a full socket close
+# its connection. A client that reads never gets near this: the socket itself holds ~200 KB.
+MAX_PENDING_REPLIES = 64
+MAX_PENDING_BYTES = 8 << 20
+
+log = logging.getLogger("hive.sidecar")
+
+
+class Connection:
+    """One client on the socket."""
+
+    def __init__(self, conn_id: int, stream: SocketStream) -> None:
+        self.id = conn_id
+        self.stream = stream
+        self._write_lock = anyio.Lock()
+        self.pid = peer_pid(stream.extra(SocketAttribute.raw_socket, None))
+        self.push_sessions: set[str] = set()
+        # (session key, channel, point) of mail a hook or watcher on this connection was given: it
+        # is recorded injected when the client says it printed it (hooks.hook_written).
+        self.hook_shown: tuple[str, str, str] | None = None
+        self.closed = False
+        self.scope = anyio.CancelScope()  # cancelled to drop the client (evicted, or not reading)
+        self.last_active = time.monotonic()
+        self.inflight = 0
+        self._pending = 0
+        self._pending_bytes = 0
+
+    @property
+    def idle(self) -> bool:
+        return self.inflight == 0 and self._pending == 0
+
+    def drop(self, why: str) -> None:
+        """Close this client's connection from the sidecar's side; its requests are cancelled."""
+        if not self.closed:
+            log.warning("closing connection %d (pid %s): %s", self.id, self.pid, why)
+        self.closed = True
+        self.scope.cancel()
+
+    @functools.cached_property
+    def at_terminal(self) -> bool:
+        """A person's own terminal: a process's terminal and ancestry do not change."""
+        return person_at_terminal(self.pid, registry.binaries(), registry.agent_environment())
+
+    @functools.cached_property
+    def by_agent(self) -> bool:
+        """A client an agent harness started: its MCP server, or a command in the agent's shell,
+        also one cut loose from it (``setsid -f``, a double fork): see peer.agent_reason."""
+        return bool(agent_reason(self.pid, registry.binaries(), registry.agent_environment()))
+
+    async def send(self, payload: dict[str, Any]) -> None:
+        """Write one line. Raises BrokenResourceError when the connection is (or gets) closed,
+        which it is once too many replies wait for a client that does not read them."""
+        await self.send_line(encode_line(payload))
+
+    async def send_line(self, data: bytes) -> None:
+        """:meth:`send` for a line already encoded."""
+        if self.closed:
+            raise anyio.BrokenResourceError("the connection is closed")
+        if self._pending >= MAX_PENDING_REPLIES or self._pending_bytes + len(data) > MAX_PENDING_BYTES:
+            self.drop(f"{self._pending} replies ({self._pending_bytes} bytes) wait for a client that does not read")
+            raise anyio.BrokenResourceError("the client does not read its replies")
+        self._pending += 1
+        self._pending_bytes += len(data)
+        try:
+            async with self._write_lock:
+                await self.stream.send(data)
+        finally:
+            self._pending -= 1
+            self._pending_bytes -= len(data)
+        self.last_active = time.monotonic()
+
+
+Handler = Callable[[Connection, dict[str, Any]], Awaitable[dict[str, Any]]]
+"""An op bound to its sidecar: called with the caller's connection and the request; returns the result."""

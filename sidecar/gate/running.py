@@ -1,0 +1,25 @@
+"""Each sidecar's one gate, where the ops, frames and hooks that need it find it.
+
+:func:`hive.sidecar.gate.engine.run_gate` builds it and puts it here when the sidecar's task group starts it.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING
+
+from ..base.errors import HiveError
+
+if TYPE_CHECKING:
+    from ..daemon.server import Sidecar
+    from .engine import Gate
+
+GATES: weakref.WeakKeyDictionary[Sidecar, Gate] = weakref.WeakKeyDictionary()
+
+
+def gate_of(sidecar: Sidecar) -> Gate:
+    """This sidecar's gate (it exists once the sidecar's task group has started it)."""
+    gate = GATES.get(sidecar)
+    if gate is None:
+        raise HiveError("the gate has not started yet")
+    return gate

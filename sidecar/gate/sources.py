@@ -1,0 +1,163 @@
+"""What this machine's sidecar tells its gate: breakpoints and ``test`` records from the commands
+sessions ran, which session is idle, and who owns the code an item is about.
+
+Breakpoints come from the hooks: a turn ending (the Stop hook), and from the commands a session
+ran (:func:`observed`): a test run finishing, a commit, a pull request opened. A session its hooks
+say has been idle for ``idle_after`` seconds (60) is at a breakpoint already: an item that would
+wait for one is delivered to it at once (``breakpoint.idle``, :func:`idle_session`). Report only
+real ones: a false breakpoint costs more than a missed one, because a waiting item's bound
+delivers it anyway.
+
+A security finding reaches the roster persons who own the files in its ``file`` evidence too
+(:func:`code_owners`, by the repository's CODEOWNERS).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from ..person.dialog import clip
+from ..team import codeowners
+from .model import Item
+from .running import GATES
+
+if TYPE_CHECKING:
+    from ..daemon.server import Sidecar
+
+# ---- what sessions' hooks show: breakpoints and test records -------------------------------
+
+_START = r"(?:^|[\s;&|(!])"
+# Test runners as people type them; a wrapper (``uv run``, ``npx``, ``python -m``) is allowed before.
+TEST_COMMAND = re.compile(
+    _START + r"(?:pytest|py\.test|tox|nox|jest|vitest|mocha|rspec|phpunit|ctest|"
+    r"(?:npm|pnpm|yarn|bun)\s+(?:run\s+)?test|cargo\s+(?:test|nextest)|go\s+test|make\s+(?:test|check)|"
+    r"mvn\s+(?:test|verify)|\S*gradlew?\s+test|dotnet\s+test|deno\s+test)(?:$|[\s;&|)])")
+COMMIT_COMMAND = re.compile(_START + r"git(?:\s+-[cC]\s+\S+)*\s+commit(?:$|[\s;&|)])")
+PR_COMMAND = re.compile(_START + r"gh\s+pr\s+create(?:$|[\s;&|)])")
+
+
+def ref_for_tests(repo: str, branch: str) -> str:
+    """The ref of the ``test`` record for a repository's branch: what items name as evidence."""
+    return f"{repo}@{branch}" if branch else repo
+
+
+async def observed(sidecar: Sidecar, session: Any, events: Iterable[Any]) -> None:
+    """Breakpoints and records from the commands a session ran (``observe.ingest`` calls this):
+    a test run finishing is a ``test`` breakpoint and, with its exit code, a passing or failing
+    ``test`` record for the repository's branch; a commit and an opened pull request are
+    breakpoints too. Only what the hooks report is used: no command output is read."""
+    gate = GATES.get(sidecar)
+    if gate is None:
+        return
+    address = sidecar.sessions.address(session)
+    for event in events:
+        command = getattr(event, "command", "")
+        if getattr(event, "action", "") != "command.executed" or not command:
+            continue
+        code = getattr(event, "exit_code", None)
+        kinds = []
+        if TEST_COMMAND.search(command):
+            if code is not None:
+                await gate.record("test", ref_for_tests(session.repo or session.cwd, session.branch),
+                                  "passing" if code == 0 else "failing", detail=clip(command, 120))
+            kinds.append("test")
+        if code in (0, None) and COMMIT_COMMAND.search(command):
+            kinds.append("commit")
+        if code in (0, None) and PR_COMMAND.search(command):
+            kinds.append("pr")
+        for kind in kinds:
+            await gate.breakpoint(sidecar.settings.person, address, kind)
+
+
+def idle_session(sidecar: Sidecar, item: Item, idle_after: float) -> str:
+    """The address of a live session on this machine that ``item`` may go to and whose hooks say
+    has been idle for ``idle_after`` seconds: its own session, or for the person any of theirs."""
+    from ..presence.observe import OBSERVED
+
+    if item.person != sidecar.settings.person:
+        return ""
+    now = time.time()
+    for session in sidecar.sessions.by_key.values():
+        seen = OBSERVED.get(session.key)
+        if seen is None or seen.state != "idle" or now - seen.since < idle_after:
+            continue
+        if not sidecar.sessions.is_live(session):
+            continue
+        address = sidecar.sessions.address(session)
+        if not item.session or item.session == address:
+            return address
+    return ""
+
+
+# ---- the owner of the code -----------------------------------------------------------------
+
+async def code_owners(sidecar: Sidecar, item: Item) -> list[tuple[str, str]]:
+    """The roster persons who own the files in ``item``'s evidence, by their repository's CODEOWNERS.
+
+    ``file`` evidence is ``repo:path`` (the repository as sessions name it, or its folder) or an
+    absolute path; a repository is found through this machine's sessions in it.
+    """
+    wanted: dict[str, list[str]] = defaultdict(list)  # repository root -> paths in it
+    for evidence in item.evidence:
+        if evidence.kind != "file":
+            continue
+        for root, path in _file_places(sidecar, evidence.ref):
+            wanted[root].append(path)
+    if not wanted:
+        return []
+    team = getattr(sidecar, "team", None)
+    roster = getattr(team, "roster", None)
+    people = set(roster.people()) if roster is not None else set()
+    people.add(sidecar.settings.person)
+
+    def look() -> list[tuple[str, str]]:
+        aliases = codeowners.aliases_from_config(sidecar.paths.config)
+        found: list[tuple[str, str]] = []
+        for root, paths in wanted.items():
+            rules = codeowners.rules_of(root)
+            for path in paths:
+                rule = codeowners.rule_for(rules, path)
+                if rule is None:
+                    continue
+                for owner in rule.owners:
+                    person = codeowners.person_for(owner, people, aliases)
+                    if person and all(p != person for p, _ in found):
+                        found.append((person, f"CODEOWNERS line {rule.line} gives {path} to {owner}"))
+        return found
+
+    return await anyio.to_thread.run_sync(look)
+
+
+def _file_places(sidecar: Sidecar, ref: str) -> list[tuple[str, str]]:
+    """(repository root, path in it) for a ``file`` evidence ref."""
+    if ref.startswith("/"):
+        root = _git_root(ref)
+        return [(root, os.path.relpath(ref, root))] if root else []
+    repo, sep, path = ref.partition(":")
+    if not sep or not path:
+        return []
+    if repo.startswith("/"):
+        root = _git_root(repo)
+        return [(root, os.path.relpath(os.path.join(repo, path), root))] if root else []
+    roots = {_git_root(s.cwd) for s in sidecar.sessions.by_key.values() if s.repo == repo and s.cwd}
+    return [(root, path) for root in sorted(r for r in roots if r)]
+
+
+def _git_root(path: str) -> str:
+    """The nearest folder at or above ``path`` that holds ``.git``; "" if none."""
+    current = os.path.abspath(path)
+    while True:
+        if os.path.exists(os.path.join(current, ".git")):
+            return current
+        parent = os.path.dirname(current)
+        if parent == current:
+            return ""
+        current = parent
+

@@ -1,0 +1,2 @@
+"""What the team has learned: lesson records, their store and sync, review, promotion to skills and recall.
+"""

@@ -1,0 +1,238 @@
+"""A person's own mailboxes: ``person/terminal`` and named ones (``person/ci``), across machines.
+
+A person's mailboxes are addresses like sessions' but belong to the person: every machine of
+theirs has ``terminal``, and ``hive inbox --as <name>`` (or ``hive listen --as <name>``) opens a
+named one there, for a build script or notes. They are never forgotten the way stale sessions
+are, and a session never takes one's name.
+
+Mail to a teammate's mailbox goes to their machines (the roster says which):
+
+- a reply (``reply_to`` a message that came from one of their machines) goes to that machine;
+- a fresh message goes to each of their machines online now (all of them, through the outbox,
+  when none is), one copy each. Every copy carries the ids of the others; once one is read,
+  that machine tells the person's other machines (``copies_read``), so it is read everywhere.
+
+Machines tell each other their named mailboxes in presence (``mailboxes``); ``terminal`` is
+implied. Only a machine of the same person may mark that person's mail read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+import weakref
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..base.config import slug
+from ..base.errors import BadRequest, Conflict
+from ..base.ulid import is_ulid
+from .addresses import Entry, Target
+
+if TYPE_CHECKING:
+    from ..daemon.server import Sidecar
+    from ..mesh.links import Link, Mesh
+
+TERMINAL = "terminal"
+AGENT = "person"  # the ``agent`` of a mailbox's directory entry: what tells it from a session's
+FEATURE = "mailboxes"
+FRAME = "copies_read"
+MAX_NAMED = 16
+MAX_COPIES = 16
+SYNC_WINDOW = 7 * 86400.0  # copies read this recently are told again to a machine that links up
+FILE = "mailboxes"
+
+log = logging.getLogger("hive.sidecar.mail.mailboxes")
+
+_named: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+_told: weakref.WeakKeyDictionary[Any, dict[str, set[str]]] = weakref.WeakKeyDictionary()
+
+
+def named(sidecar: Sidecar) -> set[str]:
+    """This machine's named mailboxes (read once from ``<home>/mailboxes``, one name a line)."""
+    names = _named.get(sidecar)
+    if names is None:
+        names = set()
+        with contextlib.suppress(OSError, UnicodeDecodeError):
+            text = (sidecar.paths.home / FILE).read_text(encoding="utf-8")
+            names = {n for line in text.splitlines() if (n := slug(line)) and n != TERMINAL}
+        _named[sidecar] = names
+    return names
+
+
+def names(sidecar: Sidecar) -> set[str]:
+    return {TERMINAL, *named(sidecar)}
+
+
+def is_own(sidecar: Sidecar, address: str) -> bool:
+    """Whether ``address`` is one of this machine's person's mailboxes here."""
+    person, _, name = address.partition("/")
+    return person == sidecar.settings.person and name in names(sidecar)
+
+
+def sending_as(sidecar: Sidecar, ref: Any) -> str | None:
+    """The mailbox of this machine's person a ``send`` names as its sender (``from``): ``terminal``
+    when it names none, a named mailbox by its name or address; None when it names a session."""
+    if ref in (None, "", TERMINAL, f"{sidecar.settings.person}/{TERMINAL}"):
+        return TERMINAL
+    if not isinstance(ref, str):
+        return None
+    name = ref.removeprefix(f"{sidecar.settings.person}/")
+    return name if name in named(sidecar) else None
+
+
+def is_mailbox(target: Target) -> bool:
+    """Whether a target is a person's mailbox (this machine's person's, or a teammate's), not a session."""
+    return target.entry is None or target.entry.agent == AGENT
+
+
+def open_named(sidecar: Sidecar, name: str) -> str:
+    """Open (or find) the named mailbox ``name``; returns its address."""
+    wanted = slug(name)
+    if not wanted or wanted != name.strip().lower():
+        raise BadRequest(f"a mailbox name is a-z, 0-9 and -, not {name!r}")
+    mine = named(sidecar)
+    if wanted == TERMINAL or wanted in mine:
+        return f"{sidecar.settings.person}/{wanted}"
+    if sidecar.sessions.by_name(wanted) is not None or wanted in sidecar.mesh.names_elsewhere():
+        raise Conflict(f"{wanted} names one of your sessions; pick another mailbox name")
+    if len(mine) >= MAX_NAMED:
+        raise BadRequest(f"at most {MAX_NAMED} named mailboxes: {', '.join(sorted(mine))}")
+    mine.add(wanted)
+    path = sidecar.paths.home / FILE
+    temporary = path.with_suffix(".tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with open(fd, "w", encoding="utf-8") as out:
+        out.write("\n".join(sorted(mine)) + "\n")
+    os.replace(temporary, path)
+    sidecar.mesh.poke()  # presence tells teammates about it
+    log.info("opened the mailbox %s/%s", sidecar.settings.person, wanted)
+    return f"{sidecar.settings.person}/{wanted}"
+
+
+def presence_field(sidecar: Sidecar) -> list[str]:
+    return sorted(named(sidecar))[:MAX_NAMED]
+
+
+def sanitise(raw: Any) -> list[str]:
+    """A peer's ``mailboxes`` presence field: distinct names, ``terminal`` implied."""
+    items = raw if isinstance(raw, list) else []
+    out: list[str] = []
+    for item in items[:MAX_NAMED]:
+        name = slug(str(item), 64) if isinstance(item, str) else ""
+        if name and name != TERMINAL and name not in out:
+            out.append(name)
+    return out
+
+
+def entries(mesh: Mesh) -> list[Entry]:
+    """Teammates' mailboxes, one entry per machine of theirs (live: linked now)."""
+    if mesh.team.team_id is None:
+        return []
+    me = mesh.team.my_key()
+    out: list[Entry] = []
+    for member in mesh.team.members():
+        if not member.active or member.key == me:
+            continue
+        presence = mesh.presence.get(member.key) or {}
+        for name in (TERMINAL, *presence.get("mailboxes", ())):
+            out.append(Entry(person=member.person, machine=member.machine, name=name, agent=AGENT, repo="",
+                             branch="", folder="", doing="", tier="mailbox", live=member.key in mesh.links))
+    return out
+
+
+async def route(sidecar: Sidecar, targets: list[Target], reply_to: str | None) -> list[Target]:
+    """Narrow each teammate mailbox address to the machines its mail goes to (see the module)."""
+    by_address: dict[str, list[Target]] = {}
+    for target in targets:
+        if target.entry is not None and target.entry.agent == AGENT:
+            by_address.setdefault(target.address, []).append(target)
+    if not by_address:
+        return targets
+    origin = None
+    if reply_to is not None:
+        row = await sidecar.store.fetchone("SELECT peer FROM inbound WHERE id = ?", (reply_to,))
+        origin = row[0] if row else None
+    chosen: dict[str, list[Target]] = {}
+    for address, copies in by_address.items():
+        peers = {id(t): sidecar.mesh.peer_of(t.entry) for t in copies}
+        answered = [t for t in copies if origin is not None and peers[id(t)] == origin]
+        online = [t for t in copies if peers[id(t)] in sidecar.mesh.links]
+        chosen[address] = answered or online or copies
+    out: list[Target] = []
+    for target in targets:
+        if target.entry is None or target.entry.agent != AGENT:
+            out.append(target)
+        elif target.address in chosen:
+            out.extend(chosen.pop(target.address))
+    return out
+
+
+def copies_of(ids: Sequence[str], message_id: str) -> list[str]:
+    """The other copies' ids, as a copy's frame carries them."""
+    return [i for i in ids if i != message_id][:MAX_COPIES]
+
+
+def record_copies(message_id: str, raw: Any) -> list[tuple[str, Sequence[Any]]]:
+    """Statements storing a received copy's siblings (none for a message sent once)."""
+    siblings = [i for i in (raw if isinstance(raw, list) else [])[:MAX_COPIES] if is_ulid(i) and i != message_id]
+    return [("INSERT OR IGNORE INTO mail_copies (id, sibling) VALUES (?, ?)", (message_id, s)) for s in siblings]
+
+
+def attach(mesh: Mesh) -> None:
+    """Its feature's ``frames`` (daemon.features): this module speaks ``copies_read`` frames."""
+    sidecar = mesh.sc
+
+    async def handle(link: Link, member: Any, frame: dict[str, Any]) -> None:
+        if member.person != sidecar.settings.person:
+            log.info("ignored copies_read from %s's machine %s: only %s's machines mark %s's mail read",
+                     member.person, member.machine, sidecar.settings.person, sidecar.settings.person)
+            return
+        ids = [i for i in (frame.get("ids") or [])[:1000] if is_ulid(i)]
+        if not ids:
+            return
+        mine = [f"{sidecar.settings.person}/{n}" for n in sorted(names(sidecar))]
+        marks, boxes = ", ".join("?" for _ in ids), ", ".join("?" for _ in mine)
+        read_at = frame.get("at") if isinstance(frame.get("at"), int | float) else time.time()
+        rows = await sidecar.store.fetchall(
+            f"SELECT id FROM messages WHERE id IN ({marks}) AND read_at IS NULL AND recipient IN ({boxes})",
+            (*ids, *mine))
+        found = [r[0] for r in rows]
+        if not found:
+            return
+        marks = ", ".join("?" for _ in found)
+        await sidecar.store.write([(f"UPDATE messages SET read_at = ? WHERE id IN ({marks})", (read_at, *found))])
+        for message_id in found:
+            sidecar.mailbox.inflight.pop(message_id, None)
+        log.info("%d copies read on %s's machine %s", len(found), member.person, member.machine)
+        mesh.receipts_owed(len(found))  # their senders hear from this machine too
+
+    async def link_up(peer: str) -> None:
+        _told.setdefault(sidecar, {}).pop(peer, None)
+        await tell(mesh)
+
+    mesh.add_frames(FEATURE, {FRAME: handle}, on_link_up=link_up)
+
+
+async def tell(mesh: Mesh) -> None:
+    """Tell this person's other linked machines which copies were read here (each once per link)."""
+    sidecar = mesh.sc
+    own = [peer for peer, _ in mesh.links.items() if (m := mesh.team.member(peer)) is not None
+           and m.person == sidecar.settings.person and mesh.peer_has(peer, FEATURE)]
+    if not own:
+        return
+    rows = await sidecar.store.fetchall(
+        "SELECT c.sibling, m.read_at FROM mail_copies c JOIN messages m ON m.id = c.id "
+        "WHERE m.read_at IS NOT NULL AND m.read_at > ?", (time.time() - SYNC_WINDOW,))
+    told = _told.setdefault(sidecar, {})
+    for peer in own:
+        done = told.setdefault(peer, set())
+        fresh = [(sibling, at) for sibling, at in rows if sibling not in done]
+        link = mesh.links.get(peer)
+        if not fresh or link is None:
+            continue
+        done.update(s for s, _ in fresh)
+        with contextlib.suppress(Exception):
+            await link.send({"t": FRAME, "ids": [s for s, _ in fresh], "at": max(at for _, at in fresh)})

@@ -1,0 +1,2 @@
+"""The MCP server every harness starts: hive's tools for an agent.
+"""

@@ -1,0 +1,694 @@
+"""The mesh: links to every teammate's sidecar, one per peer, and the frames they carry.
+
+One :class:`Mesh` per sidecar, run under the sidecar's task group. While this machine is in a
+team it listens on QUIC (``[mesh] listen``), dials every active member it has an address for
+(backoff 2 → 60 s per member), advertises itself over mDNS (:mod:`.mdns`) and keeps at most one
+link per peer: when both sides dial at once, both keep the link dialed by the smaller key, and a
+redial after an established link is five seconds old replaces it (the peer lost its end, e.g. it
+restarted).
+
+Frames on ``hive/1`` (JSON objects with a type ``t``):
+
+- ``hello {team, proto, features}``: first, from the dialer; the listener answers with its own.
+- ``state {state}``: the roster (:mod:`.roster_sync`).
+- ``presence {presence}``: this machine's sessions, names and addresses (:mod:`.presence`).
+- ``msg``, ``ack`` and ``receipt``: mail between machines (:mod:`hive.sidecar.mail.remote`).
+- the frame kinds other modules register with :meth:`Mesh.add_frames`.
+
+An unknown frame type is logged and ignored. Every frame is checked against the roster first:
+a machine removed while linked gets the roster without secrets and is disconnected. Joining a
+team runs on its own ALPN (:mod:`.join`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+
+from ..base.ulid import is_ulid, new_ulid
+from ..mail import mailboxes
+from ..mail.addresses import Entry, Target
+from ..mail.held import op_approve, op_drop, op_held
+from ..mail.policy import InboundPolicy
+from ..mail.remote import RemoteMail
+from ..mail.render import Message
+from .config import BACKOFF_MAX, BACKOFF_START, HELLO_TIMEOUT
+from .config import MeshConfig as MeshConfig
+from .config import load_mesh_config as load_mesh_config
+from .frames import BadFrame, FrameHandler, check_fields
+from .join import op_team_join, serve_join
+from .mdns import run_mdns
+from .presence import MAX_ADDRESSES, MAX_FEATURES, PresenceFrames, local_addresses, valid_address
+from .presence import sanitise_presence as sanitise_presence
+from .roster_sync import RosterSync
+from .team_view import Member as Member
+from .team_view import TeamView as TeamView
+from .transport import (
+    ALPN_JOIN,
+    ALPN_TEAM,
+    CLOSE_DUPLICATE,
+    CLOSE_PROTOCOL,
+    CLOSE_REFUSED,
+    INVALID,
+    FrameError,
+    Link,
+    LinkClosed,
+    Listener,
+    MachineCert,
+    dial,
+    listen,
+    machine_cert,
+    split_address,
+)
+
+if TYPE_CHECKING:
+    from ..base.host import Connection
+    from ..daemon.server import Sidecar
+
+log = logging.getLogger("hive.sidecar.mesh.links")
+
+PROTO = 1
+FEATURES = ("receipts", "hold", "loop-guard", "files")
+REPLACE_AFTER = 5.0  # a redial replaces an established link older than this
+
+
+class Mesh:
+    """Links to teammates' machines for one sidecar, and the object the rest of the sidecar talks to
+    about them. Start with ``await tg.start(mesh.run)``."""
+
+    def __init__(self, sidecar: Sidecar) -> None:
+        self.sc = sidecar
+        self.config = load_mesh_config(sidecar.paths.config)
+        self.inbound = InboundPolicy(sidecar.paths.config)
+        self.team = TeamView(sidecar)
+        self.links: dict[str, Link] = {}
+        self.presence: dict[str, dict[str, Any]] = {}  # peer key -> sanitised presence
+        self.addresses: dict[str, list[str]] = {}  # peer key -> addresses to try, best first
+        self.listener: Listener | None = None
+        self.my_addresses: list[str] = []
+        self._poked = anyio.Event()
+        self._wakes: dict[str, anyio.Event] = {}
+        self._fingerprint: Any = object()
+        self._roster_changed = anyio.Event()
+        self._dialers: set[str] = set()
+        self._team_tg: TaskGroup | None = None
+        self._tg: TaskGroup | None = None
+        self._cert: MachineCert | None = None
+        self._listen_scope: anyio.CancelScope | None = None
+        self._listen_lock = anyio.Lock()
+        self._subscribed: Any = None
+        self._addresses_dirty = False
+        self._expelling: set[int] = set()
+        self.eager: set[str] = set()  # dial these at once (the inviter, right after a join)
+        # Names a session may not take: the person's other machines' sessions, and their mailboxes here.
+        sidecar.sessions.elsewhere = lambda: self.names_elsewhere() | mailboxes.named(sidecar)
+        self.started = anyio.Event()
+        self.frame_handlers: dict[str, FrameHandler] = {}
+        self.extra_features: list[str] = []
+        self.link_up_hooks: list[Callable[[str], Awaitable[None]]] = []
+        self.peer_features: dict[str, frozenset[str]] = {}  # from each peer's hello, then its presence
+        self.presence_frames = PresenceFrames(self)
+        self.roster_sync = RosterSync(self)
+        self.remote = RemoteMail(self)
+
+    def add_frames(self, feature: str, handlers: dict[str, FrameHandler],
+                   on_link_up: Callable[[str], Awaitable[None]] | None = None) -> None:
+        """Handle frame kinds of a module. ``feature`` is announced in hello and presence; send
+        such frames only to peers for which :meth:`peer_has` is true (an older hive drops the link
+        on nothing, but ignores what it cannot read). ``on_link_up(peer)`` runs after each link-up."""
+        self.extra_features.append(feature)
+        self.frame_handlers.update(handlers)
+        if on_link_up is not None:
+            self.link_up_hooks.append(on_link_up)
+
+    def features(self) -> list[str]:
+        return [*FEATURES, *self.extra_features]
+
+    def peer_has(self, peer: str, feature: str) -> bool:
+        return feature in self.peer_features.get(peer, ())
+
+    # ---- lifecycle -----------------------------------------------------------------------
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Run until cancelled: follow the team, link to its members, move mail."""
+        await self._load()
+        self._subscribe()
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            # Listen only while in a team: outside one, nobody may link, and a listener would show
+            # anyone on the network this machine's key (its certificate) and that it runs hive.
+            await self._listen()
+            tg.start_soon(self._flusher)
+            tg.start_soon(self.presence_frames.refresher)
+            task_status.started()
+            await self._follow_team()
+
+    async def _listen(self) -> None:
+        """Start listening if this machine is in a team and is not listening yet.
+
+        Called at start and on every team change, before the change's request answers, so the
+        invite that `hive init` prints already carries this machine's address.
+        """
+        async with self._listen_lock:  # a team change and the team loop may both get here
+            if self.listener is None and self._tg is not None and self.team.team_id is not None:
+                await self._start_listening(self._tg)
+
+    async def _start_listening(self, tg: TaskGroup) -> None:
+        try:
+            seed = await self._seed()
+        except Exception as exc:  # no key store answers: the machine cannot be a member anyway
+            log.error("no machine key (%s); the mesh stays off", exc)
+            return
+        host, port = split_address(self.config.listen)
+        if port == 0:
+            saved = await self.sc.store.get_kv("mesh.port")
+            port = int(saved) if saved and saved.isdigit() else 0
+        cert = machine_cert(seed)
+        self._cert = cert
+        try:
+            self.listener = await tg.start(self._listening, host, port, cert)
+        except OSError:  # the last port is taken now: any port will do, peers learn the new one
+            self.listener = await tg.start(self._listening, host, 0, cert)
+        assert self.listener is not None
+        await self.sc.store.set_kv("mesh.port", str(self.listener.port))
+        self.my_addresses = list(self.config.advertise) or local_addresses(host, self.listener.port)
+
+    async def _listening(self, host: str, port: int, cert: MachineCert, *,
+                         task_status: TaskStatus[Listener] = anyio.TASK_STATUS_IGNORED) -> None:
+        with anyio.CancelScope() as scope:
+            self._listen_scope = scope
+            await listen(host, port, cert, self._check, self._serve_link, task_status=task_status)
+
+    def _stop_listening(self) -> None:
+        """Out of every team: close the port (a later team listens again, on the same port if free)."""
+        if self._listen_scope is not None:
+            self._listen_scope.cancel()
+        self._listen_scope = None
+        self.listener = None
+        self.my_addresses = []
+
+    async def _seed(self) -> bytes:
+        team = getattr(self.sc, "team", None)
+        if team is not None:
+            identity = await team.ensure_identity()  # the key the team signs with, loaded once
+        else:
+            from ..team.identity import load_identity
+
+            identity = await anyio.to_thread.run_sync(load_identity, self.sc.paths.home)
+        return bytes(identity.signing_key.encode())
+
+    def _subscribe(self) -> None:
+        """Follow the sidecar's team object: its changes, and the hooks it asks the mesh for."""
+        team = getattr(self.sc, "team", None)
+        if team is None or team is self._subscribed:
+            return
+        self._subscribed = team
+        team.subscribe(self._on_team_change)
+        team.address_source = lambda: list(self.my_addresses)
+        team.online_source = lambda: set(self.links)
+        team.link_info = self._link_info
+
+    async def _on_team_change(self, change: Any) -> None:
+        # Called under the team's lock: only note it; the flusher and the team loop act on it.
+        # Only a change made here is broadcast: the mesh is full, so every linked member hears it
+        # from its origin, and a member linked later gets it in the state exchange at link-up.
+        # (The reference rebroadcast every merge that changed anything: N² frames per change.)
+        if getattr(change, "reason", "") != "merge":
+            self.roster_sync.dirty = True
+        if getattr(change, "state", None) is not None:
+            await self._listen()
+        if getattr(change, "reason", "") == "leave":
+            await self.roster_sync.tell_leaving()
+        self.roster_changed()
+
+    def _link_info(self, key: str) -> dict[str, Any]:
+        online = key in self.links
+        seen = self.presence.get(key, {}).get("at")
+        return {"online": online, "last_seen": time.time() if online else seen,
+                "path": "direct" if online else None}
+
+    async def _guarded(self, func: Any, *args: Any) -> None:
+        """Run a background task of the mesh; an unexpected error is logged, never fatal to the sidecar."""
+        try:
+            await func(*args)
+        except Exception:
+            log.exception("mesh task %s failed", getattr(func, "__name__", func))
+
+    def spawn(self, func: Callable[..., Awaitable[None]], *args: Any) -> bool:
+        """Start ``func(*args)`` among the team's tasks (guarded); False while serving no team."""
+        if self._team_tg is None:
+            return False
+        self._team_tg.start_soon(self._guarded, func, *args)
+        return True
+
+    def poke(self) -> None:
+        """Something local may have changed (a session, a read message, the roster): look soon."""
+        self._poked.set()
+
+    async def _load(self) -> None:
+        await self.remote.count_open_inbound()
+        saved = await self.sc.store.get_kv("mesh.addresses")
+        if saved:
+            with contextlib.suppress(ValueError, TypeError):
+                self.addresses = {k: [a for a in v if valid_address(a)] for k, v in json.loads(saved).items()}
+        await self.presence_frames.load()
+
+    async def _follow_team(self) -> None:
+        """While in a team, serve it; when the team changes or goes, start over."""
+        while True:
+            team_id = self.team.team_id
+            if team_id is None:
+                self._stop_listening()
+                self._fingerprint = self.team.fingerprint()
+                await self._roster_changed.wait()
+                self._roster_changed = anyio.Event()
+                continue
+            await self._listen()
+            async with anyio.create_task_group() as tg:
+                self._team_tg = tg
+                tg.start_soon(self._serve_team, team_id)
+                while self.team.team_id == team_id:
+                    await self._roster_changed.wait()
+                    self._roster_changed = anyio.Event()
+                    self._sync_members()
+                tg.cancel_scope.cancel()
+            self._team_tg = None
+            for link in list(self.links.values()):
+                link.close(CLOSE_REFUSED, "left the team")
+            self.links.clear()
+
+    async def _serve_team(self, team_id: str) -> None:
+        assert self._team_tg is not None
+        tg = self._team_tg
+        if self.listener is None:  # no machine key (logged in _listen): no links either way
+            self.started.set()
+            return
+        log.info("mesh on port %d for team %s as %s", self.listener.port, team_id[:8], self.team.my_key()[:12])
+        if self.config.mdns:
+            tg.start_soon(self._guarded, run_mdns, self, self.listener.port)
+        for address in self.config.static:
+            tg.start_soon(self._guarded, self._dial_static, address)
+        self._sync_members()
+        self.started.set()
+        self.poke()
+
+    def _sync_members(self) -> None:
+        """Dial members not yet dialed; drop links to machines no longer active."""
+        tg = self._team_tg
+        if tg is None:
+            return
+        me = self.team.my_key()
+        for member in self.team.members():
+            if member.key == me:
+                continue
+            if member.active and member.key not in self._dialers:
+                self._dialers.add(member.key)
+                tg.start_soon(self._guarded, self._dial_loop, member.key)
+            elif not member.active and member.key in self.links:
+                link = self.links[member.key]
+                if id(link) not in self._expelling:
+                    self._expelling.add(id(link))
+                    tg.start_soon(self._guarded, self._expel, link)
+
+    def _check(self, key: bytes, alpn: str) -> bool:
+        """The TLS pin: members (and removed members, who are told and closed) or joiners."""
+        if self.team.team_id is None:
+            return False
+        if alpn == ALPN_JOIN:
+            return True  # the join frame must then present an invite secret
+        return alpn == ALPN_TEAM and self.team.member(key.hex()) is not None
+
+    def _dial_check(self, key: bytes, alpn: str) -> bool:
+        member = self.team.member(key.hex())
+        return member is not None and member.active and key.hex() != self.team.my_key()
+
+    # ---- dialing -------------------------------------------------------------------------
+
+    def _wake(self, peer: str) -> anyio.Event:
+        return self._wakes.setdefault(peer, anyio.Event())
+
+    def learn(self, peer: str, addresses: Iterable[str], *, front: bool = False) -> None:
+        """Remember addresses for a member; a waiting dialer tries them at once."""
+        if self.team.team_id is not None and peer == self.team.my_key():
+            return
+        current = self.addresses.get(peer, [])
+        new = [a for a in addresses if valid_address(a)]
+        merged = (new + [a for a in current if a not in new]) if front else current + [a for a in new
+                                                                                          if a not in current]
+        merged = merged[:MAX_ADDRESSES]
+        if merged != current:
+            self.addresses[peer] = merged
+            self._addresses_dirty = True
+            if any(a not in current for a in merged):
+                self._wake(peer).set()
+            self.poke()
+
+    async def _dial_loop(self, peer: str) -> None:
+        backoff = BACKOFF_START
+        first = True
+        try:
+            while True:
+                member = self.team.member(peer)
+                if member is None or not member.active:
+                    return
+                link = self.links.get(peer)
+                if link is not None:
+                    await link.closed.wait()
+                    first = False
+                    backoff = BACKOFF_START
+                    await self.remote.expire_outbox(peer)
+                    continue
+                learned = self.addresses.get(peer, [])
+                candidates = list(learned) + [a for a in member.addresses if a not in learned and valid_address(a)]
+                wake = self._wakes[peer] = anyio.Event()
+                if not candidates:
+                    await wake.wait()
+                    continue
+                # Both sides dial; the larger key holds back a little so that usually only one
+                # link is made (the smaller key's), instead of two that are then deduplicated.
+                if not first or (peer < self.team.my_key() and peer not in self.eager):
+                    with anyio.move_on_after(backoff if not first else BACKOFF_START):
+                        await wake.wait()
+                    if peer in self.links:
+                        continue
+                first = False
+                connected = False
+                for address in candidates:
+                    if peer in self.links:
+                        connected = True
+                        break
+                    try:
+                        assert self._cert is not None
+                        async with dial(address, self._cert, self._dial_check,
+                                        connect_within=self.config.connect_timeout) as link:
+                            connected = await self._run_link(link)
+                    except (ConnectionError, OSError, ValueError) as exc:
+                        log.debug("dial %s at %s failed: %s", peer[:12], address, exc)
+                    if connected:
+                        self._prefer(peer, address)
+                        break
+                if connected:
+                    backoff = BACKOFF_START
+                else:
+                    await self.remote.expire_outbox(peer)
+                    backoff = min(backoff * 2, BACKOFF_MAX)
+        finally:
+            self._dialers.discard(peer)
+
+    def _prefer(self, peer: str, address: str) -> None:
+        current = self.addresses.get(peer, [])
+        if current and current[0] != address:
+            self.addresses[peer] = [address] + [a for a in current if a != address]
+
+    async def _dial_static(self, address: str) -> None:
+        """A static address (VPN, public host): whoever answers there must be an active member."""
+        backoff = BACKOFF_START
+        while True:
+            try:
+                assert self._cert is not None
+                async with dial(address, self._cert, self._dial_check,
+                                connect_within=self.config.connect_timeout) as link:
+                    self.learn(link.peer, [address])
+                    if link.peer in self.links:
+                        return  # already linked: the member's own dial loop owns it from now on
+                    if await self._run_link(link):
+                        backoff = BACKOFF_START
+                        return
+            except (ConnectionError, OSError, ValueError) as exc:
+                log.debug("static %s: %s", address, exc)
+            await anyio.sleep(backoff)
+            backoff = min(backoff * 2, BACKOFF_MAX)
+
+    # ---- links ---------------------------------------------------------------------------
+
+    async def _serve_link(self, link: Link) -> None:
+        try:
+            if link.alpn == ALPN_JOIN:
+                await serve_join(self, link)
+            else:
+                await self._run_link(link)
+        except Exception:  # one bad link must not stop the listener
+            log.exception("serving %r failed", link)
+
+    def _hello(self) -> dict[str, Any]:
+        return {"t": "hello", "team": self.team.team_id, "proto": PROTO, "features": self.features(),
+                "roster": self.roster_sync.digest()}
+
+    async def _run_link(self, link: Link) -> bool:
+        """Greet, keep one link per peer, then read frames until the link ends.
+
+        Returns whether the link was established (greeted and kept).
+        """
+        peer = link.peer
+        try:
+            if link.outbound:
+                await link.send(self._hello())
+            with anyio.fail_after(HELLO_TIMEOUT):
+                first = await link.receive()
+            if first.get("t") == "state" and link.outbound:
+                await self.roster_sync.merge(link, first)  # we were removed: the state says so
+                return False
+            try:
+                check_fields(first)
+            except BadFrame as exc:
+                log.warning("%r greeted with a malformed %.40r frame (%s); closing", link, first.get("t"), exc)
+                link.close(CLOSE_PROTOCOL, "bad hello")
+                return False
+            if first.get("t") != "hello" or first.get("team") != self.team.team_id:
+                log.warning("%r greeted with %.80r; closing", link, first.get("t"))
+                link.close(CLOSE_PROTOCOL, "bad hello")
+                return False
+            member = self.team.member(peer)
+            if member is None or not member.active:
+                await self._expel(link)
+                return False
+            if not link.outbound:
+                await link.send(self._hello())
+            self.peer_features[peer] = frozenset(
+                f for f in (first.get("features") or [])[:MAX_FEATURES] if isinstance(f, str) and len(f) <= 32)
+            if not self._adopt(link):
+                return False
+        except (LinkClosed, TimeoutError, FrameError):
+            return False
+        try:
+            await self._link_up(link, same_roster=first.get("roster") == self.roster_sync.digest())
+            async for frame in link:
+                member = self.team.member(peer)
+                if member is None or not member.active:
+                    await self._expel(link)
+                    break
+                try:
+                    await self._dispatch(link, member, frame)
+                except (LinkClosed, FrameError):
+                    raise
+                except BadFrame as exc:  # the peer's mistake, not ours: say so and read on
+                    log.warning("a malformed %.40r frame from %s (%s): %s; ignored", frame.get("t"),
+                                member.machine, peer[:12], exc)
+                    continue
+                except Exception:  # a bug or a failing disk must not take the mesh down with it
+                    log.exception("could not handle a %.40r frame from %s; closing the link", frame.get("t"),
+                                  peer[:12])
+                    link.close(CLOSE_PROTOCOL, "internal error")
+                    break
+        except (LinkClosed, FrameError):
+            pass
+        finally:
+            self._link_down(link)
+        return True
+
+    def _adopt(self, link: Link) -> bool:
+        """Keep exactly one link per peer; both ends reach the same choice."""
+        peer = link.peer
+        existing = self.links.get(peer)
+        if existing is not None and not existing.closed.is_set():
+            me = self.team.my_key()
+            preferred_dialer = min(me, peer)
+            if existing.dialer == link.dialer:
+                keep_new = True  # the same side dialed again: it lost the old link
+            elif time.monotonic() - existing.opened_at > REPLACE_AFTER:
+                keep_new = True
+            else:
+                keep_new = link.dialer.hex() == preferred_dialer
+            if not keep_new:
+                link.close(CLOSE_DUPLICATE, "duplicate link")
+                return False
+            existing.close(CLOSE_DUPLICATE, "replaced by a newer link")
+        self.links[peer] = link
+        self.remote.link_up(link)
+        self._wake(peer).set()
+        return True
+
+    async def _link_up(self, link: Link, same_roster: bool) -> None:
+        peer = link.peer
+        log.info("linked with %s (%s, %s)", peer[:12], link.address, "dialed" if link.outbound else "accepted")
+        state = None if same_roster else self.team.state_for(peer)
+        if state is not None:
+            await link.send({"t": "state", "state": state})
+        # The first presence on a link carries the addresses this machine knows for other members,
+        # so a machine that just joined through one inviter can dial everyone else.
+        await link.send({"t": "presence", "presence": self.presence_frames.own(with_peers=True)})
+        self.poke()  # the directory changed: the peer's sessions are live again
+        assert self._team_tg is not None
+        self._team_tg.start_soon(self._guarded, self.remote.replay, peer)
+        self._team_tg.start_soon(self._guarded, self.remote.flush_receipts, peer)
+        for hook in self.link_up_hooks:
+            self._team_tg.start_soon(self._guarded, hook, peer)
+
+    def _link_down(self, link: Link) -> None:
+        self.remote.link_down(link)
+        if self.links.get(link.peer) is link:
+            del self.links[link.peer]
+            log.info("link to %s closed: %s", link.peer[:12], link.close_reason)
+            self.poke()
+
+    async def _expel(self, link: Link) -> None:
+        """A removed machine learns it was removed (the roster without secrets), then goes."""
+        state = self.team.state_for(link.peer)
+        if state is not None:
+            with contextlib.suppress(LinkClosed, FrameError):
+                await link.send({"t": "state", "state": state})
+            with anyio.move_on_after(2):  # let the state arrive before the close overtakes it
+                await link.closed.wait()
+        link.close(CLOSE_REFUSED, "not a member")
+        self._expelling.discard(id(link))
+
+    async def _dispatch(self, link: Link, member: Member, frame: dict[str, Any]) -> None:
+        kind = frame.get("t")
+        check_fields(frame)
+        if kind == INVALID:
+            await self._receive_invalid(link, member, frame)
+        elif kind == "msg":
+            await self.remote.receive_msg(link, member, frame.get("msg"))
+        elif kind == "ack":
+            await self.remote.receive_ack(link, frame)
+        elif kind == "receipt":
+            await self.remote.receive_receipts(link, frame)
+        elif kind == "presence":
+            await self.presence_frames.receive(link.peer, frame.get("presence"))
+        elif kind == "state":
+            await self.roster_sync.merge(link, frame)
+        elif kind == "hello":
+            pass
+        elif isinstance(kind, str) and kind in self.frame_handlers:
+            await self.frame_handlers[kind](link, member, frame)
+        else:
+            log.info("ignored a %.40r frame from %s (a newer hive?)", kind, link.peer[:12])
+
+    async def _receive_invalid(self, link: Link, member: Member, frame: dict[str, Any]) -> None:
+        """A frame the transport refused for its text (see transport.Link._decode): a message
+        is answered as refused (:meth:`RemoteMail.refuse_unreadable`)."""
+        kind, message_id = frame.get("of"), frame.get("id")
+        log.warning("a %.40r frame from %s (%s) was refused: %s", kind, member.machine, link.peer[:12],
+                    frame.get("reason"))
+        if kind == "msg" and is_ulid(message_id):
+            await self.remote.refuse_unreadable(link, message_id)
+
+    def roster_changed(self) -> None:
+        """The roster changed here (a team op or a merge): re-sync links and dialers."""
+        self._fingerprint = self.team.fingerprint()
+        self._roster_changed.set()
+        self.poke()
+
+    # ---- for the rest of the sidecar -----------------------------------------------------
+
+    def entries(self) -> list[Entry]:
+        """Teammates' sessions for the directory (:meth:`PresenceFrames.entries`)."""
+        return self.presence_frames.entries()
+
+    def names_elsewhere(self) -> set[str]:
+        """Session names this person's other machines hold (:meth:`PresenceFrames.names_elsewhere`)."""
+        return self.presence_frames.names_elsewhere()
+
+    def people(self) -> set[str]:
+        return {m.person for m in self.team.members() if m.active}
+
+    def peer_of(self, entry: Entry | None) -> str | None:
+        """The machine key behind a remote directory entry (None for this machine's own)."""
+        if entry is None or entry.key is not None:
+            return None
+        for member in self.team.members():
+            if member.person == entry.person and member.machine == entry.machine and member.active:
+                return member.key
+        return None
+
+    def is_remote(self, target: Target) -> bool:
+        return target.entry is not None and target.entry.key is None
+
+    async def send(self, pairs: Sequence[tuple[Target, Message]], sender_key: str | None,
+                   notify: bool = False, copies: Mapping[str, Sequence[str]] | None = None,
+                   runs: Mapping[str, int] | None = None) -> dict[str, dict[str, Any]]:
+        """Queue messages for teammates' sessions and mailboxes (:meth:`RemoteMail.send`)."""
+        return await self.remote.send(pairs, sender_key, notify, copies, runs)
+
+    async def sent_by(self, sender_key: str | None, sender: str, ids: Sequence[str] = ()) -> list[dict[str, Any]]:
+        """What was sent to teammates' machines (:meth:`RemoteMail.sent_by`)."""
+        return await self.remote.sent_by(sender_key, sender, ids)
+
+    def receipts_owed(self, count: int) -> None:
+        """Receipts to send at the next flush (:meth:`RemoteMail.receipts_owed`)."""
+        self.remote.receipts_owed(count)
+
+    # ---- background work -----------------------------------------------------------------
+
+    async def _flusher(self) -> None:
+        """After local changes: send presence if it changed, owed receipts, roster changes."""
+        while True:
+            await self._poked.wait()
+            self._poked = anyio.Event()
+            try:
+                self._subscribe()
+                if self.team.fingerprint() != self._fingerprint:
+                    self.roster_changed()
+                if self.roster_sync.dirty:
+                    self.roster_sync.dirty = False
+                    await self.roster_sync.broadcast()
+                statements: list[tuple[str, Sequence[Any]]] = []
+                if self._addresses_dirty:
+                    self._addresses_dirty = False
+                    statements.append(("INSERT OR REPLACE INTO kv(key, value) VALUES (?, ?)",
+                                       ("mesh.addresses", json.dumps(self.addresses))))
+                statements.extend(self.presence_frames.statements())
+                if statements or self.remote.staged:
+                    self.remote.staged = False
+                    await self.sc.store.write(statements)
+                if self.links:
+                    await self.presence_frames.send_if_changed()
+                    await self.remote.flush_receipts(None)
+                    await mailboxes.tell(self)
+            except Exception:
+                log.exception("mesh flush failed")
+
+    # ---- status --------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "listening": self.listener.port if self.listener else None,
+            "addresses": self.my_addresses,
+            "links": {peer: {"address": link.address, "dialed": link.outbound,
+                             "age": round(time.monotonic() - link.opened_at, 1)} for peer, link in self.links.items()},
+        }
+
+
+# ---- ops ---------------------------------------------------------------------------------
+
+
+async def op_mesh(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """Show this machine's links to teammates, its addresses and its listener (`hive team`, tests).
+
+    Reads no fields. Returns ``{"listening": port | None, "addresses", "links": {peer key:
+    {"address", "dialed", "age"}}}``.
+    """
+    return sidecar.mesh.status()
+
+
+OPS = {"held": op_held, "approve": op_approve, "drop": op_drop, "mesh": op_mesh, "team_join": op_team_join}
+
+__all__ = ["OPS", "Member", "Mesh", "MeshConfig", "TeamView", "load_mesh_config", "new_ulid",
+           "sanitise_presence"]
