@@ -7,11 +7,19 @@ distribution is in pyproject.toml.
 
 from setuptools import find_namespace_packages, setup
 
-FOLDERS = {"hive.sidecar": "sidecar", "hive.integrations": "integrations", "hive.installer": "installer",
-           "hive.skills": "skills"}
+FOLDERS = {
+    "hive.sidecar": "sidecar",
+    "hive.integrations": "integrations",
+    "hive.installer": "installer",
+    "hive.skills": "skills",
+}
 # What a working tree may hold beside the tracked files; never part of the package.
-NOT_PACKAGES = [f"{prefix}{junk}{suffix}" for junk in ("__pycache__", "node_modules") for prefix in ("", "*.")
-                for suffix in ("", ".*")]
+NOT_PACKAGES = [
+    f"{prefix}{junk}{suffix}"
+    for junk in ("__pycache__", "node_modules")
+    for prefix in ("", "*.")
+    for suffix in ("", ".*")
+]
 NOT_DATA = ["*.pyc", "*.pyo", ".*", "*~"]
 
 packages = []

@@ -35,8 +35,12 @@ def hive_argv() -> tuple[str, ...]:
 
 def install_context(scope: Scope) -> InstallContext:
     if scope == "project":
-        return InstallContext(scope=scope, hook_command=portable_hook_command, mcp_command=(*PORTABLE_HIVE, "mcp"),
-                              hive_command=PORTABLE_HIVE)
+        return InstallContext(
+            scope=scope,
+            hook_command=portable_hook_command,
+            mcp_command=(*PORTABLE_HIVE, "mcp"),
+            hive_command=PORTABLE_HIVE,
+        )
     hive = hive_argv()
     # The hook command is the hook client's own: an absolute interpreter running its stdlib-only
     # script, which skips the start-up cost of the hive CLI on every tool call.

@@ -92,8 +92,16 @@ def _probe_version(binary: Path, args: tuple[str, ...]) -> tuple[str | None, str
         try:
             # A session of its own: a harness sharing the person's session makes the sidecar take the
             # person's other hive commands for its agent's while it runs (sidecar/base/peer.py).
-            done = subprocess.run([str(binary), *args], stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                                  timeout=VERSION_TIMEOUT, env=env, cwd=scratch, start_new_session=True)
+            done = subprocess.run(
+                [str(binary), *args],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=VERSION_TIMEOUT,
+                env=env,
+                cwd=scratch,
+                start_new_session=True,
+            )
         except subprocess.TimeoutExpired:
             return None, f"`{binary.name} {' '.join(args)}` did not answer in {VERSION_TIMEOUT:.0f}s"
         except OSError as exc:

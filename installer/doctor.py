@@ -84,31 +84,52 @@ def check_sidecar() -> tuple[list[Check], dict[str, Any] | None]:
         try:
             result = anyio.run(status, True)
         except HiveError as exc:
-            checks.append(Check("sidecar", "running", "fail", f"cannot start: {exc.message}",
-                                f"read {display(paths.home / 'sidecar.stderr')} and {display(paths.log)}, "
-                                "then run `hive sidecar` to see it fail in the foreground"))
+            checks.append(
+                Check(
+                    "sidecar",
+                    "running",
+                    "fail",
+                    f"cannot start: {exc.message}",
+                    f"read {display(paths.home / 'sidecar.stderr')} and {display(paths.log)}, "
+                    "then run `hive sidecar` to see it fail in the foreground",
+                )
+            )
             return checks, None
-    checks.append(Check("sidecar", "running", "ok",
-                        f"pid {result['pid']}, state folder {display(paths.home)}{started}"))
+    checks.append(
+        Check("sidecar", "running", "ok", f"pid {result['pid']}, state folder {display(paths.home)}{started}")
+    )
     if result.get("version") == __version__:
         checks.append(Check("sidecar", "version", "ok", __version__))
     else:
-        checks.append(Check("sidecar", "version", "fail",
-                            f"the sidecar runs {result.get('version')}, this hive is {__version__}",
-                            "`hive stop` (the next hive command starts this version)"))
+        checks.append(
+            Check(
+                "sidecar",
+                "version",
+                "fail",
+                f"the sidecar runs {result.get('version')}, this hive is {__version__}",
+                "`hive stop` (the next hive command starts this version)",
+            )
+        )
     socket = Path(result["socket"])
     try:
         mode = stat.S_IMODE(socket.stat().st_mode)
     except OSError as exc:
-        checks.append(Check("sidecar", "socket", "fail", f"{socket}: {exc.strerror}",
-                            "`hive stop`, then `hive status`"))
+        checks.append(
+            Check("sidecar", "socket", "fail", f"{socket}: {exc.strerror}", "`hive stop`, then `hive status`")
+        )
     else:
         if mode == 0o600:
             checks.append(Check("sidecar", "socket", "ok", f"{display(socket)}, mode 0600"))
         else:
-            checks.append(Check("sidecar", "socket", "fail",
-                                f"{display(socket)} has mode {mode:04o}: other users may reach your sidecar",
-                                "`hive stop`, then `hive status` (the sidecar recreates it private)"))
+            checks.append(
+                Check(
+                    "sidecar",
+                    "socket",
+                    "fail",
+                    f"{display(socket)} has mode {mode:04o}: other users may reach your sidecar",
+                    "`hive stop`, then `hive status` (the sidecar recreates it private)",
+                )
+            )
     return checks, result
 
 
@@ -116,8 +137,14 @@ def check_team(status: dict[str, Any] | None) -> list[Check]:
     if status is None:
         return [Check("team", "state", "warn", "unknown: the sidecar did not answer")]
     if not status.get("team"):
-        return [Check("team", "state", "info",
-                      f"no team yet: this machine only ({status.get('person')} on {status.get('machine')})")]
+        return [
+            Check(
+                "team",
+                "state",
+                "info",
+                f"no team yet: this machine only ({status.get('person')} on {status.get('machine')})",
+            )
+        ]
     return [Check("team", "state", "ok", f"team {status['team']}")]
 
 
@@ -132,8 +159,11 @@ async def _list_tools(argv: tuple[str, ...], cwd: Path, errlog: TextIO) -> list[
 
     params = StdioServerParameters(command=argv[0], args=list(argv[1:]), env=dict(os.environ), cwd=cwd)
     with anyio.fail_after(MCP_TIMEOUT):
-        async with Client(stdio_client(params, errlog=errlog), mode="legacy",
-                          client_info=Implementation(name="hive-doctor", version=__version__)) as client:
+        async with Client(
+            stdio_client(params, errlog=errlog),
+            mode="legacy",
+            client_info=Implementation(name="hive-doctor", version=__version__),
+        ) as client:
             listed = await client.list_tools()
     return sorted(tool.name for tool in listed.tools)
 
@@ -149,12 +179,22 @@ def check_mcp(argv: tuple[str, ...]) -> Check:
             errlog.seek(0)
             said = errlog.read().strip().splitlines()[-3:]
             reason = f"no answer within {MCP_TIMEOUT:.0f}s" if isinstance(exc, TimeoutError) else repr(exc)
-            return Check("mcp", "hive mcp", "fail", f"`{command}` failed: {reason}" + (
-                f"; it said: {' | '.join(said)}" if said else ""), f"run `{command}` to see the error")
+            return Check(
+                "mcp",
+                "hive mcp",
+                "fail",
+                f"`{command}` failed: {reason}" + (f"; it said: {' | '.join(said)}" if said else ""),
+                f"run `{command}` to see the error",
+            )
     missing = EXPECTED_TOOLS - set(tools)
     if missing:
-        return Check("mcp", "hive mcp", "fail", f"answered, but without {', '.join(sorted(missing))}",
-                     "reinstall hive, then `hive setup`")
+        return Check(
+            "mcp",
+            "hive mcp",
+            "fail",
+            f"answered, but without {', '.join(sorted(missing))}",
+            "reinstall hive, then `hive setup`",
+        )
     return Check("mcp", "hive mcp", "ok", f"starts and answers initialize + tools/list: {', '.join(tools)}")
 
 
@@ -180,7 +220,7 @@ def _scratch_codex_home(hooks_file: Path, scratch: Path) -> Path:
     if state is not None:
         prefix = f"{hooks_file}:"
         for key in [k for k in state if k.startswith(prefix)]:
-            state[f"{copy}:{key[len(prefix):]}"] = state.pop(key)
+            state[f"{copy}:{key[len(prefix) :]}"] = state.pop(key)
     (home / "config.toml").write_text(tomlkit.dumps(doc), encoding="utf-8")
     return home
 
@@ -189,8 +229,12 @@ def _codex_hooks(binary: Path, hooks_file: Path) -> list[dict[str, Any]]:
     """Codex's own view of hive's user hooks, from ``codex app-server``'s ``hooks/list``, with each
     hook's ``sourcePath`` and ``key`` given as in the person's own Codex home."""
     requests = [
-        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-         "params": {"clientInfo": {"name": "hive-doctor", "version": __version__}}},
+        {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {"clientInfo": {"name": "hive-doctor", "version": __version__}},
+        },
         {"jsonrpc": "2.0", "method": "initialized"},
         {"jsonrpc": "2.0", "id": 2, "method": "hooks/list", "params": {}},
     ]
@@ -199,9 +243,16 @@ def _codex_hooks(binary: Path, hooks_file: Path) -> list[dict[str, Any]]:
         home = _scratch_codex_home(hooks_file, scratch)
         copy = str(home / hooks_file.name)
         env = {**os.environ, "CODEX_HOME": str(home)}
-        process = subprocess.Popen([str(binary), "app-server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                   stderr=subprocess.DEVNULL, cwd=scratch, env=env, text=True,
-                                   start_new_session=True)  # see detect._probe_version: not the person's session
+        process = subprocess.Popen(
+            [str(binary), "app-server"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            cwd=scratch,
+            env=env,
+            text=True,
+            start_new_session=True,
+        )  # see detect._probe_version: not the person's session
         assert process.stdin is not None and process.stdout is not None
         try:
             process.stdin.write("".join(json.dumps(r) + "\n" for r in requests))
@@ -249,17 +300,24 @@ def check_codex_trust(detection: Detection, hooks_file: Path) -> Check:
         hooks = _codex_hooks(detection.binary, hooks_file)
     except (OSError, RuntimeError, KeyError, TypeError, tomlkit.exceptions.ParseError) as exc:
         return Check("codex", "hooks trusted", "warn", f"could not ask Codex: {exc}")
-    ours = [h for h in hooks if any(m in str(h.get("command", "")) for m in HOOK_MARKERS)
-            and Path(str(h.get("sourcePath", ""))) == hooks_file]
+    ours = [
+        h
+        for h in hooks
+        if any(m in str(h.get("command", "")) for m in HOOK_MARKERS)
+        and Path(str(h.get("sourcePath", ""))) == hooks_file
+    ]
     if not ours:
-        return Check("codex", "hooks trusted", "fail", "Codex does not list hive's hooks",
-                     "`hive setup --only codex`")
+        return Check("codex", "hooks trusted", "fail", "Codex does not list hive's hooks", "`hive setup --only codex`")
     untrusted = [h for h in ours if h.get("trustStatus") not in ("trusted", "managed")]
     if untrusted:
         events = ", ".join(sorted({str(h.get("eventName")) for h in untrusted}))
-        return Check("codex", "hooks trusted", "todo",
-                     f"{len(untrusted)} of hive's {len(ours)} hooks are not trusted yet ({events}): Codex skips them",
-                     "start `codex`, type `/hooks` and trust hive's entries")
+        return Check(
+            "codex",
+            "hooks trusted",
+            "todo",
+            f"{len(untrusted)} of hive's {len(ours)} hooks are not trusted yet ({events}): Codex skips them",
+            "start `codex`, type `/hooks` and trust hive's entries",
+        )
     return Check("codex", "hooks trusted", "ok", f"all {len(ours)} of hive's hooks")
 
 
@@ -277,12 +335,20 @@ def _gemini_trust(settings: Path, home: Path) -> Check | None:
         folders = {}
     trusted = [path for path, level in folders.items() if level in ("TRUST_FOLDER", "TRUST_PARENT")]
     if not trusted:
-        return Check("gemini", "folder trust", "todo",
-                     "Gemini CLI uses hive only in folders you trust, and none is trusted yet",
-                     "trust a project folder when `gemini` asks there (or with `/permissions`)")
-    return Check("gemini", "folder trust", "info",
-                 f"Gemini CLI uses hive only in folders you trust ({len(trusted)} trusted so far)",
-                 "trust more folders when `gemini` asks there (or with `/permissions`)")
+        return Check(
+            "gemini",
+            "folder trust",
+            "todo",
+            "Gemini CLI uses hive only in folders you trust, and none is trusted yet",
+            "trust a project folder when `gemini` asks there (or with `/permissions`)",
+        )
+    return Check(
+        "gemini",
+        "folder trust",
+        "info",
+        f"Gemini CLI uses hive only in folders you trust ({len(trusted)} trusted so far)",
+        "trust more folders when `gemini` asks there (or with `/permissions`)",
+    )
 
 
 def _gemini_trusts(folder: Path, home: Path) -> bool:
@@ -307,8 +373,11 @@ def _claude_approved(project: Path, home: Path) -> bool | None:
         sources.append(projects.get(str(project)) or {})
     except (OSError, ValueError, AttributeError):
         pass
-    for settings in (project / ".claude" / "settings.local.json", project / ".claude" / "settings.json",
-                     home / ".claude" / "settings.json"):
+    for settings in (
+        project / ".claude" / "settings.local.json",
+        project / ".claude" / "settings.json",
+        home / ".claude" / "settings.json",
+    ):
         try:
             sources.append(json.loads(settings.read_text(encoding="utf-8")))
         except (OSError, ValueError):
@@ -344,17 +413,29 @@ def check_projects(manifest: Manifest, home: Path) -> list[Check]:
             if approved:
                 checks.append(Check("projects", f"{where}: claude-code", "ok", "hive in .mcp.json is approved"))
             else:
-                checks.append(Check("projects", f"{where}: claude-code", "todo",
-                                    "Claude Code has not been allowed to start hive from .mcp.json"
-                                    + (" (it was declined)" if approved is False else ""),
-                                    f"start `claude` in {where} and approve 'hive' (or in `/mcp`)"))
+                checks.append(
+                    Check(
+                        "projects",
+                        f"{where}: claude-code",
+                        "todo",
+                        "Claude Code has not been allowed to start hive from .mcp.json"
+                        + (" (it was declined)" if approved is False else ""),
+                        f"start `claude` in {where} and approve 'hive' (or in `/mcp`)",
+                    )
+                )
         if "gemini" in names:
             if _gemini_trusts(project, home):
                 checks.append(Check("projects", f"{where}: gemini", "ok", "the folder is trusted"))
             else:
-                checks.append(Check("projects", f"{where}: gemini", "todo",
-                                    "Gemini CLI reads the project's .gemini/settings.json only once you trust it",
-                                    f"start `gemini` in {where} and trust the folder (or with `/permissions`)"))
+                checks.append(
+                    Check(
+                        "projects",
+                        f"{where}: gemini",
+                        "todo",
+                        "Gemini CLI reads the project's .gemini/settings.json only once you trust it",
+                        f"start `gemini` in {where} and trust the folder (or with `/permissions`)",
+                    )
+                )
     return checks
 
 
@@ -405,8 +486,9 @@ def check_harness(harness: registry.Harness, detection: Detection, manifest: Man
         if not ownership.has_parts(doc, owned):
             outdated.append(display(path))
     if unparsed:
-        checks.append(Check(name, "config parses", "fail", "; ".join(unparsed),
-                            f"fix the file as described, then {fix}"))
+        checks.append(
+            Check(name, "config parses", "fail", "; ".join(unparsed), f"fix the file as described, then {fix}")
+        )
     else:
         present = len(by_path) - len(missing)
         checks.append(Check(name, "config parses", "ok", f"{present} of its {len(by_path)} files present, all parse"))
@@ -414,8 +496,12 @@ def check_harness(harness: registry.Harness, detection: Detection, manifest: Man
         # Never wired (or removed): the person may have left it out on purpose, so not a failure.
         checks.append(Check(name, "wired", "warn", "not wired: hive is not set up for it", fix))
     elif missing or outdated:
-        detail = "; ".join([*(["missing " + ", ".join(missing)] if missing else []),
-                            *(["not as setup writes it: " + ", ".join(outdated)] if outdated else [])])
+        detail = "; ".join(
+            [
+                *(["missing " + ", ".join(missing)] if missing else []),
+                *(["not as setup writes it: " + ", ".join(outdated)] if outdated else []),
+            ]
+        )
         checks.append(Check(name, "wired", "fail", detail, fix))
     elif not unparsed:
         checks.append(Check(name, "wired", "ok", ", ".join(sorted(display(p) for p in by_path))))
@@ -445,26 +531,38 @@ def check_tested_version(harness: registry.Harness, detection: Detection) -> lis
         return []
     if installed <= newest:
         return [Check(harness.name, "tested version", "ok", f"hive was tested with it up to {tested}")]
-    return [Check(harness.name, "tested version", "warn",
-                  f"{detection.version} is newer than {tested}, the newest version hive was tested with: "
-                  "hive most likely works, but a new release can change how hooks reach the model or "
-                  "which tools it is offered, and mail may then arrive late, twice or not at all",
-                  f"update hive; if `hive doctor` still says this and mail goes missing, keep "
-                  f"{harness.identity.title} at {tested} until a hive release is tested with the newer one")]
+    return [
+        Check(
+            harness.name,
+            "tested version",
+            "warn",
+            f"{detection.version} is newer than {tested}, the newest version hive was tested with: "
+            "hive most likely works, but a new release can change how hooks reach the model or "
+            "which tools it is offered, and mail may then arrive late, twice or not at all",
+            f"update hive; if `hive doctor` still says this and mail goes missing, keep "
+            f"{harness.identity.title} at {tested} until a hive release is tested with the newer one",
+        )
+    ]
 
 
 def check_service(manifest: Manifest) -> list[Check]:
     if manifest.service is None:
-        return [Check("service", "sidecar service", "info", "not installed: the sidecar starts on demand",
-                      None)]
+        return [Check("service", "sidecar service", "info", "not installed: the sidecar starts on demand", None)]
     path = Path(manifest.service["path"])
     if not path.exists():
         return [Check("service", "unit file", "fail", f"{display(path)} is missing", "`hive setup --service`")]
     checks = [Check("service", "unit file", "ok", display(path))]
     if manifest.service.get("manager") == "systemd" and service.systemd_available():
         ok, said = service._manager("systemctl", "--user", "is-active", service.UNIT_NAME)
-        checks.append(Check("service", "active", "ok" if ok else "fail", said or "inactive",
-                            None if ok else f"`systemctl --user enable --now {service.UNIT_NAME}`"))
+        checks.append(
+            Check(
+                "service",
+                "active",
+                "ok" if ok else "fail",
+                said or "inactive",
+                None if ok else f"`systemctl --user enable --now {service.UNIT_NAME}`",
+            )
+        )
     return checks
 
 
@@ -477,9 +575,16 @@ def check_install() -> list[Check]:
         return [Check("install", "complete", "ok", f"hive {__version__}: every module is in place")]
     names = ", ".join(item.module for item in broken)
     first = broken[0].detail
-    return [Check("install", "complete", "fail",
-                  f"this hive installation is broken: missing {names} ({first}{'; …' if len(broken) > 1 else ''}); "
-                  "the sidecar cannot start without it", integrity.reinstall_hint())]
+    return [
+        Check(
+            "install",
+            "complete",
+            "fail",
+            f"this hive installation is broken: missing {names} ({first}{'; …' if len(broken) > 1 else ''}); "
+            "the sidecar cannot start without it",
+            integrity.reinstall_hint(),
+        )
+    ]
 
 
 def run_checks() -> list[Check]:
@@ -525,8 +630,10 @@ def render(checks: list[Check], out: TextIO) -> None:
     if failed:
         print(f"\n{len(failed)} problem{'s' if len(failed) != 1 else ''} found", file=out)
     else:
-        print("\nall good" + (f", {len(todos)} step{'s' if len(todos) != 1 else ''} left for you" if todos else ""),
-              file=out)
+        print(
+            "\nall good" + (f", {len(todos)} step{'s' if len(todos) != 1 else ''} left for you" if todos else ""),
+            file=out,
+        )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -534,10 +641,18 @@ def main(args: argparse.Namespace) -> int:
     checks = run_checks()
     failed = any(c.status == "fail" for c in checks)
     if args.json:
-        print(json.dumps({"ok": not failed,
-                          "failures": [asdict(c) for c in checks if c.status == "fail"],
-                          "todo": [asdict(c) for c in checks if c.status == "todo"],
-                          "checks": [asdict(c) for c in checks]}, indent=2, ensure_ascii=False))
+        print(
+            json.dumps(
+                {
+                    "ok": not failed,
+                    "failures": [asdict(c) for c in checks if c.status == "fail"],
+                    "todo": [asdict(c) for c in checks if c.status == "todo"],
+                    "checks": [asdict(c) for c in checks],
+                },
+                indent=2,
+                ensure_ascii=False,
+            )
+        )
     else:
         render(checks, sys.stdout)
     return 1 if failed else 0

@@ -129,7 +129,7 @@ def _container(text: str, start: int, parent_multiline: bool) -> _Container:
 
 
 def _line_indent(text: str, position: int) -> str:
-    line = text[text.rfind("\n", 0, position) + 1:]
+    line = text[text.rfind("\n", 0, position) + 1 :]
     return line[: len(line) - len(line.lstrip(" \t"))]
 
 
@@ -160,12 +160,19 @@ class JsonDocument:
             except json.JSONDecodeError:
                 pass
             else:
-                hint = ("the file has comments (// or /* */), which hive's JSON writer would lose; remove them, "
-                        "or add hive's entry by hand (`hive setup --dry-run` shows it)")
+                hint = (
+                    "the file has comments (// or /* */), which hive's JSON writer would lose; remove them, "
+                    "or add hive's entry by hand (`hive setup --dry-run` shows it)"
+                )
             raise ConfigParseError(path, exc.lineno, exc.colno, exc.msg, hint) from exc
         if not isinstance(data, dict):
-            raise ConfigParseError(path, 1, 1, f"the top level is a JSON {type(data).__name__}, not an object",
-                                   "the file must hold one JSON object ({ ... })")
+            raise ConfigParseError(
+                path,
+                1,
+                1,
+                f"the top level is a JSON {type(data).__name__}, not an object",
+                "the file must hold one JSON object ({ ... })",
+            )
         return cls(path, text, data, _indent_of(text))
 
     # -- reading ------------------------------------------------------------------------------
@@ -227,15 +234,16 @@ class JsonDocument:
                 return
             base = _line_indent(text, node.start)
             inner = base + (self.indent if isinstance(self.indent, str) else " " * self.indent)
-            self._splice(node.start + 1, node.close,
-                         "\n" + inner + label + self._render(value, inner, True) + "\n" + base)
+            self._splice(
+                node.start + 1, node.close, "\n" + inner + label + self._render(value, inner, True) + "\n" + base
+            )
             return
         # The whitespace that separates items here, so the new one lines up with its neighbours.
         if len(items) > 1:
-            between = text[items[-2].value_end:items[-1].start]
-            sep = between[between.index(",") + 1:]
+            between = text[items[-2].value_end : items[-1].start]
+            sep = between[between.index(",") + 1 :]
         else:
-            sep = text[node.start + 1:items[0].start]
+            sep = text[node.start + 1 : items[0].start]
         if "\n" not in sep:
             sep = " "
         indent = sep.rsplit("\n", 1)[-1]
@@ -263,7 +271,7 @@ class JsonDocument:
         parent = self._locate(steps[:-1])
         item = self._item(parent, steps[-1])
         assert item is not None
-        old = json.loads(self.text[item.value_start:item.value_end])
+        old = json.loads(self.text[item.value_start : item.value_end])
         if old == new:
             return
         if isinstance(old, dict) and isinstance(new, dict):
@@ -290,9 +298,10 @@ class JsonDocument:
                 for offset, j in enumerate(range(j1, j2)):
                     self._insert(steps, i1 + offset, None, new[j])
             return
-        multiline = parent.multiline or "\n" in self.text[item.value_start:item.value_end]
-        self._splice(item.value_start, item.value_end,
-                     self._render(new, _line_indent(self.text, item.value_start), multiline))
+        multiline = parent.multiline or "\n" in self.text[item.value_start : item.value_end]
+        self._splice(
+            item.value_start, item.value_end, self._render(new, _line_indent(self.text, item.value_start), multiline)
+        )
 
     def _index(self, steps: tuple[Step, ...], key: str) -> int:
         items = self._locate(steps).items
@@ -366,9 +375,13 @@ class TomlDocument:
             doc = tomlkit.parse(text)
         except tomlkit.exceptions.ParseError as exc:
             message = str(exc).split(" at line ")[0]
-            raise ConfigParseError(path, exc.line, exc.col, message,
-                                   "fix the TOML there (an unclosed string or table header, or a key set twice, "
-                                   "is the usual cause)") from exc
+            raise ConfigParseError(
+                path,
+                exc.line,
+                exc.col,
+                message,
+                "fix the TOML there (an unclosed string or table header, or a key set twice, is the usual cause)",
+            ) from exc
         return cls(path, doc, _trailing_newlines(text) if text.strip() else 1)
 
     def _node(self, path: Key) -> Any:
@@ -391,8 +404,11 @@ class TomlDocument:
         parent = self._node(path[:-1])
         # A super table renders no header of its own: "[mcp_servers.hive]" instead of an empty
         # "[mcp_servers]" section, which is how people write these files.
-        parent[path[-1]] = tomlkit.table(is_super_table=True) if isinstance(parent, Container) or isinstance(
-            parent, Table) else tomlkit.inline_table()
+        parent[path[-1]] = (
+            tomlkit.table(is_super_table=True)
+            if isinstance(parent, Container) or isinstance(parent, Table)
+            else tomlkit.inline_table()
+        )
 
     def set(self, path: Key, value: Any) -> None:
         parent = self._node(path[:-1])

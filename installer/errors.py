@@ -1,10 +1,10 @@
 """Why hive could not wire a file, worded for the person who has to fix it.
 
-    InstallError            a problem with one file; ``.path`` names it, ``str()`` says what to do
-    ├── ConfigParseError    the file does not parse; also carries ``.line`` and ``.column``
-    ├── ConfigShapeError    it parses, but a key hive needs holds something else (a string where
-    │                       an object must be)
-    └── NotWritable         the file or its folder cannot be written (read-only, missing home)
+InstallError            a problem with one file; ``.path`` names it, ``str()`` says what to do
+├── ConfigParseError    the file does not parse; also carries ``.line`` and ``.column``
+├── ConfigShapeError    it parses, but a key hive needs holds something else (a string where
+│                       an object must be)
+└── NotWritable         the file or its folder cannot be written (read-only, missing home)
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ def display(path: Path) -> str:
     """``path`` with the home folder shortened to ``~``, as people read it."""
     home = str(Path.home())
     text = str(path)
-    return "~" + text[len(home):] if home not in ("", "/") and (text == home or text.startswith(home + "/")) else text
+    return "~" + text[len(home) :] if home not in ("", "/") and (text == home or text.startswith(home + "/")) else text
 
 
 class InstallError(Exception):

@@ -50,8 +50,11 @@ def check_writable(path: Path, home: Path) -> None:
     the message when it is the one missing.
     """
     if not home.is_dir():
-        raise NotWritable(path, f"the folder {home} does not exist",
-                          "set HOME to your home folder (or create it), then run `hive setup` again")
+        raise NotWritable(
+            path,
+            f"the folder {home} does not exist",
+            "set HOME to your home folder (or create it), then run `hive setup` again",
+        )
     real = target(path)
     folder = real.parent
     while not folder.exists():

@@ -21,8 +21,13 @@ from pathlib import Path
 
 DISTRIBUTION = "hive-agents"
 # What the sidecar, `hive mcp`, hooks and setup import first; each pulls in the rest of its part.
-ENTRY_MODULES = ("hive.sidecar.daemon.server", "hive.sidecar.mcp.server", "hive.sidecar.cli.main",
-                 "hive.integrations.hook_client", "hive.installer.setup")
+ENTRY_MODULES = (
+    "hive.sidecar.daemon.server",
+    "hive.sidecar.mcp.server",
+    "hive.sidecar.cli.main",
+    "hive.integrations.hook_client",
+    "hive.installer.setup",
+)
 
 
 @dataclass

@@ -48,8 +48,14 @@ class FileEntry:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "format": self.format, "scope": self.scope, "harnesses": self.harnesses, "created": self.created,
-            "original": self.original, "restorable": self.restorable, "written": self.written, "dirs": self.dirs,
+            "format": self.format,
+            "scope": self.scope,
+            "harnesses": self.harnesses,
+            "created": self.created,
+            "original": self.original,
+            "restorable": self.restorable,
+            "written": self.written,
+            "dirs": self.dirs,
             "keys": [{"harness": owner, **record.to_json()} for owner, record in self.keys],
             "containers": [list(key) for key in self.containers],
         }
@@ -57,9 +63,15 @@ class FileEntry:
     @classmethod
     def from_json(cls, path: str, data: dict[str, Any]) -> FileEntry:
         return cls(
-            path=Path(path), format=data["format"], scope=data["scope"], harnesses=list(data["harnesses"]),
-            created=data["created"], original=data["original"], restorable=data["restorable"],
-            written=data["written"], dirs=list(data.get("dirs", [])),
+            path=Path(path),
+            format=data["format"],
+            scope=data["scope"],
+            harnesses=list(data["harnesses"]),
+            created=data["created"],
+            original=data["original"],
+            restorable=data["restorable"],
+            written=data["written"],
+            dirs=list(data.get("dirs", [])),
             keys=[(k["harness"], KeyRecord.from_json(k)) for k in data.get("keys", [])],
             containers=[tuple(key) for key in data.get("containers", [])],
         )
@@ -88,8 +100,11 @@ class Manifest:
         return manifest
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": VERSION, "files": {str(p): e.to_json() for p, e in sorted(self.files.items())},
-                "service": self.service}
+        return {
+            "version": VERSION,
+            "files": {str(p): e.to_json() for p, e in sorted(self.files.items())},
+            "service": self.service,
+        }
 
     def save(self) -> None:
         text = json.dumps(self.to_json(), indent=2, ensure_ascii=False, default=str) + "\n"
@@ -139,8 +154,9 @@ class Backups:
             return
         _ensure_private(self.folder)
         text = json.dumps({"changes": self.changes}, indent=2, ensure_ascii=False) + "\n"
-        with open(os.open(self.folder / "changes.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w",
-                  encoding="utf-8") as out:
+        with open(
+            os.open(self.folder / "changes.json", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8"
+        ) as out:
             out.write(text)
 
 

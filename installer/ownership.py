@@ -41,8 +41,13 @@ class KeyRecord:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> KeyRecord:
-        return cls(path=tuple(data["path"]), kind=data["kind"], value=data["value"], had=data["had"],
-                   previous=data.get("previous"))
+        return cls(
+            path=tuple(data["path"]),
+            kind=data["kind"],
+            value=data["value"],
+            had=data["had"],
+            previous=data.get("previous"),
+        )
 
 
 @dataclass
@@ -116,26 +121,36 @@ def apply(doc: Document, owned: dict[Key, Any], known: dict[Key, KeyRecord] | No
                 doc.add_table(parent)
                 result.created.append(parent)
             elif not doc.is_table(parent):
-                raise ConfigShapeError(doc.path, f"'{'.'.join(parent)}' is {_kind(doc.get(parent))}",
-                                       "hive needs an object there; fix or remove that key")
+                raise ConfigShapeError(
+                    doc.path,
+                    f"'{'.'.join(parent)}' is {_kind(doc.get(parent))}",
+                    "hive needs an object there; fix or remove that key",
+                )
         current = doc.get(path)
         if isinstance(value, list):
             if current is not MISSING and not isinstance(current, list):
-                raise ConfigShapeError(doc.path, f"'{'.'.join(path)}' is {_kind(current)}",
-                                       "hive needs a list there; fix or remove that key")
+                raise ConfigShapeError(
+                    doc.path,
+                    f"'{'.'.join(path)}' is {_kind(current)}",
+                    "hive needs a list there; fix or remove that key",
+                )
             new = list(value) if current is MISSING else merge_list(current, value)
             record = KeyRecord(path, "list", value, had=current is not MISSING)
         else:
             new = value
-            record = KeyRecord(path, "value", value, had=current is not MISSING,
-                               previous=None if current is MISSING else current)
+            record = KeyRecord(
+                path, "value", value, had=current is not MISSING, previous=None if current is MISSING else current
+            )
         if current is MISSING or new != current:
             doc.set(path, new)
         earlier = known.get(path)
         if earlier is not None:
             record.had, record.previous = earlier.had, earlier.previous
-        elif record.had and (current == value if isinstance(value, dict) else
-                             isinstance(value, list) and bool(current) and not strip_list(current, value)):
+        elif record.had and (
+            current == value
+            if isinstance(value, dict)
+            else isinstance(value, list) and bool(current) and not strip_list(current, value)
+        ):
             # Already exactly hive's (wired before this manifest existed): hive's to take out again.
             # Scalars are exempt: a "version": 1 the person had is theirs; so is an empty list.
             record.had, record.previous = False, None

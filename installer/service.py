@@ -92,8 +92,9 @@ def unit_text() -> str:
 def _manager(*args: str) -> tuple[bool, str]:
     """Run the service manager; (succeeded, what it said)."""
     try:
-        done = subprocess.run(list(args), capture_output=True, text=True, timeout=MANAGER_TIMEOUT,
-                              stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            list(args), capture_output=True, text=True, timeout=MANAGER_TIMEOUT, stdin=subprocess.DEVNULL
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return False, str(exc)
     return done.returncode == 0, (done.stderr or done.stdout).strip()
@@ -134,16 +135,32 @@ def install(manifest: Manifest, backups: Backups, out: TextIO) -> None:
         dirs = fileops.write_atomic(path, text, mode=0o644)
         backups.note(path, "created" if before is None else "changed", backup, ["service"])
         if entry is None:
-            entry = FileEntry(path=path, format="text", scope="user", harnesses=["service"], created=before is None,
-                              original=backup, restorable=True, written=None, dirs=[str(d) for d in dirs])
+            entry = FileEntry(
+                path=path,
+                format="text",
+                scope="user",
+                harnesses=["service"],
+                created=before is None,
+                original=backup,
+                restorable=True,
+                written=None,
+                dirs=[str(d) for d in dirs],
+            )
             manifest.files[path] = entry
         elif entry.written != fileops.sha256(before):
             entry.restorable = False
         entry.written = fileops.sha256(text)
     elif entry is None:
-        manifest.files[path] = FileEntry(path=path, format="text", scope="user", harnesses=["service"],
-                                         created=False, original=None, restorable=False,
-                                         written=fileops.sha256(text))
+        manifest.files[path] = FileEntry(
+            path=path,
+            format="text",
+            scope="user",
+            harnesses=["service"],
+            created=False,
+            original=None,
+            restorable=False,
+            written=fileops.sha256(text),
+        )
     manifest.service = {"path": str(path), "manager": "launchd" if sys.platform == "darwin" else "systemd"}
     print(f"\nservice: {display(path)}", file=out)
     _activate(out)

@@ -213,11 +213,18 @@ def _record(manifest: Manifest, plan: FilePlan, scope: Scope, backup: str | None
     containers = [key for name in plan.writers for key in plan.applied.get(name, Applied()).created]
     if entry is None:
         manifest.files[plan.path] = FileEntry(
-            path=plan.path, format=plan.format, scope=scope, harnesses=list(plan.writers),
-            created=plan.before is None, original=backup,
+            path=plan.path,
+            format=plan.format,
+            scope=scope,
+            harnesses=list(plan.writers),
+            created=plan.before is None,
+            original=backup,
             # Content that already held hive's parts (wired by hand, or a lost manifest) has no
             # hive-free original to go back to: removal takes hive's parts out instead.
-            restorable=plan.changed, written=written, dirs=[str(d) for d in dirs], keys=keys,
+            restorable=plan.changed,
+            written=written,
+            dirs=[str(d) for d in dirs],
+            keys=keys,
             containers=containers,
         )
         return
@@ -231,8 +238,13 @@ def _record(manifest: Manifest, plan: FilePlan, scope: Scope, backup: str | None
     entry.dirs += [str(d) for d in dirs if str(d) not in entry.dirs]
 
 
-def apply_setup(options: Options, manifest: Manifest, harness_plans: list[HarnessPlan],
-                files: dict[Path, FilePlan], backups: Backups) -> None:
+def apply_setup(
+    options: Options,
+    manifest: Manifest,
+    harness_plans: list[HarnessPlan],
+    files: dict[Path, FilePlan],
+    backups: Backups,
+) -> None:
     by_name = {h.name: h for h in harness_plans}
     written: dict[Path, tuple[FilePlan, list[Path], str | None]] = {}
     unchanged: list[FilePlan] = []
@@ -270,8 +282,9 @@ def apply_setup(options: Options, manifest: Manifest, harness_plans: list[Harnes
         hplan.done = f"wired ({len(changed)} of {len(hplan.files)} files changed)" if changed else "up to date"
 
 
-def _roll_back(written: dict[Path, tuple[FilePlan, list[Path], str | None]], by_name: dict[str, HarnessPlan],
-               backups: Backups) -> None:
+def _roll_back(
+    written: dict[Path, tuple[FilePlan, list[Path], str | None]], by_name: dict[str, HarnessPlan], backups: Backups
+) -> None:
     """Put back the files only refused harnesses got in this run, so none is left half wired."""
     for path, (plan, dirs, _) in list(written.items()):
         if not all(by_name[name].failed for name in plan.writers):
@@ -378,11 +391,18 @@ def apply_remove(removals: list[Removal], manifest: Manifest, backups: Backups) 
                 else:
                     fileops.write_atomic(entry.path, removal.after)
             except OSError as exc:
-                removal.problem = NotWritable(entry.path, f"cannot change it ({exc.strerror})",
-                                              "check its permissions, then run `hive setup --remove` again")
+                removal.problem = NotWritable(
+                    entry.path,
+                    f"cannot change it ({exc.strerror})",
+                    "check its permissions, then run `hive setup --remove` again",
+                )
                 continue
-            backups.note(entry.path, "removed" if removal.after is None else "restored", backup,
-                         sorted(removal.partial or entry.harnesses))
+            backups.note(
+                entry.path,
+                "removed" if removal.after is None else "restored",
+                backup,
+                sorted(removal.partial or entry.harnesses),
+            )
         if removal.partial:
             if fileops.sha256(removal.before) != entry.written:
                 entry.restorable = False  # edited since setup: a later full removal must keep the edits
@@ -404,8 +424,12 @@ def _diff(path: Path, before: bytes | None, after: bytes | None) -> str:
         return [] if data is None else data.decode("utf-8", errors="replace").splitlines(keepends=True)
 
     name = display(path)
-    diff = difflib.unified_diff(lines(before), lines(after), fromfile="/dev/null" if before is None else f"a/{name}",
-                                tofile="/dev/null" if after is None else f"b/{name}")
+    diff = difflib.unified_diff(
+        lines(before),
+        lines(after),
+        fromfile="/dev/null" if before is None else f"a/{name}",
+        tofile="/dev/null" if after is None else f"b/{name}",
+    )
     text = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in diff)
     return text
 
@@ -422,8 +446,9 @@ def _what(plan: FilePlan, harness: str) -> str | None:
     for key, value in plan.owned.get(harness, {}).items():
         old, new = before.get(key), after.get(key)
         if old != new:
-            kind = ("add" if old is documents.MISSING else
-                    "add hive's entries to" if isinstance(value, list) else "update")
+            kind = (
+                "add" if old is documents.MISSING else "add hive's entries to" if isinstance(value, list) else "update"
+            )
             kinds[kind].append(".".join(key))
     parts = [f"{kind} {', '.join(keys)}" for kind, keys in kinds.items() if keys]
     if not parts:
@@ -437,8 +462,9 @@ def _summary(harness_plans: list[HarnessPlan], files: dict[Path, FilePlan], out:
     for hplan in harness_plans:
         if not hplan.selected or hplan.failed:
             continue
-        lines = [what for path in hplan.files if files[path].changed
-                 for what in [_what(files[path], hplan.name)] if what]
+        lines = [
+            what for path in hplan.files if files[path].changed for what in [_what(files[path], hplan.name)] if what
+        ]
         if not lines:
             continue
         print(f"{hplan.name}:", file=out)
@@ -496,8 +522,14 @@ def run(options: Options, out: TextIO = sys.stdout) -> int:
     for hplan in harness_plans:
         detection = hplan.detection
         version = detection.version or ("?" if detection.binary else "-")
-        rows.append((hplan.name, version, detection.where() if detection.found else "not found",
-                     _intent(hplan, files, options.scope)))
+        rows.append(
+            (
+                hplan.name,
+                version,
+                detection.where() if detection.found else "not found",
+                _intent(hplan, files, options.scope),
+            )
+        )
     _table(rows, out)
     for hplan in harness_plans:
         if hplan.detection.version_problem:
@@ -553,8 +585,11 @@ def _report(harness_plans: list[HarnessPlan], options: Options, out: TextIO) -> 
             for problem in hplan.problems:
                 print(f"  {hplan.name}: {problem}", file=out)
     if not any(h.selected for h in harness_plans):
-        print("\nno harness found; `hive setup --only NAME` wires one anyway "
-              f"({', '.join(h.name for h in harness_plans)})", file=out)
+        print(
+            "\nno harness found; `hive setup --only NAME` wires one anyway "
+            f"({', '.join(h.name for h in harness_plans)})",
+            file=out,
+        )
 
 
 def _run_remove(options: Options, folder: Path, out: TextIO) -> int:
@@ -593,8 +628,13 @@ def main(args: argparse.Namespace) -> int:
     if project is not None and not project.is_dir():
         print(f"hive setup: the project folder {project} does not exist", file=sys.stderr)
         return 1
-    options = Options(scope="project" if project else "user", project=project,
-                      only=args.only.split(",") if args.only else None, dry_run=args.dry_run,
-                      diff=getattr(args, "diff", False), remove=args.remove,
-                      service=args.service)
+    options = Options(
+        scope="project" if project else "user",
+        project=project,
+        only=args.only.split(",") if args.only else None,
+        dry_run=args.dry_run,
+        diff=getattr(args, "diff", False),
+        remove=args.remove,
+        service=args.service,
+    )
     return run(options)

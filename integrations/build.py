@@ -29,10 +29,7 @@ def portable_hook_command(harness: str, native: str) -> str:
 
 
 REFERENCE = InstallContext(
-    scope="project",
-    hook_command=portable_hook_command,
-    mcp_command=("hive", "mcp"),
-    hive_command=("hive",),
+    scope="project", hook_command=portable_hook_command, mcp_command=("hive", "mcp"), hive_command=("hive",)
 )
 
 

@@ -336,8 +336,10 @@ def _describe_caller(harness: str, event: str, home: str, environ: dict[bytes, b
         body = ',"stdin":' + _quote(stdin.decode("utf-8", "replace"))
     else:
         body = ',"payload":' + _reduced(stdin)
-    return (f',"harness":{_quote(harness)},"event":{_quote(event)},"ppid":{posix.getppid()}'
-            f',"cwd":{_quote(cwd)},"env":{{{",".join(env)}}}{body}')
+    return (
+        f',"harness":{_quote(harness)},"event":{_quote(event)},"ppid":{posix.getppid()}'
+        f',"cwd":{_quote(cwd)},"env":{{{",".join(env)}}}{body}'
+    )
 
 
 def _connect(home: str, environ: dict[bytes, bytes]) -> "_socket.socket":
@@ -547,8 +549,8 @@ def process_info(pid: int) -> tuple[str, int] | None:
     finally:
         posix.close(fd)
     # The name may hold spaces and parentheses: it ends at the last ')'.
-    name = stat[stat.find("(") + 1:stat.rfind(")")]
-    fields = stat[stat.rfind(")") + 1:].split()
+    name = stat[stat.find("(") + 1 : stat.rfind(")")]
+    fields = stat[stat.rfind(")") + 1 :].split()
     return name, int(fields[1])
 
 
@@ -556,8 +558,9 @@ def _ps_info(pid: int) -> tuple[str, int] | None:
     import subprocess
 
     try:
-        out = subprocess.run(["ps", "-o", "ppid=,comm=", "-p", str(pid)], capture_output=True, text=True,
-                             timeout=2, check=False).stdout.strip()
+        out = subprocess.run(
+            ["ps", "-o", "ppid=,comm=", "-p", str(pid)], capture_output=True, text=True, timeout=2, check=False
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return None
     if not out:
@@ -589,7 +592,7 @@ def _stat_fields(pid: int) -> list[str] | None:
         stat = posix.read(fd, 4096).decode("utf-8", "replace")
     finally:
         posix.close(fd)
-    return stat[stat.rfind(")") + 1:].split()
+    return stat[stat.rfind(")") + 1 :].split()
 
 
 def start_time(pid: int) -> str:

@@ -57,8 +57,14 @@ def start_detached(paths: StatePaths, timeout: float = START_TIMEOUT) -> bool:
         # reparented to init and never lingers as this process's child or zombie.
         launcher = subprocess.Popen(
             [sys.executable, "-m", "hive.sidecar", "--detach", "--ready-fd", str(write_fd)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
-            pass_fds=(write_fd,), start_new_session=True, close_fds=True, env=env, cwd="/",
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            pass_fds=(write_fd,),
+            start_new_session=True,
+            close_fds=True,
+            env=env,
+            cwd="/",
         )
     os.close(write_fd)
     try:
@@ -93,8 +99,7 @@ def _why_it_exited(paths: StatePaths, stderr_path: Path, offset: int) -> str:
     cause = ours[-1] if ours else next((line.strip() for line in reversed(lines) if line.strip()), "")
     cause = cause.removeprefix("hive: ")
     if not cause:
-        return (f"the sidecar for {paths.home} exited at once without saying why; "
-                f"see {stderr_path} and {paths.log}")
+        return f"the sidecar for {paths.home} exited at once without saying why; see {stderr_path} and {paths.log}"
     return f"the sidecar for {paths.home} could not start: {cause} (its output: {stderr_path})"
 
 
@@ -123,8 +128,9 @@ def _cannot_start(paths: StatePaths, exc: OSError) -> Unreachable:
 
 def _not_reached(paths: StatePaths, exc: OSError) -> Unreachable:
     log = paths.home / "sidecar.stderr"
-    return Unreachable(f"could not start or reach the sidecar for {paths.home} ({exc.strerror}); "
-                       f"see {log} and {paths.log}")
+    return Unreachable(
+        f"could not start or reach the sidecar for {paths.home} ({exc.strerror}); see {log} and {paths.log}"
+    )
 
 
 async def _connect(socket_path: Path) -> SocketStream:
@@ -282,8 +288,9 @@ class BlockingClient:
     def call(self, op: str, **args: Any) -> dict[str, Any]:
         """Send one request and wait for its reply. Raises the HiveError the sidecar reported."""
         request_id = next(self._ids)
-        data = (json.dumps({"id": request_id, "op": op, **args}, separators=(",", ":"), ensure_ascii=False)
-                + "\n").encode()
+        data = (
+            json.dumps({"id": request_id, "op": op, **args}, separators=(",", ":"), ensure_ascii=False) + "\n"
+        ).encode()
         try:
             self._sock.sendall(data)
         except OSError as exc:
@@ -309,5 +316,12 @@ async def call(op: str, paths: StatePaths | None = None, *, autostart: bool = Tr
         return await client.call(op, **args)
 
 
-__all__ = ["BlockingClient", "Client", "HiveError", "call", "connect_or_start", "connect_or_start_blocking",
-           "start_detached"]
+__all__ = [
+    "BlockingClient",
+    "Client",
+    "HiveError",
+    "call",
+    "connect_or_start",
+    "connect_or_start_blocking",
+    "start_detached",
+]

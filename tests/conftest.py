@@ -79,7 +79,7 @@ def _sidecars_of_this_run(nodeid: str, phase: str = "") -> dict[int, Path]:
         except OSError:
             continue
         if mark in environ and any(v.startswith(started_by) for v in environ):
-            home = next((v[len(b"HIVE_HOME="):] for v in environ if v.startswith(b"HIVE_HOME=")), b"")
+            home = next((v[len(b"HIVE_HOME=") :] for v in environ if v.startswith(b"HIVE_HOME=")), b"")
             found[int(entry.name)] = Path(home.decode(errors="replace")) if home else Path()
     return found
 
@@ -104,7 +104,7 @@ def _socket_addresses(pid: int) -> dict[int, list[tuple[str, str, int]]]:
             if len(fields) < 10 or fields[9] not in inodes or (proto.startswith("tcp") and fields[3] != "0A"):
                 continue
             raw, port = fields[1].split(":")
-            packed = b"".join(bytes.fromhex(raw[i:i + 8])[::-1] for i in range(0, len(raw), 8))
+            packed = b"".join(bytes.fromhex(raw[i : i + 8])[::-1] for i in range(0, len(raw), 8))
             address = socket.inet_ntop(socket.AF_INET if len(packed) == 4 else socket.AF_INET6, packed)
             out.setdefault(int(port, 16), []).append((proto, address, int(port, 16)))
     return out
@@ -132,8 +132,13 @@ def _off_loopback(pid: int, home: Path) -> list[str]:
         with sock.makefile("rb") as reply:
             listening = json.loads(reply.readline())["result"]["listening"]
     sockets = _socket_addresses(pid)
-    bad = [f"{proto} {address}:{port}" for port in (listening, 5353) if port
-           for proto, address, _ in sockets.get(port, []) if not _is_loopback(address)]
+    bad = [
+        f"{proto} {address}:{port}"
+        for port in (listening, 5353)
+        if port
+        for proto, address, _ in sockets.get(port, [])
+        if not _is_loopback(address)
+    ]
     return bad
 
 
@@ -160,8 +165,17 @@ def tail(path: Path, lines: int = TAIL_LINES) -> str:
 def sidecar_logs(home: Path) -> None:
     """Show ``home``'s sidecar.log (and sidecar.stderr when it has anything) if the test fails."""
     on_failure(f"sidecar.log {home}", lambda: tail(home / "sidecar.log"))
-    on_failure(f"sidecar.stderr {home}", lambda: ((home / "sidecar.stderr").exists()
-               and (home / "sidecar.stderr").stat().st_size > 0 and tail(home / "sidecar.stderr")) or "")
+    on_failure(
+        f"sidecar.stderr {home}",
+        lambda: (
+            (
+                (home / "sidecar.stderr").exists()
+                and (home / "sidecar.stderr").stat().st_size > 0
+                and tail(home / "sidecar.stderr")
+            )
+            or ""
+        ),
+    )
 
 
 @pytest.hookimpl(wrapper=True)
@@ -174,6 +188,7 @@ def pytest_runtest_setup(item: pytest.Item) -> Any:
 def pytest_runtest_call(item: pytest.Item) -> Any:
     """After the test body, while its sidecars still run: each one's log goes into the report if the
     test fails, and one listening beyond loopback fails it."""
+
     def look() -> list[str]:
         stray = []
         for pid, home in _sidecars_of_this_run(item.nodeid).items():
@@ -189,8 +204,11 @@ def pytest_runtest_call(item: pytest.Item) -> Any:
         raise
     stray = look()
     if stray:
-        pytest.fail("a test sidecar listens beyond loopback (give it loopback_config(), or run it in a "
-                    "network namespace):\n" + "\n".join(stray), pytrace=False)
+        pytest.fail(
+            "a test sidecar listens beyond loopback (give it loopback_config(), or run it in a "
+            "network namespace):\n" + "\n".join(stray),
+            pytrace=False,
+        )
     return result
 
 
@@ -232,11 +250,16 @@ class Hive:
     def env(self) -> dict[str, str]:
         return {**os.environ, "HIVE_HOME": str(self.home)}
 
-    def cli(self, *args: str, input: str | None = None, check: bool = False,
-            timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    def cli(
+        self, *args: str, input: str | None = None, check: bool = False, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
-            [sys.executable, "-m", "hive.sidecar.cli", *args], env=self.env, input=input,
-            capture_output=True, text=True, timeout=timeout,
+            [sys.executable, "-m", "hive.sidecar.cli", *args],
+            env=self.env,
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
         if check and result.returncode != 0:
             raise AssertionError(f"hive {' '.join(args)} exited {result.returncode}: {result.stderr}")
@@ -331,7 +354,8 @@ def make_hive() -> Iterator[Any]:
     def make(config: str = "", person: str = "alice") -> Hive:
         home = _short_tempdir("hive-")
         (home / "config.toml").write_text(
-            loopback_config(f'person = "{person}"\nmachine = "m{len(created) + 1}"\n{config}'))
+            loopback_config(f'person = "{person}"\nmachine = "m{len(created) + 1}"\n{config}')
+        )
         hive = Hive(home)
         created.append(hive)
         sidecar_logs(home)
@@ -359,8 +383,12 @@ def run_in_terminal(hive: Hive, *args: str, timeout: float = 30) -> tuple[int, s
 
     master, slave = pty.openpty()
     process = subprocess.Popen(
-        [sys.executable, "-m", "hive.sidecar.cli", *args], env=hive.env,
-        stdin=slave, stdout=slave, stderr=slave, preexec_fn=lambda: os.login_tty(slave),
+        [sys.executable, "-m", "hive.sidecar.cli", *args],
+        env=hive.env,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        preexec_fn=lambda: os.login_tty(slave),
     )
     os.close(slave)
     output = b""
@@ -397,5 +425,6 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     terminalreporter.section("test seconds by folder (summed over workers)")
     for folder, seconds in sorted(_SECONDS_BY_FOLDER.items(), key=lambda item: -item[1]):
         terminalreporter.write_line(f"{folder:<24} {len(_TESTS_BY_FOLDER[folder]):>5} tests {seconds:>9.1f} s")
-    terminalreporter.write_line(f"{'total':<24} {sum(map(len, _TESTS_BY_FOLDER.values())):>5} tests "
-                                f"{sum(_SECONDS_BY_FOLDER.values()):>9.1f} s")
+    terminalreporter.write_line(
+        f"{'total':<24} {sum(map(len, _TESTS_BY_FOLDER.values())):>5} tests {sum(_SECONDS_BY_FOLDER.values()):>9.1f} s"
+    )

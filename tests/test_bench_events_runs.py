@@ -10,8 +10,9 @@ BENCH = Path(__file__).parent / "bench" / "bench_events.py"
 
 
 def test_events_benchmark_quick_run() -> None:
-    completed = subprocess.run([sys.executable, str(BENCH), "--quick"], capture_output=True, text=True, timeout=180,
-                               check=False)
+    completed = subprocess.run(
+        [sys.executable, str(BENCH), "--quick"], capture_output=True, text=True, timeout=180, check=False
+    )
     report = f"stdout:\n{completed.stdout}\nstderr:\n{completed.stderr}"
     assert completed.returncode == 0, report
     for figure in ("events/s durable, store", "events/s durable, hook op", "presence latency p50"):

@@ -12,8 +12,9 @@ BENCH = Path(__file__).parent / "bench" / "bench_lessons_sync.py"
 
 
 def test_lesson_sync_benchmark_quick_run() -> None:
-    completed = subprocess.run([sys.executable, str(BENCH), "--quick"], capture_output=True, text=True, timeout=600,
-                               check=False)
+    completed = subprocess.run(
+        [sys.executable, str(BENCH), "--quick"], capture_output=True, text=True, timeout=600, check=False
+    )
     report = f"stdout:\n{completed.stdout}\nstderr:\n{completed.stderr}"
     assert completed.returncode == 0, report
     for figure in ("local:", "catch-up:", "live:", "replication of 1000 entries between two machines:"):

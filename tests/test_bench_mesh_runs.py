@@ -23,7 +23,7 @@ SECTIONS = (
 
 def test_mesh_benchmark_quick_run() -> None:
     completed = subprocess.run(
-        [sys.executable, str(BENCH), "--quick"], capture_output=True, text=True, timeout=300, check=False,
+        [sys.executable, str(BENCH), "--quick"], capture_output=True, text=True, timeout=300, check=False
     )
     report = f"stdout:\n{completed.stdout}\nstderr:\n{completed.stderr}"
     assert completed.returncode == 0, report

@@ -22,18 +22,30 @@ RUNS = {
     "bench_mcp_start.py": (["--quick", "-n", "1"], ["python -c pass", "hive mcp"]),
     "bench_codex_push.py": (["--quick"], ["push to model"]),
     "bench_doing_cpu.py": (["--seconds", "2"], ["baseline, idle", "managed, busy", "unmanaged, busy"]),
-    "bench_plugins.py": (["--quick"], ["opencode tool.execute.after, sidecar running", "pi check_inbox wake-up",
-                                       "opencode tool.execute.after, no sidecar"]),
+    "bench_plugins.py": (
+        ["--quick"],
+        [
+            "opencode tool.execute.after, sidecar running",
+            "pi check_inbox wake-up",
+            "opencode tool.execute.after, no sidecar",
+        ],
+    ),
 }
 
 
 @pytest.mark.parametrize("script", sorted(RUNS))
 def test_the_benchmark_finishes_and_prints_its_figures(script: str) -> None:
     args, rows = RUNS[script]
-    completed = subprocess.run([sys.executable, str(BENCH / script), *args], capture_output=True, text=True,
-                               timeout=300, check=False, cwd=BENCH.parents[1])
+    completed = subprocess.run(
+        [sys.executable, str(BENCH / script), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        cwd=BENCH.parents[1],
+    )
     report = f"stdout:\n{completed.stdout}\nstderr:\n{completed.stderr}"
     assert completed.returncode == 0, report
     for row in rows:
         line = next((line for line in completed.stdout.splitlines() if line.lstrip().startswith(row)), "")
-        assert re.search(r"\d", line[len(row):]) and "nan" not in line.lower(), f"no figure for {row!r}\n{report}"
+        assert re.search(r"\d", line[len(row) :]) and "nan" not in line.lower(), f"no figure for {row!r}\n{report}"

@@ -11,13 +11,20 @@ import sys
 from pathlib import Path
 
 BENCH = Path(__file__).parent / "bench" / "bench_gate.py"
-SECTIONS = ("== 1. fill", "== 2. decisions with", "== 3. breakpoints", "== 4. wake-ups", "== 5. ledger queries",
-            "== summary ==")
+SECTIONS = (
+    "== 1. fill",
+    "== 2. decisions with",
+    "== 3. breakpoints",
+    "== 4. wake-ups",
+    "== 5. ledger queries",
+    "== summary ==",
+)
 
 
 def test_gate_benchmark_quick_run() -> None:
-    completed = subprocess.run([sys.executable, str(BENCH), "--quick"], capture_output=True, text=True, timeout=180,
-                               check=False)
+    completed = subprocess.run(
+        [sys.executable, str(BENCH), "--quick"], capture_output=True, text=True, timeout=180, check=False
+    )
     report = f"stdout:\n{completed.stdout}\nstderr:\n{completed.stderr}"
     assert completed.returncode == 0, report
     for heading in SECTIONS:

@@ -32,14 +32,19 @@ from mcp.client.stdio import stdio_client
 from tests.conftest import REPO
 
 # Each source folder and where it lands in the installed package.
-PACKAGE_FOLDERS = {"sidecar": "hive/sidecar", "integrations": "hive/integrations", "installer": "hive/installer",
-                   "skills": "hive/skills"}
+PACKAGE_FOLDERS = {
+    "sidecar": "hive/sidecar",
+    "integrations": "hive/integrations",
+    "installer": "hive/installer",
+    "skills": "hive/skills",
+}
 BUILD_TIMEOUT = 300
 
 
 def tracked_files() -> list[str]:
-    listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True, check=True,
-                            timeout=60).stdout.decode()
+    listed = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True, check=True, timeout=60
+    ).stdout.decode()
     return [name for name in listed.split("\0") if name and (REPO / name).is_file()]
 
 
@@ -48,9 +53,16 @@ def build(hook: str, source: Path, out: Path) -> tuple[Path, str]:
     the artifact and everything the build printed."""
     out.mkdir(parents=True, exist_ok=True)
     result = subprocess.run(
-        [sys.executable, "-c", f"import sys; from setuptools import build_meta; print(build_meta.{hook}(sys.argv[1]))",
-         str(out)],
-        cwd=source, capture_output=True, text=True, timeout=BUILD_TIMEOUT,
+        [
+            sys.executable,
+            "-c",
+            f"import sys; from setuptools import build_meta; print(build_meta.{hook}(sys.argv[1]))",
+            str(out),
+        ],
+        cwd=source,
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT,
     )
     assert result.returncode == 0, f"{hook} failed:\n{result.stdout}\n{result.stderr}"
     return out / result.stdout.strip().splitlines()[-1], result.stdout + result.stderr
@@ -100,12 +112,18 @@ class Installed:
     @property
     def env(self) -> dict[str, str]:
         # Nothing of the test's own environment that points at the checkout or the user's folders.
-        return {"HOME": str(self.home), "HIVE_HOME": str(self.hive_home), "HIVE_KEYRING": "off",
-                "PATH": f"{self.venv / 'bin'}:/usr/bin:/bin", "LANG": "C.UTF-8"}
+        return {
+            "HOME": str(self.home),
+            "HIVE_HOME": str(self.hive_home),
+            "HIVE_KEYRING": "off",
+            "PATH": f"{self.venv / 'bin'}:/usr/bin:/bin",
+            "LANG": "C.UTF-8",
+        }
 
     def run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(self.hive), *args], env=self.env, cwd=self.home, capture_output=True, text=True,
-                              timeout=timeout)
+        return subprocess.run(
+            [str(self.hive), *args], env=self.env, cwd=self.home, capture_output=True, text=True, timeout=timeout
+        )
 
 
 def share_dependencies(venv: Path) -> None:
@@ -113,9 +131,15 @@ def share_dependencies(venv: Path) -> None:
     nothing of the hive installed here, editable or not: each top-level entry of this venv's
     site-packages except those of the hive-agents distribution is linked into the new one."""
     ours = Path(sysconfig.get_paths()["purelib"])
-    theirs = Path(subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; "
-                                  "print(sysconfig.get_paths()['purelib'])"],
-                                 capture_output=True, text=True, check=True, timeout=60).stdout.strip())
+    theirs = Path(
+        subprocess.run(
+            [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout.strip()
+    )
     distribution = importlib.metadata.distribution("hive-agents")
     hive_entries = {Path(str(f)).parts[0] for f in distribution.files or []} | {"__pycache__"}
     for entry in ours.iterdir():
@@ -129,15 +153,20 @@ def installed(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     share_dependencies(venv)
-    result = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-deps", "--no-index", "-q",
-                             str(built.wheel)], capture_output=True, text=True, timeout=BUILD_TIMEOUT)
+    result = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(built.wheel)],
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT,
+    )
     assert result.returncode == 0, result.stderr
     home = root / "home"
     for harness_folder in (".claude", ".codex", ".gemini"):
         (home / harness_folder).mkdir(parents=True)
     hive_home = Path(tempfile.mkdtemp(prefix="hive-pkg-", dir="/tmp"))  # short: the socket stays inside
-    (hive_home / "config.toml").write_text('person = "alice"\nmachine = "m1"\n\n'
-                                           '[mesh]\nlisten = "127.0.0.1:0"\nmdns = false\n')
+    (hive_home / "config.toml").write_text(
+        'person = "alice"\nmachine = "m1"\n\n[mesh]\nlisten = "127.0.0.1:0"\nmdns = false\n'
+    )
     machine = Installed(venv, home, hive_home)
     yield machine
     with contextlib.suppress(ValueError, OSError):  # a sidecar `hive mcp` started; not a pid reused since
@@ -149,8 +178,11 @@ def installed(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Iterato
 
 def package_files(names: list[str]) -> set[str]:
     """The tracked files of the package folders, as paths inside the installed package."""
-    return {f"{PACKAGE_FOLDERS[name.split('/')[0]]}/{name.split('/', 1)[1]}" for name in names
-            if name.split("/")[0] in PACKAGE_FOLDERS}
+    return {
+        f"{PACKAGE_FOLDERS[name.split('/')[0]]}/{name.split('/', 1)[1]}"
+        for name in names
+        if name.split("/")[0] in PACKAGE_FOLDERS
+    }
 
 
 def test_the_wheel_built_from_the_sdist_holds_every_tracked_file_of_the_package_folders(built: Built) -> None:
@@ -164,8 +196,7 @@ def test_the_wheel_built_from_the_sdist_holds_every_tracked_file_of_the_package_
     assert "hive = hive.sidecar.cli.console:main" in zipfile.ZipFile(built.wheel).read(entry_points).decode()
 
 
-def test_the_sdist_holds_every_tracked_file_of_the_package_folders_and_the_build_warns_about_none(
-        built: Built) -> None:
+def test_the_sdist_holds_every_tracked_file_of_the_package_folders_and_the_build_warns_about_none(built: Built) -> None:
     with tarfile.open(built.sdist) as archive:
         members = {member.name.split("/", 1)[1] for member in archive.getmembers() if member.isfile()}
     missing = {name for name in built.tracked if name.split("/")[0] in PACKAGE_FOLDERS} - members
@@ -184,8 +215,14 @@ def test_every_module_of_the_installed_package_imports_from_the_fresh_venv(insta
         "    names.append(info.name + ' ' + module.__file__)\n"
         "print('\\n'.join(names))\n"
     )
-    result = subprocess.run([str(installed.python), "-c", script], env=installed.env, cwd=installed.home,
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [str(installed.python), "-c", script],
+        env=installed.env,
+        cwd=installed.home,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     modules = dict(line.split(" ", 1) for line in result.stdout.splitlines())
     site = str(installed.venv)
@@ -193,8 +230,11 @@ def test_every_module_of_the_installed_package_imports_from_the_fresh_venv(insta
     for harness in ("claude_code", "codex", "cursor", "gemini", "opencode", "pi"):
         assert f"hive.integrations.{harness}" in modules
     assert "hive.integrations.codex.app_server" in modules
-    tracked_modules = {name.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
-                       for name in package_files(tracked_files()) if name.endswith(".py")}
+    tracked_modules = {
+        name.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+        for name in package_files(tracked_files())
+        if name.endswith(".py")
+    }
     assert sorted(tracked_modules - set(modules)) == [], "tracked modules the installed package cannot import"
 
 
@@ -225,8 +265,9 @@ def test_in_a_fresh_home_the_installed_hive_starts_its_sidecar_and_finds_the_har
 
 @pytest.mark.anyio
 async def test_the_installed_hive_mcp_lists_its_tools_to_the_official_client(installed: Installed) -> None:
-    params = StdioServerParameters(command=str(installed.hive), args=["mcp"], env=installed.env,
-                                   cwd=str(installed.home))
+    params = StdioServerParameters(
+        command=str(installed.hive), args=["mcp"], env=installed.env, cwd=str(installed.home)
+    )
     with anyio.fail_after(120):
         async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
             await session.initialize()

@@ -1,4 +1,4 @@
-"""The code as shipped passes its checkers: mypy at its default settings, and ruff.
+"""The code as shipped passes its checkers: mypy (strict for base/ and daemon/), ruff check and ruff format.
 
 mypy reads the *installed* package, as CI installs it (``pip install '.[test]'``, not editable),
 so what it checks is what users get, py.typed markers included. An editable install (the dev
@@ -54,6 +54,22 @@ def test_the_package_type_checks_clean_at_mypys_default_settings(tmp_path: Path)
 
 def test_the_repository_is_clean_under_ruff_check() -> None:
     # --no-cache: the test leaves nothing behind in the checkout.
-    result = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", "."], cwd=REPO,
-                            capture_output=True, text=True, timeout=TIMEOUT)
+    result = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "--no-cache", "."],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
     assert result.returncode == 0, f"ruff reports problems:\n{result.stdout}{result.stderr}"
+
+
+def test_the_repository_is_formatted_as_ruff_format_writes_it() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", "--no-cache", "."],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert result.returncode == 0, f"files ruff format would change (run `ruff format`):\n{result.stdout}"

@@ -58,8 +58,11 @@ def hive_hook_points(harness: str) -> list[HookPoint] | None:
 def hive_presence(harness: str) -> Presence | None:
     if harness != NAME:
         return None
-    return Presence(transcripts=(".claude/projects/*/*.jsonl",), todos=(".claude/tasks/*/*.json",),
-                    running=(".claude/sessions/*.json",))
+    return Presence(
+        transcripts=(".claude/projects/*/*.jsonl",),
+        todos=(".claude/tasks/*/*.json",),
+        running=(".claude/sessions/*.json",),
+    )
 
 
 @hookimpl
@@ -73,15 +76,28 @@ def hive_native_files(harness: str, context: InstallContext) -> list[NativeFile]
         return None
     hooks: dict[str, list[dict[str, Any]]] = {}
     for point in POINTS:
-        group: dict[str, Any] = {"hooks": [{"type": "command", "command": context.hook_command(NAME, point.native),
-                                            "timeout": point.timeout}]}
+        group: dict[str, Any] = {
+            "hooks": [
+                {"type": "command", "command": context.hook_command(NAME, point.native), "timeout": point.timeout}
+            ]
+        }
         if point.matcher:
             group["matcher"] = point.matcher
         hooks[point.native] = [group]
     # The push watcher: a background hook re-armed at every session start and every Stop.
     for native in ("SessionStart", "Stop"):
-        hooks[native].append({"hooks": [{"type": "command", "command": context.hook_command(NAME, "watch"),
-                                         "asyncRewake": True, "timeout": 86400}]})
+        hooks[native].append(
+            {
+                "hooks": [
+                    {
+                        "type": "command",
+                        "command": context.hook_command(NAME, "watch"),
+                        "asyncRewake": True,
+                        "timeout": 86400,
+                    }
+                ]
+            }
+        )
     settings = ".claude/settings.json"
     mcp_file = ".claude.json" if context.scope == "user" else ".mcp.json"
     command, *args = context.mcp_command
@@ -89,11 +105,18 @@ def hive_native_files(harness: str, context: InstallContext) -> list[NativeFile]
         # alwaysLoad: since ToolSearch (on for every API URL from 2.1.332 on) Claude Code offers
         # MCP tools only by name behind a search tool, beside its own ListAgents/SendMessage;
         # this keeps hive's few tools offered whole. Versions before it ignore the key.
-        NativeFile(role="mcp", path=mcp_file, format="json",
-                   owned={("mcpServers", "hive"): {"type": "stdio", "command": command, "args": args,
-                                                   "alwaysLoad": True}}),
-        NativeFile(role="hooks", path=settings, format="json",
-                   owned={("hooks", event): groups for event, groups in hooks.items()}),
+        NativeFile(
+            role="mcp",
+            path=mcp_file,
+            format="json",
+            owned={("mcpServers", "hive"): {"type": "stdio", "command": command, "args": args, "alwaysLoad": True}},
+        ),
+        NativeFile(
+            role="hooks",
+            path=settings,
+            format="json",
+            owned={("hooks", event): groups for event, groups in hooks.items()},
+        ),
     ]
     for skill in context.skills:
         files.append(NativeFile(role="skill", path=f".claude/skills/{skill}/SKILL.md", format="text"))

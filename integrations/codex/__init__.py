@@ -70,9 +70,13 @@ def hive_hook_points(harness: str) -> list[HookPoint] | None:
 def hive_presence(harness: str) -> Presence | None:
     if harness != NAME:
         return None
-    return Presence(busy=("prompt.submitted", "tool.after"), waiting_approval=("tool.before",),
-                    ends="its process exiting (Codex has no session-end hook)",
-                    transcripts=(".codex/sessions/*/*/*/rollout-*.jsonl",), titles=(".codex/session_index.jsonl",))
+    return Presence(
+        busy=("prompt.submitted", "tool.after"),
+        waiting_approval=("tool.before",),
+        ends="its process exiting (Codex has no session-end hook)",
+        transcripts=(".codex/sessions/*/*/*/rollout-*.jsonl",),
+        titles=(".codex/session_index.jsonl",),
+    )
 
 
 @hookimpl
@@ -81,8 +85,11 @@ def hive_tiers(harness: str) -> Tiers | None:
         return None
     # The sidecar drives the TUI's own app-server (hive.sidecar.mail.codex_push). A session no TUI runs
     # (`codex exec`) fails its first push and is told as the turn tier from then on.
-    return Tiers(default="push", push="app_server",
-                 note="Codex: pushed through the TUI's app-server; `codex exec` sees it at its next tool call")
+    return Tiers(
+        default="push",
+        push="app_server",
+        note="Codex: pushed through the TUI's app-server; `codex exec` sees it at its next tool call",
+    )
 
 
 @hookimpl
@@ -100,17 +107,25 @@ def hive_native_files(harness: str, context: InstallContext) -> list[NativeFile]
         return None
     hooks: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for point in POINTS:
-        group: dict[str, Any] = {"hooks": [{"type": "command", "command": context.hook_command(NAME, point.native),
-                                            "timeout": point.timeout}]}
+        group: dict[str, Any] = {
+            "hooks": [
+                {"type": "command", "command": context.hook_command(NAME, point.native), "timeout": point.timeout}
+            ]
+        }
         if point.matcher:
             group["matcher"] = point.matcher
         hooks["hooks", point.native] = [group]
     command, *args = context.mcp_command
     # The same relative paths serve both scopes: ~/.codex/... for the user, <project>/.codex/... for a project.
     files = [
-        NativeFile(role="mcp", path=".codex/config.toml", format="toml",
-                   owned={("mcp_servers", "hive"): {"command": command, "args": args,
-                                                    "default_tools_approval_mode": "approve"}}),
+        NativeFile(
+            role="mcp",
+            path=".codex/config.toml",
+            format="toml",
+            owned={
+                ("mcp_servers", "hive"): {"command": command, "args": args, "default_tools_approval_mode": "approve"}
+            },
+        ),
         NativeFile(role="hooks", path=".codex/hooks.json", format="json", owned=dict(hooks)),
     ]
     for skill in context.skills:

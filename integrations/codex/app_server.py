@@ -77,8 +77,12 @@ def codex_home(transcript: str) -> Path:
     """The CODEX_HOME a session runs under: its rollout file is ``<home>/sessions/Y/M/D/rollout-*.jsonl``;
     without one, the sidecar's own CODEX_HOME or ``~/.codex``."""
     path = Path(transcript) if transcript else None
-    if path is not None and path.name.startswith("rollout-") and len(path.parents) > 4 \
-            and path.parents[3].name == "sessions":
+    if (
+        path is not None
+        and path.name.startswith("rollout-")
+        and len(path.parents) > 4
+        and path.parents[3].name == "sessions"
+    ):
         return path.parents[4]
     env = os.environ.get("CODEX_HOME")
     return Path(env) if env else Path.home() / ".codex"
@@ -96,8 +100,10 @@ class WebSocket:
 
     async def handshake(self, host: str = "localhost", path: str = "/") -> None:
         key = base64.b64encode(os.urandom(16)).decode()
-        request = (f"GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                   f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n")
+        request = (
+            f"GET {path} HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        )
         await self.stream.send(request.encode())
         try:
             head = await self.reader.receive_until(b"\r\n\r\n", MAX_HEADERS)
@@ -266,8 +272,9 @@ async def queue(codex: Path, home: Path, thread: str, text: str) -> Delivery:
     with anyio.fail_after(QUEUE_DEADLINE):
         # A session of its own, as every harness process hive starts: one in its caller's session
         # makes the sidecar take that session's other hive commands for an agent's (sidecar/base/peer.py).
-        done = await anyio.run_process([str(codex), "queue", "--thread", thread, "--message", text],
-                                       env=env, check=False, start_new_session=True)
+        done = await anyio.run_process(
+            [str(codex), "queue", "--thread", thread, "--message", text], env=env, check=False, start_new_session=True
+        )
     if done.returncode != 0:
         reason = (done.stderr or done.stdout).decode("utf-8", "replace").strip().splitlines()
         raise PushFailed(f"codex queue exited {done.returncode}: {(reason or [''])[-1][:200]}")
@@ -288,8 +295,9 @@ async def deliver(home: Path, thread: str, text: str, codex: Path | None, deadli
     except (PushFailed, TimeoutError) as exc:  # no socket, a broken one, or a daemon that never answers
         first = str(exc) or f"no answer within {deadline:g} s"
         if codex is None:
-            raise PushFailed(f"the app-server push failed ({first}) and no codex binary is known for the fallback") \
-                from exc
+            raise PushFailed(
+                f"the app-server push failed ({first}) and no codex binary is known for the fallback"
+            ) from exc
         try:
             return await queue(codex, home, thread, text)
         except (PushFailed, OSError, TimeoutError) as fallback:

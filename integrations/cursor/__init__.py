@@ -73,8 +73,10 @@ def hive_presence(harness: str) -> Presence | None:
 def hive_tiers(harness: str) -> Tiers | None:
     if harness != NAME:
         return None
-    return Tiers(default="turn", note="Cursor has no idle wake: the session sees this when its current turn ends, "
-                                      "or at the next prompt.")
+    return Tiers(
+        default="turn",
+        note="Cursor has no idle wake: the session sees this when its current turn ends, or at the next prompt.",
+    )
 
 
 @hookimpl(tryfirst=True)
@@ -95,8 +97,12 @@ def hive_native_files(harness: str, context: InstallContext) -> list[NativeFile]
     for point in POINTS:
         owned["hooks", point.native] = [{"command": context.hook_command(NAME, point.native), "timeout": point.timeout}]
     files = [
-        NativeFile(role="mcp", path=".cursor/mcp.json", format="json",
-                   owned={("mcpServers", "hive"): {"command": command, "args": args}}),
+        NativeFile(
+            role="mcp",
+            path=".cursor/mcp.json",
+            format="json",
+            owned={("mcpServers", "hive"): {"command": command, "args": args}},
+        ),
         NativeFile(role="hooks", path=".cursor/hooks.json", format="json", owned=owned),
     ]
     for skill in context.skills:

@@ -64,8 +64,11 @@ def hive_presence(harness: str) -> Presence | None:
 def hive_tiers(harness: str) -> Tiers | None:
     if harness != NAME:
         return None
-    return Tiers(default="turn", note="Gemini CLI has no idle wake: the session sees this at its next tool call or "
-                                      "prompt, or when its current turn ends.")
+    return Tiers(
+        default="turn",
+        note="Gemini CLI has no idle wake: the session sees this at its next tool call or "
+        "prompt, or when its current turn ends.",
+    )
 
 
 @hookimpl
@@ -84,8 +87,15 @@ def hive_native_files(harness: str, context: InstallContext) -> list[NativeFile]
         return None
     hooks: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     for point in POINTS:
-        group: dict[str, Any] = {"hooks": [{"type": "command", "command": context.hook_command(NAME, point.native),
-                                            "timeout": point.timeout * 1000}]}
+        group: dict[str, Any] = {
+            "hooks": [
+                {
+                    "type": "command",
+                    "command": context.hook_command(NAME, point.native),
+                    "timeout": point.timeout * 1000,
+                }
+            ]
+        }
         if point.matcher:
             group["matcher"] = point.matcher
         hooks["hooks", point.native] = [group]
@@ -93,8 +103,9 @@ def hive_native_files(harness: str, context: InstallContext) -> list[NativeFile]
     # Both live in one settings.json; two records keep the roles apart for the installer.
     settings = ".gemini/settings.json"
     files = [
-        NativeFile(role="mcp", path=settings, format="json",
-                   owned={("mcpServers", "hive"): {"command": command, "args": args}}),
+        NativeFile(
+            role="mcp", path=settings, format="json", owned={("mcpServers", "hive"): {"command": command, "args": args}}
+        ),
         NativeFile(role="hooks", path=settings, format="json", owned=dict(hooks)),
     ]
     for skill in context.skills:

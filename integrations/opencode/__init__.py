@@ -74,8 +74,12 @@ def hive_presence(harness: str) -> Presence | None:
         return None
     # opencode keeps sessions in its own store behind its server API, not one transcript file
     # per session; busy and idle come from the plugin's events.
-    return Presence(busy=("prompt.submitted", "tool.after"), waiting_approval=("tool.before",), via="plugin",
-                    ends="session.deleted, or the opencode process exiting")
+    return Presence(
+        busy=("prompt.submitted", "tool.after"),
+        waiting_approval=("tool.before",),
+        via="plugin",
+        ends="session.deleted, or the opencode process exiting",
+    )
 
 
 @hookimpl
@@ -92,8 +96,12 @@ def hive_native_files(harness: str, context: InstallContext) -> list[NativeFile]
     else:
         config, plugin = "opencode.json", ".opencode/plugins/hive.ts"
     files = [
-        NativeFile(role="mcp", path=config, format="json",
-                   owned={("mcp", "hive"): {"type": "local", "command": list(context.mcp_command), "enabled": True}}),
+        NativeFile(
+            role="mcp",
+            path=config,
+            format="json",
+            owned={("mcp", "hive"): {"type": "local", "command": list(context.mcp_command), "enabled": True}},
+        ),
         NativeFile(role="plugin", path=plugin, format="text", content=render_plugin(context.hive_command)),
     ]
     for skill in context.skills:

@@ -73,8 +73,9 @@ def hive_presence(harness: str) -> Presence | None:
     if harness != NAME:
         return None
     # pi's docs/session-format.md: ~/.pi/agent/sessions/--<path>--/<timestamp>_<uuid>.jsonl
-    return Presence(transcripts=(".pi/agent/sessions/*/*.jsonl",), via="plugin",
-                    ends="session_shutdown, or the pi process exiting")
+    return Presence(
+        transcripts=(".pi/agent/sessions/*/*.jsonl",), via="plugin", ends="session_shutdown, or the pi process exiting"
+    )
 
 
 @hookimpl

@@ -56,8 +56,9 @@ def load_settings(path: Path) -> Settings:
     section = data.get("sidecar", {})
     allowed = {"session_ttl", "forget_after", "forget_grace", "inflight_timeout"}
     # Any: mypy checks a ** dict against every field, int ones too; only these float fields are passed.
-    tuning: dict[str, Any] = ({k: float(v) for k, v in section.items() if k in allowed}
-                              if isinstance(section, dict) else {})
+    tuning: dict[str, Any] = (
+        {k: float(v) for k, v in section.items() if k in allowed} if isinstance(section, dict) else {}
+    )
     # share_unmanaged at the top or in [sidecar]
     sharing = (data.get("share_unmanaged"), isinstance(section, dict) and section.get("share_unmanaged"))
     share = any(v is True for v in sharing)

@@ -28,10 +28,23 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-_LEET = str.maketrans({
-    "0": "o", "1": "i", "!": "i", "|": "i", "3": "e", "4": "a", "@": "a",
-    "5": "s", "$": "s", "7": "t", "#": "h", "€": "e", "¡": "i",
-})
+_LEET = str.maketrans(
+    {
+        "0": "o",
+        "1": "i",
+        "!": "i",
+        "|": "i",
+        "3": "e",
+        "4": "a",
+        "@": "a",
+        "5": "s",
+        "$": "s",
+        "7": "t",
+        "#": "h",
+        "€": "e",
+        "¡": "i",
+    }
+)
 _NOT_LETTER = re.compile("[^a-z]+")
 _WINDOW = 48  # visible characters after the gap that are read for "hive"
 _TAG_WORD_LIMIT = 64
@@ -128,8 +141,12 @@ def _scan() -> tuple[set[str], set[str], set[str], set[str], set[str]]:
             continue
         folded = unicodedata.normalize("NFKC", char)
         name = unicodedata.name(char, "")
-        if "<" in folded or "LESS-THAN" in name or ("LEFT" in name and ("ANGLE" in name or "CHEVRON" in name)) \
-                or ("ANGLE BRACKET" in name and "RIGHT" not in name):
+        if (
+            "<" in folded
+            or "LESS-THAN" in name
+            or ("LEFT" in name and ("ANGLE" in name or "CHEVRON" in name))
+            or ("ANGLE BRACKET" in name and "RIGHT" not in name)
+        ):
             opening.add(char)
         elif ">" in folded or "GREATER-THAN" in name or ("RIGHT" in name and ("ANGLE" in name or "CHEVRON" in name)):
             closing.add(char)
@@ -186,8 +203,8 @@ def _entity_view(text: str, origin: list[int] | None) -> tuple[str, list[int] | 
         amp = text.rfind("&", 0, end)
         if amp < 0:
             amp = -1
-        rev_chars.extend(reversed(text[amp + 1:end]))
-        rev_origin.extend(range(end - 1, amp, -1) if origin is None else reversed(origin[amp + 1:end]))
+        rev_chars.extend(reversed(text[amp + 1 : end]))
+        rev_origin.extend(range(end - 1, amp, -1) if origin is None else reversed(origin[amp + 1 : end]))
         if amp < 0:
             break
         start = amp if origin is None else origin[amp]
@@ -199,8 +216,8 @@ def _entity_view(text: str, origin: list[int] | None) -> tuple[str, list[int] | 
             decoded = html.unescape(match.group()) if match else ""
             if not match or decoded == match.group():
                 break
-            del rev_chars[len(rev_chars) - len(match.group()):]
-            del rev_origin[len(rev_origin) - len(match.group()):]
+            del rev_chars[len(rev_chars) - len(match.group()) :]
+            del rev_origin[len(rev_origin) - len(match.group()) :]
             rev_chars.extend(reversed(decoded))
             rev_origin.extend([start] * len(decoded))
         end = amp
@@ -234,13 +251,13 @@ def _suspect_tag(view: str, roles: str, start: int) -> bool:
     assert skipped is not None  # a starred pattern matches anywhere, if only the empty string
     start = skipped.end()
     end = _WORD_END.search(roles, start, start + 1 + _TAG_WORD_LIMIT)
-    word = view[start:end.start() if end else start + 1 + _TAG_WORD_LIMIT]
+    word = view[start : end.start() if end else start + 1 + _TAG_WORD_LIMIT]
     if len(word) > _TAG_WORD_LIMIT:
         return True
     if word and not (word.isascii() and word.isprintable()):
         return True
     visible = _VISIBLE.match(roles, start)
-    return visible is not None and _spells_hive(view[start:visible.end()])
+    return visible is not None and _spells_hive(view[start : visible.end()])
 
 
 def _suspects(text: str) -> set[int]:

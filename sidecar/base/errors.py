@@ -171,10 +171,31 @@ class LessonState(Conflict):
 _BY_CODE: dict[str, type[HiveError]] = {
     cls.code: cls
     for cls in (
-        HiveError, BadRequest, UnknownOp, TooLarge, NotFound, Ambiguous,
-        Refused, GroupRefused, LoopGuard, RateLimited, NeedsPerson, Conflict, NoDesktop, ConfirmOnTerminal, Unreachable,
-        LessonInvalid, LessonNoEvidence, LessonNoQuote, LessonTooLong, LessonBadKind, LessonBadScope,
-        LessonForged, NotMember, LessonRetracted, LessonState,
+        HiveError,
+        BadRequest,
+        UnknownOp,
+        TooLarge,
+        NotFound,
+        Ambiguous,
+        Refused,
+        GroupRefused,
+        LoopGuard,
+        RateLimited,
+        NeedsPerson,
+        Conflict,
+        NoDesktop,
+        ConfirmOnTerminal,
+        Unreachable,
+        LessonInvalid,
+        LessonNoEvidence,
+        LessonNoQuote,
+        LessonTooLong,
+        LessonBadKind,
+        LessonBadScope,
+        LessonForged,
+        NotMember,
+        LessonRetracted,
+        LessonState,
     )
 }
 

@@ -93,8 +93,9 @@ def _terminal(pid: int) -> int:
 
 def proc_stat(pid: int) -> Stat | None:
     try:
-        return Stat(pid=pid, ppid=psutil.Process(pid).ppid(), pgid=os.getpgid(pid), sid=os.getsid(pid),
-                    tty=_terminal(pid))
+        return Stat(
+            pid=pid, ppid=psutil.Process(pid).ppid(), pgid=os.getpgid(pid), sid=os.getsid(pid), tty=_terminal(pid)
+        )
     except (psutil.Error, OSError):
         return None
 

@@ -1,2 +1,1 @@
-"""The ``hive`` command: one module per command group, heavy imports only inside the commands that use them.
-"""
+"""The ``hive`` command: one module per command group, heavy imports only inside the commands that use them."""

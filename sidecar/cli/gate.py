@@ -58,6 +58,7 @@ def _confirmed_call(op: str, **request: Any) -> dict[str, Any] | None:
 
 # ---- commands ------------------------------------------------------------------------------
 
+
 def cmd_ledger(args: argparse.Namespace) -> int:
     request: dict[str, Any] = {"limit": args.limit}
     if args.since:
@@ -73,8 +74,10 @@ def cmd_ledger(args: argparse.Namespace) -> int:
         return 0
     for row in result["rows"]:
         title = row["title"] if len(row["title"]) <= 50 else row["title"][:49] + "…"
-        print(f"{_when(row['at'])}  {row['item']}  {row['person']}  {row['source']}  {row['outcome']}  "
-              f"{row['rule']}  “{title}”: {row['reason']}")
+        print(
+            f"{_when(row['at'])}  {row['item']}  {row['person']}  {row['source']}  {row['outcome']}  "
+            f"{row['rule']}  “{title}”: {row['reason']}"
+        )
     return 0
 
 
@@ -85,14 +88,19 @@ def cmd_why(args: argparse.Namespace) -> int:
         return 0
     for entry in result["items"]:
         item = entry["item"]
-        print(f"{item['id']}  {item['source']} for {item['person']}"
-              + (f" in {item['session']}" if item["session"] else "") + f": “{item['title']}”")
+        print(
+            f"{item['id']}  {item['source']} for {item['person']}"
+            + (f" in {item['session']}" if item["session"] else "")
+            + f": “{item['title']}”"
+        )
         print(f"  {entry['answer']}")
         for row in entry["decisions"]:
             print(f"  {_when(row['at'])}  {row['outcome']:<8} {row['rule']:<18} {row['reason']}")
         for signal in entry["signals"]:
-            print(f"  {_when(signal['at'])}  signal   {signal['kind']}" + (f": {signal['detail']}" if signal["detail"]
-                                                                          else ""))
+            print(
+                f"  {_when(signal['at'])}  signal   {signal['kind']}"
+                + (f": {signal['detail']}" if signal["detail"] else "")
+            )
     return 0
 
 
@@ -121,8 +129,10 @@ def cmd_prefs(args: argparse.Namespace) -> int:
         for change in args.changes:
             key, sep, value = change.partition("=")
             if not sep or not key.strip():
-                print(f"hive: {change!r}: write a change as KEY=VALUE (such as budget=8 or mute.lesson=on)",
-                      file=sys.stderr)
+                print(
+                    f"hive: {change!r}: write a change as KEY=VALUE (such as budget=8 or mute.lesson=on)",
+                    file=sys.stderr,
+                )
                 return 1
             changes[key.strip()] = value.strip()
         result = _confirmed_call("gate_prefs", set=changes, **request)
@@ -164,9 +174,11 @@ def cmd_shadow(args: argparse.Namespace) -> int:
         return 0
     for s in sources:
         would = ", ".join(f"{n} {what}" for what, n in sorted(s["would"].items())) or "nothing"
-        print(f"{s['source']}: {s['offered']} offered; would have: {would}; silenced {s['silenced']}; "
-              f"you wanted {s['wanted_when_delivered']} of those it would deliver, and {s['missed']} it would have "
-              "held (missed)")
+        print(
+            f"{s['source']}: {s['offered']} offered; would have: {would}; silenced {s['silenced']}; "
+            f"you wanted {s['wanted_when_delivered']} of those it would deliver, and {s['missed']} it would have "
+            "held (missed)"
+        )
         for item in s["recent"][:5]:
             print(f"  {_when(item['offered_at'])}  {item['id']}  would {item['would']}: “{item['title']}”")
     print("promote a source with `hive gate promote <source>`")
@@ -189,9 +201,11 @@ def cmd_measures(args: argparse.Namespace) -> int:
     for person, days in result["delivered_per_day"].items():
         print(f"  {person}: delivered " + ", ".join(f"{d} {n}" for d, n in days.items()))
     print(f"  acted on: {result['acted_on']} of {result['delivered']} delivered ({share(result['acted_share'])})")
-    print(f"  held that mattered: {result['held_mattered']} of {result['held']} "
-          f"({share(result['held_mattered_share'])}); silenced that mattered: {result['silenced_mattered']} of "
-          f"{result['silenced']} ({share(result['silenced_mattered_share'])})")
+    print(
+        f"  held that mattered: {result['held_mattered']} of {result['held']} "
+        f"({share(result['held_mattered_share'])}); silenced that mattered: {result['silenced_mattered']} of "
+        f"{result['silenced']} ({share(result['silenced_mattered_share'])})"
+    )
     return 0
 
 
@@ -225,10 +239,14 @@ def add_gate_arguments(parser: argparse.ArgumentParser) -> None:
     p = add("why", cmd_why, "why the gate told you about an item, or why it did not")
     p.add_argument("item", help="an item id or fingerprint from `hive gate ledger`")
     p = add("prefs", cmd_prefs, "show your gate preferences; KEY=VALUE changes them once you confirm")
-    p.add_argument("changes", nargs="*", metavar="KEY=VALUE",
-                   help="budget, quiet (22:00-08:00 or off), timezone, alarms (on/off), channel "
-                        "(session/popup/digest), alarm_channel, proposer_share, share.SOURCE, mute.SOURCE, "
-                        "live.SOURCE; VALUE default removes your own setting")
+    p.add_argument(
+        "changes",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="budget, quiet (22:00-08:00 or off), timezone, alarms (on/off), channel "
+        "(session/popup/digest), alarm_channel, proposer_share, share.SOURCE, mute.SOURCE, "
+        "live.SOURCE; VALUE default removes your own setting",
+    )
     p.add_argument("--person", help="another person's preferences (read only)")
     p = add("shadow", cmd_shadow, "what sources in shadow would have delivered, and what you wanted")
     p.add_argument("--person", help="another person's record")

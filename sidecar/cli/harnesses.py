@@ -56,8 +56,12 @@ def add_arguments(add: AddCommand) -> None:
     """``hive mcp``, ``hook``, ``integrations``, ``setup`` and ``doctor``, in the order the help lists them."""
     add("mcp", cmd_mcp, "serve hive's tools to an agent over MCP on stdin/stdout")
     p = add("hook", cmd_hook, "answer a harness hook: its JSON on standard input, the reply on standard output")
-    p.add_argument("--command", dest="command_line", action="store_true",
-                   help="print the command line `hive setup` writes for this hook on this machine")
+    p.add_argument(
+        "--command",
+        dest="command_line",
+        action="store_true",
+        help="print the command line `hive setup` writes for this hook on this machine",
+    )
     p.add_argument("harness", help="claude-code, codex, cursor, gemini, ...")
     p.add_argument("event", help="the harness's own event name (PostToolUse, stop, ...), or watch")
     p = add("integrations", cmd_integrations, "regenerate the harnesses' reference files from their descriptors")
@@ -65,8 +69,13 @@ def add_arguments(add: AddCommand) -> None:
     p.add_argument("--check", action="store_true", help="change nothing; list files that differ and exit 1 if any")
     p = add("setup", cmd_setup, "wire every installed coding agent to hive (MCP, hooks, plugins, skills)")
     p.add_argument("--only", metavar="NAMES", help="comma-separated harnesses (aliases allowed), e.g. codex,gemini")
-    p.add_argument("--project", nargs="?", const=".", metavar="DIR",
-                   help="write the project-scoped files of DIR (default: this folder) instead of your user files")
+    p.add_argument(
+        "--project",
+        nargs="?",
+        const=".",
+        metavar="DIR",
+        help="write the project-scoped files of DIR (default: this folder) instead of your user files",
+    )
     p.add_argument("--dry-run", action="store_true", help="say what would change, per harness; write nothing")
     p.add_argument("--diff", action="store_true", help="with --dry-run: print the full unified diffs")
     p.add_argument("--remove", action="store_true", help="undo setup: restore or clean every file hive changed")

@@ -55,11 +55,14 @@ def _when(ms: int | float | None) -> str:
 def _print_lesson(view: dict[str, Any]) -> None:
     print(f"lesson {view['id']}")
     print(f"  state       {view['state']}" + (" (hypothesis here)" if view.get("hypothesis") else ""))
-    print(f"  kind        {view['kind']}, scope {view['scope']}" + (f" {view['project']}" if view.get("project")
-                                                                      else ""))
+    print(
+        f"  kind        {view['kind']}, scope {view['scope']}" + (f" {view['project']}" if view.get("project") else "")
+    )
     print(f"  author      {view.get('author', '')} on {_when(view.get('created_at'))}")
-    print(f"  reviewer    {view.get('reviewer') or '-'}" + (f" (suggested: {view['suggested_reviewer']})"
-                                                            if view.get("suggested_reviewer") else ""))
+    print(
+        f"  reviewer    {view.get('reviewer') or '-'}"
+        + (f" (suggested: {view['suggested_reviewer']})" if view.get("suggested_reviewer") else "")
+    )
     if view.get("applicability"):
         print(f"  applies     {view['applicability']}")
     if view.get("tags"):
@@ -80,19 +83,29 @@ def _print_rows(rows: list[dict[str, Any]], empty: str) -> None:
         print(empty)
         return
     for r in rows:
-        print(f"{r['id'][:12]}  {r['state']:<10} {r['kind']:<17} {r['scope']:<8} "
-              f"{(r.get('reviewer') or r.get('suggested_reviewer') or '-'):<10} {_short(r.get('text', ''))}")
+        print(
+            f"{r['id'][:12]}  {r['state']:<10} {r['kind']:<17} {r['scope']:<8} "
+            f"{(r.get('reviewer') or r.get('suggested_reviewer') or '-'):<10} {_short(r.get('text', ''))}"
+        )
 
 
 # ---- commands ------------------------------------------------------------------------------
+
 
 def _proposal(args: argparse.Namespace) -> dict[str, Any]:
     text = " ".join(args.text)
     if text == "-":
         text = sys.stdin.read()
-    request: dict[str, Any] = {"kind": args.kind, "text": text, "applicability": args.applicability or "",
-                               "scope": args.scope, "evidence": args.evidence or [],
-                               "tags": args.tag or [], "desktop": _desktop(), "cwd": os.getcwd()}
+    request: dict[str, Any] = {
+        "kind": args.kind,
+        "text": text,
+        "applicability": args.applicability or "",
+        "scope": args.scope,
+        "evidence": args.evidence or [],
+        "tags": args.tag or [],
+        "desktop": _desktop(),
+        "cwd": os.getcwd(),
+    }
     if args.quote:
         speaker, sep, words = args.quote.partition(":")
         if not sep:
@@ -154,8 +167,12 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    request: dict[str, Any] = {"q": " ".join(args.query), "files": args.file or [], "limit": args.limit,
-                               "cwd": os.getcwd()}
+    request: dict[str, Any] = {
+        "q": " ".join(args.query),
+        "files": args.file or [],
+        "limit": args.limit,
+        "cwd": os.getcwd(),
+    }
     result = _call("lesson_search", **request)
     if args.json:
         _print_json(result)
@@ -164,8 +181,10 @@ def cmd_search(args: argparse.Namespace) -> int:
         print("no verified lesson matches")
     for r in result["lessons"]:
         mark = "hypothesis" if r["hypothesis"] else "verified"
-        print(f"{r['id'][:12]}  {r['score']:.3f}  {r['kind']:<17} {r['scope']:<8} reviewed by {r['reviewer']}, "
-              f"{r['age_days']:g}d, {mark}")
+        print(
+            f"{r['id'][:12]}  {r['score']:.3f}  {r['kind']:<17} {r['scope']:<8} reviewed by {r['reviewer']}, "
+            f"{r['age_days']:g}d, {mark}"
+        )
         print(f"    {_short(r['text'], 110)}")
     return 0
 
@@ -181,8 +200,12 @@ def cmd_review(args: argparse.Namespace) -> int:
     if typed in ("approve", "reject"):
         from ..lessons.review import question
 
-        request = {"lesson": view["id"], "verdict": typed, "desktop": _desktop(),
-                   "confirmed_on_terminal": question(typed, view["id"])}
+        request = {
+            "lesson": view["id"],
+            "verdict": typed,
+            "desktop": _desktop(),
+            "confirmed_on_terminal": question(typed, view["id"]),
+        }
         if args.note:
             request["note"] = args.note
         result: dict[str, Any] | None = _call("lesson_review", **request)
@@ -243,8 +266,10 @@ def cmd_import(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(result)
         return 0
-    print(f"imported {len(result['proposed'])} Beacon lessons as proposals from {result['path']}"
-          + (f"; {len(result['skipped'])} left out" if result["skipped"] else ""))
+    print(
+        f"imported {len(result['proposed'])} Beacon lessons as proposals from {result['path']}"
+        + (f"; {len(result['skipped'])} left out" if result["skipped"] else "")
+    )
     for item in result["skipped"]:
         print(f"  {item['id']}: {item['reason']}")
     return 0
@@ -255,19 +280,36 @@ def run(args: argparse.Namespace) -> int:
 
 
 # lessons.KINDS, spelled out: every `hive` command builds this parser, and lessons.py is not light.
-LESSON_KINDS = ("convention", "correction", "gotcha", "decision", "routing", "preference", "workflow",
-                "debugging_pattern")
+LESSON_KINDS = (
+    "convention",
+    "correction",
+    "gotcha",
+    "decision",
+    "routing",
+    "preference",
+    "workflow",
+    "debugging_pattern",
+)
 
 
 def _add_proposal_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("text", nargs="+", help="the lesson in plain language (at most 1,200 characters); - reads stdin")
     # A metavar: argparse would print all eight choices on one unwrappable line.
-    p.add_argument("--kind", required=True, metavar="KIND", choices=LESSON_KINDS,
-                   help=f"what sort of lesson: {', '.join(LESSON_KINDS[:-1])} or {LESSON_KINDS[-1]}")
+    p.add_argument(
+        "--kind",
+        required=True,
+        metavar="KIND",
+        choices=LESSON_KINDS,
+        help=f"what sort of lesson: {', '.join(LESSON_KINDS[:-1])} or {LESSON_KINDS[-1]}",
+    )
     p.add_argument("--applicability", help="when it applies")
     p.add_argument("--scope", default="project", choices=("personal", "project", "team"))
-    p.add_argument("--evidence", action="append", metavar="KIND:REF",
-                   help="what it rests on: file:PATH, commit:SHA, command:LINE, url:URL, message:ID (repeat)")
+    p.add_argument(
+        "--evidence",
+        action="append",
+        metavar="KIND:REF",
+        help="what it rests on: file:PATH, commit:SHA, command:LINE, url:URL, message:ID (repeat)",
+    )
     p.add_argument("--tag", action="append", help="a tag (repeat)")
     p.add_argument("--quote", metavar="PERSON:WORDS", help="required for a preference or decision: their words")
     p.add_argument("--as", dest="as_", help="propose as this session of yours (name or key)")
@@ -296,8 +338,10 @@ def add_lessons_arguments(parser: argparse.ArgumentParser) -> None:
     p = add("review", cmd_review, "show a proposed lesson and decide it, typed at this terminal")
     p.add_argument("id")
     p.add_argument("--note", help="a note for the author")
-    for name, what in (("approve", "approve a proposed lesson (confirmed in a pop-up or typed here)"),
-                       ("reject", "reject a proposed lesson (confirmed in a pop-up or typed here)")):
+    for name, what in (
+        ("approve", "approve a proposed lesson (confirmed in a pop-up or typed here)"),
+        ("reject", "reject a proposed lesson (confirmed in a pop-up or typed here)"),
+    ):
         p = add(name, cmd_verdict, what)
         p.add_argument("id")
         p.add_argument("--note")

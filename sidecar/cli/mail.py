@@ -77,8 +77,7 @@ def cmd_inbox(args: argparse.Namespace, until_mail: bool = False) -> int:
         if not result["messages"] and (args.wait > 0 or until_mail):
             if sys.stderr.isatty() and not args.json:
                 how_long = "" if until_mail else f" up to {args.wait:g} s"
-                print(f"waiting{how_long} for mail to {result['to']} (Ctrl-C stops)…",
-                      file=sys.stderr, flush=True)
+                print(f"waiting{how_long} for mail to {result['to']} (Ctrl-C stops)…", file=sys.stderr, flush=True)
             result = client.call("inbox", wait=args.wait or LISTEN_WAIT, peek=args.peek, **mailbox)
             while until_mail and not result["messages"]:
                 result = client.call("inbox", wait=LISTEN_WAIT, peek=args.peek, **mailbox)
@@ -121,8 +120,11 @@ def cmd_sent(args: argparse.Namespace) -> int:
         _print_json(result)
         return 0
     if not result["messages"]:
-        print(f"no messages sent {'by ' + args.sender if args.sender else 'from this terminal'} yet"
-              if not args.ids else "no message with those ids was sent by you")
+        print(
+            f"no messages sent {'by ' + args.sender if args.sender else 'from this terminal'} yet"
+            if not args.ids
+            else "no message with those ids was sent by you"
+        )
         return 0
     for m in result["messages"]:
         when = time.strftime("%H:%M:%S", time.localtime(m["read_at"])) if m["read_at"] else ""
@@ -140,8 +142,12 @@ def add_arguments(add: AddCommand) -> None:
     p.add_argument("--fyi", action="store_true", help="do not wake the recipient; it sees it at its next pause")
     p.add_argument("--reply-to", help="the id of the message this answers")
     p.add_argument("--notify", action="store_true", help="also show it as a desktop notification to its person")
-    p.add_argument("--file", action="append", metavar="PATH",
-                   help="attach a text file (up to 10, 256 KB each, 512 KB in all); repeat for more")
+    p.add_argument(
+        "--file",
+        action="append",
+        metavar="PATH",
+        help="attach a text file (up to 10, 256 KB each, 512 KB in all); repeat for more",
+    )
     p.add_argument("--json", action="store_true")
     p = add("ask", cmd_ask, "ask your person a yes/no question in a desktop pop-up; exits 0 only if approved")
     p.add_argument("question", nargs="+", help="the question, shown with Approve and Deny")
@@ -150,8 +156,12 @@ def add_arguments(add: AddCommand) -> None:
     p.add_argument("--json", action="store_true")
     p = add("inbox", cmd_inbox, "show unread messages (yours, or a session's with --as) and mark them read")
     p.add_argument("--wait", type=float, default=0, help="wait up to N seconds (at most 600) for mail")
-    p.add_argument("--as", dest="as_", help="read a session's mailbox, or a named mailbox of yours "
-                   "(you/NAME, opened on first use, for a script or notes), instead of your terminal's")
+    p.add_argument(
+        "--as",
+        dest="as_",
+        help="read a session's mailbox, or a named mailbox of yours "
+        "(you/NAME, opened on first use, for a script or notes), instead of your terminal's",
+    )
     p.add_argument("--peek", action="store_true", help="show without marking anything read")
     p.add_argument("--raw", action="store_true", help="print the framed messages an agent sees, even at a terminal")
     p.add_argument("--json", action="store_true")

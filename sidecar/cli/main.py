@@ -39,9 +39,15 @@ def _print_json(data: Any) -> None:
 
 WIDTH = 100  # what a table may take, whatever the terminal: 100 columns read well everywhere
 # MCP tool names the sidecar's messages give agents, and the command a person types instead.
-TOOL_COMMANDS = {"list_team": "`hive who`", "check_inbox": "`hive inbox`", "send_message": "`hive send`",
-                 "whoami": "`hive status`", "ask_user": "`hive ask`", "search_memory": "`hive lessons search`",
-                 "propose_lesson": "`hive lessons propose`"}  # only names no sentence uses as a word
+TOOL_COMMANDS = {
+    "list_team": "`hive who`",
+    "check_inbox": "`hive inbox`",
+    "send_message": "`hive send`",
+    "whoami": "`hive status`",
+    "ask_user": "`hive ask`",
+    "search_memory": "`hive lessons search`",
+    "propose_lesson": "`hive lessons propose`",
+}  # only names no sentence uses as a word
 _TOOL_NAME = re.compile(r"`?\b(" + "|".join(TOOL_COMMANDS) + r")\b(?:\(\))?`?")
 
 
@@ -54,7 +60,7 @@ def for_people(message: str) -> str:
 def clip(text: str, width: int) -> str:
     """One line of at most ``width`` columns; what is cut is marked with an ellipsis."""
     line = re.sub(r"\s*[\r\n\t]+\s*", " ", text)  # one line; spaces that align columns stay
-    return line if len(line) <= width else line[:max(width - 1, 0)] + "…"
+    return line if len(line) <= width else line[: max(width - 1, 0)] + "…"
 
 
 def table(rows: Sequence[tuple[str, ...]], limits: tuple[int, ...]) -> list[str]:
@@ -62,8 +68,10 @@ def table(rows: Sequence[tuple[str, ...]], limits: tuple[int, ...]) -> list[str]
     cells = [[clip(cell, limit) for cell, limit in zip(row, limits, strict=False)] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(limits))]
     rest = WIDTH - sum(widths) - 2 * len(widths)
-    return [("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + "  " + clip(row[-1], rest)).rstrip()
-            for r, row in zip(cells, rows, strict=True)]
+    return [
+        ("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + "  " + clip(row[-1], rest)).rstrip()
+        for r, row in zip(cells, rows, strict=True)
+    ]
 
 
 def _call(op: str, autostart: bool = True, **args: Any) -> dict[str, Any]:
@@ -116,8 +124,16 @@ def cmd_project(args: argparse.Namespace) -> int:
 
 
 # Metavars that read as words where the option's own name would not (``--as NAME``, not ``AS_``).
-METAVARS = {"--as": "NAME", "--from": "NAME", "--reply-to": "ID", "--about": "ID", "--wait": "SECONDS",
-            "--limit": "N", "--since": "WHEN", "--session": "SESSION"}
+METAVARS = {
+    "--as": "NAME",
+    "--from": "NAME",
+    "--reply-to": "ID",
+    "--about": "ID",
+    "--wait": "SECONDS",
+    "--limit": "N",
+    "--since": "WHEN",
+    "--session": "SESSION",
+}
 PLUMBING = ("sidecar", "mcp", "hook", "integrations")
 
 
@@ -159,9 +175,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser: enough for ``hive``, ``--help`` and ``--version``. A name that is no command gives the
     whole parser, whose error lists the commands.
     """
-    parser = Parser(prog="hive", usage="hive [-h] [-V] COMMAND ...",
-                    description="Your team's coding agents, as one network.",
-                    formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(
+        prog="hive",
+        usage="hive [-h] [-V] COMMAND ...",
+        description="Your team's coding agents, as one network.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("-V", "--version", action="version", version=f"hive {__version__}")
     # The list of commands is written into the help below, in two groups: the automatic one is hidden.
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", help=argparse.SUPPRESS, prog="hive")
@@ -189,14 +208,16 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         from .gate import add_gate_arguments
 
         add_gate_arguments(p)
-    p = add("lessons", cmd_lessons, "the team's reviewed lessons: propose, search, review, retract, promote to "
-                                    "skills, import")
+    p = add(
+        "lessons",
+        cmd_lessons,
+        "the team's reviewed lessons: propose, search, review, retract, promote to skills, import",
+    )
     if p is not _UNBUILT:
         from .lessons import add_lessons_arguments
 
         add_lessons_arguments(p)
-    p = add("project", cmd_project, "the project of this repository: its owner and members, who receives its "
-                                    "lessons")
+    p = add("project", cmd_project, "the project of this repository: its owner and members, who receives its lessons")
     if p is not _UNBUILT:
         from .projects import add_project_arguments
 
@@ -206,10 +227,12 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--peek", action="store_true", help="do not count this as your last digest")
     p.add_argument("--person", help="another person's digest")
     p.add_argument("--json", action="store_true")
-    parser.epilog = (f"commands:\n{_command_list(everyday)}\n\n"
-                     f"plumbing (what harnesses and `hive setup` run; rarely typed):\n{_command_list(plumbing)}\n\n"
-                     "`hive COMMAND --help` tells more. Exit codes: 0 done, 1 a user error,\n"
-                     "2 the sidecar cannot be reached or started, 3 `hive ask` not approved.")
+    parser.epilog = (
+        f"commands:\n{_command_list(everyday)}\n\n"
+        f"plumbing (what harnesses and `hive setup` run; rarely typed):\n{_command_list(plumbing)}\n\n"
+        "`hive COMMAND --help` tells more. Exit codes: 0 done, 1 a user error,\n"
+        "2 the sidecar cannot be reached or started, 3 `hive ask` not approved."
+    )
     if only and only not in sub.choices:
         return build_parser()
     return parser

@@ -51,8 +51,10 @@ def cmd_join(args: argparse.Namespace) -> int:
     try:
         result = _call("team_join", **request)
     except UnknownOp:
-        print("hive: joining needs the mesh transport (the team_join op), which this sidecar does not serve yet",
-              file=sys.stderr)
+        print(
+            "hive: joining needs the mesh transport (the team_join op), which this sidecar does not serve yet",
+            file=sys.stderr,
+        )
         return 1
     if args.json:
         _print_json(result)
@@ -132,9 +134,11 @@ def cmd_team(args: argparse.Namespace) -> int:
         return 0
     machines = sum(len(p["machines"]) for p in result["people"])
     people = len(result["people"])
-    print(f"team {team['name']}: {people} {'person' if people == 1 else 'people'}, "
-          f"{machines} machine{'' if machines == 1 else 's'}"
-          + ("" if team["link"] else " (no team link: `hive link --new`)"))
+    print(
+        f"team {team['name']}: {people} {'person' if people == 1 else 'people'}, "
+        f"{machines} machine{'' if machines == 1 else 's'}"
+        + ("" if team["link"] else " (no team link: `hive link --new`)")
+    )
     for person in result["people"]:
         for i, m in enumerate(person["machines"]):
             if m["me"]:
@@ -199,14 +203,20 @@ def add_arguments(add: AddCommand) -> None:
     p.add_argument("--machine", help="this machine's name in the team")
     p.add_argument("--json", action="store_true")
     p = add("policy", cmd_policy, "what this machine does with teammates' mail: accept, hold or refuse, per person")
-    p.add_argument("words", nargs="*", metavar="[PERSON] POLICY",
-                   help="`hive policy hold` for everyone, `hive policy bob accept` for bob, "
-                        "`hive policy bob default` to drop bob's own; none to list")
+    p.add_argument(
+        "words",
+        nargs="*",
+        metavar="[PERSON] POLICY",
+        help="`hive policy hold` for everyone, `hive policy bob accept` for bob, "
+        "`hive policy bob default` to drop bob's own; none to list",
+    )
     p.add_argument("--json", action="store_true")
     p = add("held", cmd_held, "messages from teammates held by your inbound policy, waiting for you")
     p.add_argument("--json", action="store_true")
-    for name, func, what in (("approve", cmd_approve, "deliver held messages to their sessions"),
-                             ("drop", cmd_drop, "drop held messages; their senders are told")):
+    for name, func, what in (
+        ("approve", cmd_approve, "deliver held messages to their sessions"),
+        ("drop", cmd_drop, "drop held messages; their senders are told"),
+    ):
         p = add(name, func, what)
         p.add_argument("ids", nargs="+", help="message ids from `hive held`")
         p.add_argument("--json", action="store_true")

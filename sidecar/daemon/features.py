@@ -63,8 +63,9 @@ FEATURES: tuple[Feature, ...] = (
     Feature("projects", ops=projects.OPS),
     Feature("gate", ops=gate.OPS, frames=gate.attach),
     Feature("events", ops=observe.OPS),
-    Feature("lessons", ops=lesson_ops.OPS, setup=lesson_ops.follow_changes,
-            before_digest=lesson_ops.offer_held_reviews),
+    Feature(
+        "lessons", ops=lesson_ops.OPS, setup=lesson_ops.follow_changes, before_digest=lesson_ops.offer_held_reviews
+    ),
     Feature("lesson sync", ops=lesson_sync.OPS, frames=lesson_sync.attach),
 )
 
@@ -78,7 +79,8 @@ def op_table(features: tuple[Feature, ...] = FEATURES) -> dict[str, Op]:
     for feature in features:
         for op, handler in feature.ops.items():
             if op in table:
-                raise RuntimeError(f"op {op!r} is registered twice: by feature {registered_by[op]!r} "
-                                   f"and by feature {feature.name!r}")
+                raise RuntimeError(
+                    f"op {op!r} is registered twice: by feature {registered_by[op]!r} and by feature {feature.name!r}"
+                )
             table[op], registered_by[op] = handler, feature.name
     return table

@@ -19,8 +19,13 @@ async def op_ping(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -
     Reads no fields. Returns ``{"pong": true, "version", "pid", "home", "uptime"}`` (the state
     folder, and seconds since the sidecar started).
     """
-    return {"pong": True, "version": __version__, "pid": os.getpid(), "home": str(sidecar.paths.home),
-            "uptime": round(time.time() - sidecar.started, 3)}
+    return {
+        "pong": True,
+        "version": __version__,
+        "pid": os.getpid(),
+        "home": str(sidecar.paths.home),
+        "uptime": round(time.time() - sidecar.started, 3),
+    }
 
 
 async def op_status(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
@@ -34,11 +39,18 @@ async def op_status(sidecar: Sidecar, conn: Connection, request: dict[str, Any])
     count, senders = await sidecar.mailbox.counts(sidecar.terminal)
     live = [s for s in sidecar.sessions.by_key.values() if sidecar.sessions.is_live(s, now)]
     return {
-        "version": __version__, "pid": os.getpid(), "home": str(sidecar.paths.home),
-        "socket": str(sidecar.paths.socket), "person": sidecar.settings.person,
-        "machine": sidecar.settings.machine, "uptime": round(now - sidecar.started, 3),
-        "sessions_live": len(live), "sessions_known": len(sidecar.sessions.by_key),
-        "terminal_unread": count, "terminal_unread_from": senders, "team": team_name(sidecar),
+        "version": __version__,
+        "pid": os.getpid(),
+        "home": str(sidecar.paths.home),
+        "socket": str(sidecar.paths.socket),
+        "person": sidecar.settings.person,
+        "machine": sidecar.settings.machine,
+        "uptime": round(now - sidecar.started, 3),
+        "sessions_live": len(live),
+        "sessions_known": len(sidecar.sessions.by_key),
+        "terminal_unread": count,
+        "terminal_unread_from": senders,
+        "team": team_name(sidecar),
         "waiting": sorted(address for address, n in sidecar.parked.items() if n > 0),
     }
 

@@ -61,6 +61,7 @@ ACCEPT_BACKOFF = (0.05, 2.0)
 
 log = logging.getLogger("hive.sidecar")
 
+
 class Sidecar:
     def __init__(self, paths: StatePaths, settings: Settings) -> None:
         self.paths = paths
@@ -160,8 +161,7 @@ class Sidecar:
                 return
             except (anyio.BrokenResourceError, OSError) as exc:
                 cause = exc.__cause__ if isinstance(exc.__cause__, OSError) else exc
-                log.warning("accepting a client failed (%s); dropping idle clients, retrying in %.2f s",
-                            cause, backoff)
+                log.warning("accepting a client failed (%s); dropping idle clients, retrying in %.2f s", cause, backoff)
                 self._evict_idle(max(1, len(self.connections) // 16))
                 await anyio.sleep(backoff)
                 backoff = min(backoff * 2, ACCEPT_BACKOFF[1])
@@ -174,8 +174,10 @@ class Sidecar:
 
     def _evict_idle(self, count: int) -> None:
         """Drop up to ``count`` idle clients, oldest activity first; push channels go last."""
-        idle = sorted((c for c in self.connections.values() if c.idle and not c.closed),
-                      key=lambda c: (bool(c.push_sessions), c.last_active))
+        idle = sorted(
+            (c for c in self.connections.values() if c.idle and not c.closed),
+            key=lambda c: (bool(c.push_sessions), c.last_active),
+        )
         for conn in idle[:count]:
             conn.drop(f"over {connection_cap()} connections: the oldest idle one goes")
 
@@ -192,14 +194,25 @@ class Sidecar:
                             line = await reader.receive_until(b"\n", MAX_LINE)
                         except anyio.DelimiterNotFound:
                             line = b"x" * (MAX_LINE + 1)
-                        except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError,
-                                anyio.ClosedResourceError, ConnectionError):
+                        except (
+                            anyio.EndOfStream,
+                            anyio.IncompleteRead,
+                            anyio.BrokenResourceError,
+                            anyio.ClosedResourceError,
+                            ConnectionError,
+                        ):
                             break
                         conn.last_active = time.monotonic()
                         if len(line) > MAX_LINE:
                             with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                                await conn.send(_error(None, TooLarge(
-                                    f"a request line is limited to {MAX_LINE} bytes; the connection is closed")))
+                                await conn.send(
+                                    _error(
+                                        None,
+                                        TooLarge(
+                                            f"a request line is limited to {MAX_LINE} bytes; the connection is closed"
+                                        ),
+                                    )
+                                )
                             break
                         if line.strip():
                             while conn.inflight >= MAX_INFLIGHT:
@@ -276,14 +289,23 @@ class Sidecar:
         now = time.time()
         return [
             Entry(
-                person=self.settings.person, machine=self.settings.machine, name=s.name, agent=s.agent,
-                repo=s.repo, branch=s.branch, folder=os.path.basename(s.cwd.rstrip("/")), doing=s.doing,
-                tier=s.tier, live=self.sessions.is_live(s, now), key=s.key,
+                person=self.settings.person,
+                machine=self.settings.machine,
+                name=s.name,
+                agent=s.agent,
+                repo=s.repo,
+                branch=s.branch,
+                folder=os.path.basename(s.cwd.rstrip("/")),
+                doing=s.doing,
+                tier=s.tier,
+                live=self.sessions.is_live(s, now),
+                key=s.key,
             )
             for s in self.sessions.by_key.values()
         ] + self.mesh.entries()
 
     # ---- ops -------------------------------------------------------------------------
+
 
 def _error(request_id: Any, exc: HiveError) -> dict[str, Any]:
     return {"id": request_id, "ok": False, "error": exc.to_wire()}

@@ -1,2 +1,1 @@
-"""The attention gate: when a person is worth interrupting, and the preferences that decide it.
-"""
+"""The attention gate: when a person is worth interrupting, and the preferences that decide it."""

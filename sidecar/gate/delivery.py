@@ -32,8 +32,12 @@ async def deliver_in_sidecar(sidecar: Sidecar, item: Item, decision: Decision) -
         raise HiveError(f"{item.person} is not on this machine, and the team knows no machine of theirs")
     text = _delivery_text(item, decision)
     if decision.channel == "popup":
-        prompt = Prompt(title=f"hive · {item.source}", body=clip(f"{item.title}\n{item.body}".strip(), 400),
-                        timeout=30.0, question=False)
+        prompt = Prompt(
+            title=f"hive · {item.source}",
+            body=clip(f"{item.title}\n{item.body}".strip(), 400),
+            timeout=30.0,
+            question=False,
+        )
         shown = await _show_notification(sidecar, prompt)
         if shown:
             return
@@ -48,8 +52,18 @@ async def deliver_in_sidecar(sidecar: Sidecar, item: Item, decision: Decision) -
         address = sidecar.sessions.address(session)
     else:
         address = sidecar.terminal
-    message = Message(id=new_ulid(), sender=GATE_SENDER, sender_kind="hive", sender_agent="hive-gate",
-                      sender_repo="", recipient=address, reply_to=None, body=text, wake=True, sent_at=time.time())
+    message = Message(
+        id=new_ulid(),
+        sender=GATE_SENDER,
+        sender_kind="hive",
+        sender_agent="hive-gate",
+        sender_repo="",
+        recipient=address,
+        reply_to=None,
+        body=text,
+        wake=True,
+        sent_at=time.time(),
+    )
     await deliver_local(sidecar, message, None)
 
 
@@ -81,4 +95,3 @@ def _delivery_text(item: Item, decision: Decision) -> str:
         lines.append(f"Relayed by {origin}'s hive.")
     lines.append(f"Why now: {decision.reason}. (`hive gate why {decision.item_id}`)")
     return "\n".join(lines)
-

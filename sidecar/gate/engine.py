@@ -122,10 +122,18 @@ class Gate:
     are then committed in one batch (group commit) before any delivery and before callers return.
     """
 
-    def __init__(self, store: Store, prefs: PrefsFile, *, clock: Callable[[], float] = time.time,
-                 deliver: Deliverer | None = None, owners: Owners | None = None,
-                 is_local: Callable[[Item], bool] | None = None, relay: Relay | None = None,
-                 idle_session: Callable[[Item, float], str] | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        prefs: PrefsFile,
+        *,
+        clock: Callable[[], float] = time.time,
+        deliver: Deliverer | None = None,
+        owners: Owners | None = None,
+        is_local: Callable[[Item], bool] | None = None,
+        relay: Relay | None = None,
+        idle_session: Callable[[Item, float], str] | None = None,
+    ) -> None:
         self.store = store
         self.prefs_file = prefs
         self.clock = clock
@@ -180,8 +188,9 @@ class Gate:
 
     # ---- facts ---------------------------------------------------------------------------
 
-    async def record(self, kind: str, ref: str, state: str, *, due: float | None = None, detail: str = "",
-                     at: float | None = None) -> Fact:
+    async def record(
+        self, kind: str, ref: str, state: str, *, due: float | None = None, detail: str = "", at: float | None = None
+    ) -> Fact:
         """Record what hive's own observers saw (a test run's result, a deadline, who is blocked).
 
         Raises:
@@ -198,8 +207,16 @@ class Gate:
         now = self.clock() if at is None else at
         before = self.facts.get((kind, ref))
         same = before is not None and before.state == state
-        fact = Fact(kind, ref, state, before.since if same and before else now, now,
-                    before.runs + 1 if same and before else 1, due, clip(clean(detail), MAX_REF))
+        fact = Fact(
+            kind,
+            ref,
+            state,
+            before.since if same and before else now,
+            now,
+            before.runs + 1 if same and before else 1,
+            due,
+            clip(clean(detail), MAX_REF),
+        )
         self.facts[(kind, ref)] = fact
         self.book.fact(fact)
         # Compared with what the last record meant when it was made: a failure that has now run long
@@ -263,13 +280,24 @@ class Gate:
         if self.is_local is not None and self.relay is not None and not self.is_local(item):
             entry = Entry(id=self._ids.new(now), item=item, fingerprint=fingerprint, urgency="info", offered_at=now)
             entry.urgency = rules.urgency(self.facts, item, now)[0]
-            return entry, self._decide(entry, "relay", "relay",
-                                       f"for {item.person}, whose own machine decides with their preferences: "
-                                       "relayed there" + (f" ({owner})" if owner else ""), now)
+            return entry, self._decide(
+                entry,
+                "relay",
+                "relay",
+                f"for {item.person}, whose own machine decides with their preferences: "
+                "relayed there" + (f" ({owner})" if owner else ""),
+                now,
+            )
         prefs = self.prefs(item.person)
         level, because = rules.urgency(self.facts, item, now)
-        entry = Entry(id=self._ids.new(now), item=item, fingerprint=fingerprint, urgency=level,
-                      offered_at=now, shadow=not prefs.is_live(item.source))
+        entry = Entry(
+            id=self._ids.new(now),
+            item=item,
+            fingerprint=fingerprint,
+            urgency=level,
+            offered_at=now,
+            shadow=not prefs.is_live(item.source),
+        )
         window = self.prefs_file.settings.window
         prior = self._prior(fingerprint, now)
         # 1. Floors, fixed in code: nothing below may lower them.
@@ -287,8 +315,9 @@ class Gate:
         self._remember(fingerprint, Seen(entry.id, now, level, "new"))
         return entry, self._route(entry, prefs, now, because, fresh=True)
 
-    async def offer_now(self, item: Item, deliver: Deliverer, *, channel: str = "popup",
-                        budget: bool = False) -> Decision:
+    async def offer_now(
+        self, item: Item, deliver: Deliverer, *, channel: str = "popup", budget: bool = False
+    ) -> Decision:
         """Decide an item that is worth showing now or not at all, and show it with ``deliver``.
 
         For a pop-up about a message that is already in its mailbox (``notify``), a review request
@@ -306,12 +335,19 @@ class Gate:
         await self._commit()
         return (await self._dispatch([(entry, decision)], deliver=deliver))[0]
 
-    def _offer_now(self, item: Item, now: float, channel: str = "popup",
-                   budget: bool = False) -> tuple[Entry, Decision]:
+    def _offer_now(
+        self, item: Item, now: float, channel: str = "popup", budget: bool = False
+    ) -> tuple[Entry, Decision]:
         prefs = self.prefs(item.person)
         level = rules.urgency(self.facts, item, now)[0]
-        entry = Entry(id=self._ids.new(now), item=item, fingerprint=item.fingerprint, urgency=level,
-                      offered_at=now, shadow=not prefs.is_live(item.source))
+        entry = Entry(
+            id=self._ids.new(now),
+            item=item,
+            fingerprint=item.fingerprint,
+            urgency=level,
+            offered_at=now,
+            shadow=not prefs.is_live(item.source),
+        )
         if (step := rules.floor(self.facts, item, channel) or rules.mute(prefs, item)) is not None:
             return entry, self._step(entry, step, now)
         prior = self._prior(entry.fingerprint, now)
@@ -327,23 +363,33 @@ class Gate:
             if not taken:
                 return entry, self._decide(entry, "digest", rule, why, now)
             spent = f"; {why}"
-        return entry, self._decide(entry, "deliver", "now.requested",
-                                   f"{item.proposer or 'its sender'} asked for it to be shown now; {item.person} "
-                                   f"takes {item.source} items as {shown} and is outside quiet hours{spent}", now,
-                                   channel=channel, session=item.session)
+        return entry, self._decide(
+            entry,
+            "deliver",
+            "now.requested",
+            f"{item.proposer or 'its sender'} asked for it to be shown now; {item.person} "
+            f"takes {item.source} items as {shown} and is outside quiet hours{spent}",
+            now,
+            channel=channel,
+            session=item.session,
+        )
 
-    def _route(self, entry: Entry, prefs: Prefs, now: float, because: str, fresh: bool,
-               prefix: str = "") -> Decision:
+    def _route(self, entry: Entry, prefs: Prefs, now: float, because: str, fresh: bool, prefix: str = "") -> Decision:
         """Steps from the channel on: for a new item, and again for a held one when its quiet hours end."""
         item = entry.item
         if not fresh:
             entry.urgency, because = rules.urgency(self.facts, item, now)  # facts may have changed while it was held
-            if (step := rules.floor(self.facts, item, prefs.alarm_channel, prefix=prefix)
-                    or rules.mute(prefs, item, prefix=prefix)) is not None:
+            if (
+                step := rules.floor(self.facts, item, prefs.alarm_channel, prefix=prefix)
+                or rules.mute(prefs, item, prefix=prefix)
+            ) is not None:
                 return self._step(entry, step, now)
-        step = (rules.digest_only(prefs, item, prefix=prefix)
-                or rules.alarm(entry.urgency, because, prefs, item, prefix=prefix)
-                or rules.quiet(prefs, now, prefix=prefix) or rules.info(entry.urgency, prefix=prefix))
+        step = (
+            rules.digest_only(prefs, item, prefix=prefix)
+            or rules.alarm(entry.urgency, because, prefs, item, prefix=prefix)
+            or rules.quiet(prefs, now, prefix=prefix)
+            or rules.info(entry.urgency, prefix=prefix)
+        )
         if step is not None:
             return self._step(entry, step, now)
         settings = self.prefs_file.settings
@@ -353,19 +399,30 @@ class Gate:
         taken, rule, why = self.budget.take(entry, prefs, now)
         if not taken:
             return self._decide(entry, "digest", rule, prefix + why, now)
-        return self._wait(entry, prefs, now, now + settings.hold_attention,
-                          prefix + f"attention ({because}); {why}; ")
+        return self._wait(entry, prefs, now, now + settings.hold_attention, prefix + f"attention ({because}); {why}; ")
 
     def _wait(self, entry: Entry, prefs: Prefs, now: float, due: float, why: str) -> Decision:
         """Wait for a breakpoint, unless its session (or, for the person, one of theirs) is at one: idle."""
         idle_after = self.prefs_file.settings.idle_after
         where = self.idle_session(entry.item, idle_after) if self.idle_session is not None else ""
         if where:
-            return self._decide(entry, "deliver", "breakpoint.idle",
-                                f"{why}{where} has been idle for {rules.span(idle_after)} or more: a natural pause",
-                                now, channel=rules.channel_for(prefs, entry.urgency), session=where)
-        return self._decide(entry, "wait", "wait", f"{why}waits for a breakpoint, at most until "
-                            f"{rules.when(prefs, due, now)}", now, due=due)
+            return self._decide(
+                entry,
+                "deliver",
+                "breakpoint.idle",
+                f"{why}{where} has been idle for {rules.span(idle_after)} or more: a natural pause",
+                now,
+                channel=rules.channel_for(prefs, entry.urgency),
+                session=where,
+            )
+        return self._decide(
+            entry,
+            "wait",
+            "wait",
+            f"{why}waits for a breakpoint, at most until {rules.when(prefs, due, now)}",
+            now,
+            due=due,
+        )
 
     # ---- dedupe memory -------------------------------------------------------------------
 
@@ -386,8 +443,18 @@ class Gate:
 
     # ---- recording -----------------------------------------------------------------------
 
-    def _decide(self, entry: Entry, outcome: str, rule: str, reason: str, now: float, *, due: float | None = None,
-                channel: str = "", session: str = "") -> Decision:
+    def _decide(
+        self,
+        entry: Entry,
+        outcome: str,
+        rule: str,
+        reason: str,
+        now: float,
+        *,
+        due: float | None = None,
+        channel: str = "",
+        session: str = "",
+    ) -> Decision:
         """Apply one decision to ``entry`` and queue its ledger row; shadow items only record it."""
         would = ""
         if entry.shadow and outcome in ("deliver", "wait", "hold", "digest") and rule != "floor.security":
@@ -410,15 +477,28 @@ class Gate:
         seen = self.seen.get(entry.fingerprint)
         if seen is not None and seen.id == entry.id:
             seen.state = entry.state
-        decision = Decision(item_id=entry.id, fingerprint=entry.fingerprint, source=entry.item.source,
-                            person=entry.item.person, outcome=outcome, rule=rule, reason=reason,
-                            urgency=entry.urgency, at=now, due=due, channel=channel, session=session, would=would)
+        decision = Decision(
+            item_id=entry.id,
+            fingerprint=entry.fingerprint,
+            source=entry.item.source,
+            person=entry.item.person,
+            outcome=outcome,
+            rule=rule,
+            reason=reason,
+            urgency=entry.urgency,
+            at=now,
+            due=due,
+            channel=channel,
+            session=session,
+            would=would,
+        )
         self.book.decided(entry, outcome, rule, reason, now, channel)
         return decision
 
     def _step(self, entry: Entry, step: rules.Step, now: float) -> Decision:
-        return self._decide(entry, step.outcome, step.rule, step.reason, now, due=step.due, channel=step.channel,
-                            session=step.session)
+        return self._decide(
+            entry, step.outcome, step.rule, step.reason, now, due=step.due, channel=step.channel, session=step.session
+        )
 
     def _close(self, entry: Entry) -> None:
         self.open.pop(entry.id, None)
@@ -435,8 +515,9 @@ class Gate:
 
     # ---- delivery ------------------------------------------------------------------------
 
-    async def _dispatch(self, decided: list[tuple[Entry, Decision]],
-                        deliver: Deliverer | None = None) -> list[Decision]:
+    async def _dispatch(
+        self, decided: list[tuple[Entry, Decision]], deliver: Deliverer | None = None
+    ) -> list[Decision]:
         """Hand delivered items to their deliverers (or ``deliver``), after their ledger rows are committed."""
         results = []
         failed = False
@@ -457,9 +538,15 @@ class Gate:
                 if not isinstance(exc, HiveError):
                     log.exception("delivering gate item %s failed", entry.id)
                 failed = True
-                results.append(self._decide(entry, "digest", "deliver.failed",
-                                            f"delivery on {decision.channel} failed ({message}); in the digest "
-                                            "instead", self.clock()))
+                results.append(
+                    self._decide(
+                        entry,
+                        "digest",
+                        "deliver.failed",
+                        f"delivery on {decision.channel} failed ({message}); in the digest instead",
+                        self.clock(),
+                    )
+                )
                 continue
             results.append(decision)
         if failed:
@@ -478,15 +565,25 @@ class Gate:
                 log.exception("relaying gate item %s failed", entry.id)
             now = self.clock()
             if now - entry.offered_at >= RELAY_GIVE_UP:
-                return self._decide(entry, "digest", "relay.failed",
-                                    f"no machine of {entry.item.person}'s took it for "
-                                    f"{rules.span(now - entry.offered_at)} ({message}); in the digest here instead",
-                                    now)
+                return self._decide(
+                    entry,
+                    "digest",
+                    "relay.failed",
+                    f"no machine of {entry.item.person}'s took it for "
+                    f"{rules.span(now - entry.offered_at)} ({message}); in the digest here instead",
+                    now,
+                )
             # Backing off with the time it has waited, so a machine away for a day costs a few rows.
             due = now + max(self.prefs_file.settings.relay_retry, min(HOUR, (now - entry.offered_at) / 2))
-            return self._decide(entry, "hold", "relay.wait",
-                                f"{entry.item.person}'s machine did not take it ({message}); tried again at "
-                                f"{rules.when(self.prefs(entry.item.person), due, now)}", now, due=due)
+            return self._decide(
+                entry,
+                "hold",
+                "relay.wait",
+                f"{entry.item.person}'s machine did not take it ({message}); tried again at "
+                f"{rules.when(self.prefs(entry.item.person), due, now)}",
+                now,
+                due=due,
+            )
         return self._decide(entry, "relay", "relay.taken", where, self.clock())
 
     # ---- breakpoints and deadlines -------------------------------------------------------
@@ -505,21 +602,41 @@ class Gate:
         now = self.clock()
         waiting = [e for e in self.waiting.get(person, {}).values() if e.item.session in ("", session)]
         where = f" in {session}" if session else ""
-        decided = [(e, self._release(e, now, "breakpoint." + kind, f"at a breakpoint: {BREAKPOINTS[kind]}{where}",
-                                     session or e.item.session))
-                   for e in sorted(waiting, key=lambda e: e.offered_at)]
+        decided = [
+            (
+                e,
+                self._release(
+                    e,
+                    now,
+                    "breakpoint." + kind,
+                    f"at a breakpoint: {BREAKPOINTS[kind]}{where}",
+                    session or e.item.session,
+                ),
+            )
+            for e in sorted(waiting, key=lambda e: e.offered_at)
+        ]
         await self._commit()
         return await self._dispatch(decided)
 
     def _release(self, entry: Entry, now: float, rule: str, reason: str, session: str) -> Decision:
         """A waiting item's moment came: deliver it, unless the person's preferences changed meanwhile."""
         prefs = self.prefs(entry.item.person)
-        step = (rules.mute(prefs, entry.item, waited=True) or rules.digest_only(prefs, entry.item, waited=True)
-                or rules.quiet(prefs, now, prefix=f"{reason}, but in "))
+        step = (
+            rules.mute(prefs, entry.item, waited=True)
+            or rules.digest_only(prefs, entry.item, waited=True)
+            or rules.quiet(prefs, now, prefix=f"{reason}, but in ")
+        )
         if step is not None:
             return self._step(entry, step, now)
-        return self._decide(entry, "deliver", rule, f"{entry.urgency}: delivered {reason}", now,
-                            channel=rules.channel_for(prefs, entry.urgency), session=session)
+        return self._decide(
+            entry,
+            "deliver",
+            rule,
+            f"{entry.urgency}: delivered {reason}",
+            now,
+            channel=rules.channel_for(prefs, entry.urgency),
+            session=session,
+        )
 
     def next_due(self) -> float | None:
         """When the earliest waiting or held item must be decided again."""
@@ -539,21 +656,39 @@ class Gate:
             _, entry_id = heapq.heappop(self._due)
             entry = self.open[entry_id]
             prefs = self.prefs(entry.item.person)
-            if entry.state == "held" and self.is_local is not None and self.relay is not None \
-                    and not self.is_local(entry.item):
+            if (
+                entry.state == "held"
+                and self.is_local is not None
+                and self.relay is not None
+                and not self.is_local(entry.item)
+            ):
                 self._close(entry)
-                decided.append((entry, self._decide(entry, "relay", "relay",
-                                                    f"for {entry.item.person}: relayed again", now)))
+                decided.append(
+                    (entry, self._decide(entry, "relay", "relay", f"for {entry.item.person}: relayed again", now))
+                )
             elif entry.state == "held":
                 # The wait for quiet hours to end is over: the item is decided again from its channel on.
                 self._close(entry)
-                decided.append((entry, self._route(entry, prefs, now, "", fresh=False,
-                                                   prefix="quiet hours ended; decided again: ")))
+                decided.append(
+                    (
+                        entry,
+                        self._route(entry, prefs, now, "", fresh=False, prefix="quiet hours ended; decided again: "),
+                    )
+                )
             else:
                 bound = rules.span(now - entry.offered_at)
-                decided.append((entry, self._release(entry, now, "max-hold",
-                                                     f"at its bound: no breakpoint came within {bound}",
-                                                     entry.item.session)))
+                decided.append(
+                    (
+                        entry,
+                        self._release(
+                            entry,
+                            now,
+                            "max-hold",
+                            f"at its bound: no breakpoint came within {bound}",
+                            entry.item.session,
+                        ),
+                    )
+                )
         if decided:
             await self._commit()
         return await self._dispatch(decided)
@@ -584,8 +719,9 @@ class Gate:
         """The person or their session acted on an item (cited it, replied, changed the file)."""
         return await self.book.acted(ref, how)
 
-    async def ledger(self, since: float | None = None, person: str | None = None, limit: int = 500,
-                     item: str | None = None) -> list[dict[str, Any]]:
+    async def ledger(
+        self, since: float | None = None, person: str | None = None, limit: int = 500, item: str | None = None
+    ) -> list[dict[str, Any]]:
         """Ledger rows, oldest first, with each item's title."""
         return await self.book.rows(since, person, limit, item)
 
@@ -613,17 +749,29 @@ class Gate:
 
 def _for_person(item: Item, person: str, why: str) -> Item:
     """A copy of ``item`` for a code owner: for them, not for one of the proposer's sessions."""
-    return Item(source=item.source, person=person, title=item.title, body=item.body, session="",
-                evidence=item.evidence, key=item.key, proposer=item.proposer,
-                data={**item.data, "code_owner": why})
+    return Item(
+        source=item.source,
+        person=person,
+        title=item.title,
+        body=item.body,
+        session="",
+        evidence=item.evidence,
+        key=item.key,
+        proposer=item.proposer,
+        data={**item.data, "code_owner": why},
+    )
 
 
 async def run_gate(sidecar: Sidecar, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
     """The sidecar's hook: build its gate, load it, and run its one timer in the sidecar's task group."""
-    gate = Gate(sidecar.store, PrefsFile(sidecar.paths.config),
-                deliver=lambda item, decision: deliver_in_sidecar(sidecar, item, decision),
-                owners=lambda item: code_owners(sidecar, item), is_local=lambda item: is_local(sidecar, item),
-                relay=lambda item, facts: relay_item(sidecar, item, facts),
-                idle_session=lambda item, idle_after: idle_session(sidecar, item, idle_after))
+    gate = Gate(
+        sidecar.store,
+        PrefsFile(sidecar.paths.config),
+        deliver=lambda item, decision: deliver_in_sidecar(sidecar, item, decision),
+        owners=lambda item: code_owners(sidecar, item),
+        is_local=lambda item: is_local(sidecar, item),
+        relay=lambda item, facts: relay_item(sidecar, item, facts),
+        idle_session=lambda item, idle_after: idle_session(sidecar, item, idle_after),
+    )
     GATES[sidecar] = gate
     await gate.run(task_status=task_status)

@@ -20,15 +20,32 @@ from .prefs import valid_source
 
 URGENCIES = ("info", "attention", "alarm")
 RANK = {u: i for i, u in enumerate(URGENCIES)}
-BREAKPOINTS = {"commit": "a commit", "test": "a test run finished", "idle": "the session idle for 60 s",
-               "turn": "a turn ended", "pr": "a pull request opened"}
+BREAKPOINTS = {
+    "commit": "a commit",
+    "test": "a test run finished",
+    "idle": "the session idle for 60 s",
+    "turn": "a turn ended",
+    "pr": "a pull request opened",
+}
 # What each checkable record kind may say, and what its facts mean for urgency (rules.fact_urgency).
-FACT_STATES = {"test": ("passing", "failing"), "ci": ("passing", "failing"), "deadline": ("open", "done"),
-               "blocked": ("blocked", "unblocked"), "security": ("open", "fixed"),
-               "overlap": ("open", "resolved")}
+FACT_STATES = {
+    "test": ("passing", "failing"),
+    "ci": ("passing", "failing"),
+    "deadline": ("open", "done"),
+    "blocked": ("blocked", "unblocked"),
+    "security": ("open", "fixed"),
+    "overlap": ("open", "resolved"),
+}
 ACTED = ("cited", "replied", "changed", "asked", "wanted")
-OUTCOME_STATE = {"deliver": "delivered", "wait": "pending", "hold": "held", "digest": "digest",
-                 "silence": "silenced", "shadow": "shadow", "relay": "relayed"}
+OUTCOME_STATE = {
+    "deliver": "delivered",
+    "wait": "pending",
+    "hold": "held",
+    "digest": "digest",
+    "silence": "silenced",
+    "shadow": "shadow",
+    "relay": "relayed",
+}
 
 MAX_TITLE = 300
 MAX_BODY = 4000
@@ -46,9 +63,16 @@ _STR = json.encoder.encode_basestring  # what _JSON writes a string as (C-accele
 
 def _evidence_json(evidence: Iterable[Evidence]) -> str:
     """``_JSON.encode([e.public() for e in evidence])``, byte for byte, without the dicts: written per item."""
-    return "[" + ",".join(
-        f'{{"kind":{_STR(e.kind)},"ref":{_STR(e.ref)},"note":{_STR(e.note)}}}' if e.note
-        else f'{{"kind":{_STR(e.kind)},"ref":{_STR(e.ref)}}}' for e in evidence) + "]"
+    return (
+        "["
+        + ",".join(
+            f'{{"kind":{_STR(e.kind)},"ref":{_STR(e.ref)},"note":{_STR(e.note)}}}'
+            if e.note
+            else f'{{"kind":{_STR(e.kind)},"ref":{_STR(e.ref)}}}'
+            for e in evidence
+        )
+        + "]"
+    )
 
 
 class Ids:
@@ -70,6 +94,7 @@ class Ids:
 
 
 # ---- items ---------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Evidence:
@@ -130,16 +155,26 @@ class Item:
         return found
 
     def public(self) -> dict[str, Any]:
-        return {"source": self.source, "person": self.person, "session": self.session, "title": self.title,
-                "body": self.body, "evidence": [e.public() for e in self.evidence], "key": self.key,
-                "proposer": self.proposer, "data": dict(self.data)}
+        return {
+            "source": self.source,
+            "person": self.person,
+            "session": self.session,
+            "title": self.title,
+            "body": self.body,
+            "evidence": [e.public() for e in self.evidence],
+            "key": self.key,
+            "proposer": self.proposer,
+            "data": dict(self.data),
+        }
 
     @classmethod
     def from_wire(cls, raw: Any, default_person: str = "") -> Item:
         """Validate an item from a request. Raises BadRequest."""
         if not isinstance(raw, Mapping):
-            raise BadRequest("an item is an object: source, person, title, and optionally session, body, "
-                             "evidence, key, proposer, data")
+            raise BadRequest(
+                "an item is an object: source, person, title, and optionally session, body, "
+                "evidence, key, proposer, data"
+            )
 
         def text(name: str, limit: int, required: bool = False) -> str:
             value = raw.get(name, "")
@@ -174,9 +209,17 @@ class Item:
         data = raw.get("data") or {}
         if not isinstance(data, Mapping) or len(json.dumps(data, ensure_ascii=False)) > MAX_DATA:
             raise BadRequest(f"item.data is an object of at most {MAX_DATA} bytes as JSON")
-        return cls(source=str(source), person=person, title=text("title", MAX_TITLE, required=True),
-                   body=text("body", MAX_BODY), session=text("session", MAX_REF), evidence=tuple(evidence),
-                   key=text("key", MAX_REF), proposer=text("proposer", MAX_REF), data=dict(data))
+        return cls(
+            source=str(source),
+            person=person,
+            title=text("title", MAX_TITLE, required=True),
+            body=text("body", MAX_BODY),
+            session=text("session", MAX_REF),
+            evidence=tuple(evidence),
+            key=text("key", MAX_REF),
+            proposer=text("proposer", MAX_REF),
+            data=dict(data),
+        )
 
 
 @dataclass(frozen=True)
@@ -193,8 +236,16 @@ class Fact:
     detail: str = ""
 
     def public(self) -> dict[str, Any]:
-        return {"kind": self.kind, "ref": self.ref, "state": self.state, "since": self.since, "at": self.at,
-                "runs": self.runs, "due": self.due, "detail": self.detail}
+        return {
+            "kind": self.kind,
+            "ref": self.ref,
+            "state": self.state,
+            "since": self.since,
+            "at": self.at,
+            "runs": self.runs,
+            "due": self.due,
+            "detail": self.detail,
+        }
 
 
 @dataclass(frozen=True)
@@ -216,10 +267,21 @@ class Decision:
     would: str = ""  # shadow: the outcome a live source would have had
 
     def public(self) -> dict[str, Any]:
-        return {"item": self.item_id, "fingerprint": self.fingerprint, "source": self.source,
-                "person": self.person, "outcome": self.outcome, "rule": self.rule, "reason": self.reason,
-                "urgency": self.urgency, "at": self.at, "due": self.due, "channel": self.channel,
-                "session": self.session, "would": self.would}
+        return {
+            "item": self.item_id,
+            "fingerprint": self.fingerprint,
+            "source": self.source,
+            "person": self.person,
+            "outcome": self.outcome,
+            "rule": self.rule,
+            "reason": self.reason,
+            "urgency": self.urgency,
+            "at": self.at,
+            "due": self.due,
+            "channel": self.channel,
+            "session": self.session,
+            "would": self.would,
+        }
 
 
 @dataclass

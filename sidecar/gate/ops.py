@@ -73,8 +73,17 @@ async def op_offer(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) 
 
 
 def _with_session(item: Item, session: str) -> Item:
-    return Item(source=item.source, person=item.person, title=item.title, body=item.body, session=session,
-                evidence=item.evidence, key=item.key, proposer=item.proposer, data=item.data)
+    return Item(
+        source=item.source,
+        person=item.person,
+        title=item.title,
+        body=item.body,
+        session=session,
+        evidence=item.evidence,
+        key=item.key,
+        proposer=item.proposer,
+        data=item.data,
+    )
 
 
 async def op_breakpoint(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
@@ -86,8 +95,11 @@ async def op_breakpoint(sidecar: Sidecar, conn: Connection, request: dict[str, A
     ``bad_request`` for another kind, ``not_found`` for a session named without its person.
     """
     session = _session_address(sidecar, request.get("session"))
-    person = _person(sidecar, request) if request.get("person") else (session.split("/", 1)[0] if session
-                                                                        else sidecar.settings.person)
+    person = (
+        _person(sidecar, request)
+        if request.get("person")
+        else (session.split("/", 1)[0] if session else sidecar.settings.person)
+    )
     decisions = await gate_of(sidecar).breakpoint(person, session, str(request.get("kind")))
     return {"person": person, "session": session, "delivered": [d.public() for d in decisions]}
 
@@ -106,8 +118,13 @@ async def op_fact(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -
     detail = request.get("detail") or ""
     if not isinstance(detail, str):
         raise BadRequest("detail is a string")
-    fact = await gate_of(sidecar).record(str(request.get("kind")), request.get("ref"),  # type: ignore[arg-type]
-                                         str(request.get("state")), due=due, detail=detail)
+    fact = await gate_of(sidecar).record(
+        str(request.get("kind")),
+        request.get("ref"),  # type: ignore[arg-type]
+        str(request.get("state")),
+        due=due,
+        detail=detail,
+    )
     return fact.public()
 
 
@@ -168,15 +185,21 @@ async def op_prefs(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) 
     return await _change_prefs(sidecar, conn, request, person, changes)
 
 
-async def _change_prefs(sidecar: Sidecar, conn: Connection, request: Mapping[str, Any], person: str,
-                        changes: list[Any]) -> dict[str, Any]:
+async def _change_prefs(
+    sidecar: Sidecar, conn: Connection, request: Mapping[str, Any], person: str, changes: list[Any]
+) -> dict[str, Any]:
     if person != sidecar.settings.person:
         raise NeedsPerson(f"{person}'s preferences are theirs to change, on their own machine")
     described = "; ".join(c.describe() for c in changes)
-    how = await confirm_by_person(conn, request, f"Change your hive gate preferences: {described}?",
-                                  title="hive · confirm a change", outcome="not changed",
-                                  hint="An agent can read the gate's preferences; only its person changes them, "
-                                       "with `hive gate prefs` in a terminal.")
+    how = await confirm_by_person(
+        conn,
+        request,
+        f"Change your hive gate preferences: {described}?",
+        title="hive · confirm a change",
+        outcome="not changed",
+        hint="An agent can read the gate's preferences; only its person changes them, "
+        "with `hive gate prefs` in a terminal.",
+    )
     gate = gate_of(sidecar)
     write_changes(sidecar.paths.config, person, changes, gate.prefs(person))
     gate.prefs_file.reload()
@@ -236,12 +259,21 @@ async def op_measures(sidecar: Sidecar, conn: Connection, request: dict[str, Any
     "silenced_mattered", "silenced_mattered_share"}``. Raises ``bad_request`` for a bad ``since``.
     """
     person = request.get("person")
-    return await gate_of(sidecar).measures(slug(person) if isinstance(person, str) and person else None,
-                                           _since(request.get("since")))
+    return await gate_of(sidecar).measures(
+        slug(person) if isinstance(person, str) and person else None, _since(request.get("since"))
+    )
 
 
 OPS = {
-    "gate_offer": op_offer, "gate_breakpoint": op_breakpoint, "gate_fact": op_fact, "gate_acted": op_acted,
-    "gate_ledger": op_ledger, "gate_why": op_why, "gate_prefs": op_prefs, "gate_promote": op_promote,
-    "gate_shadow": op_shadow, "gate_measures": op_measures, "digest": op_digest,
+    "gate_offer": op_offer,
+    "gate_breakpoint": op_breakpoint,
+    "gate_fact": op_fact,
+    "gate_acted": op_acted,
+    "gate_ledger": op_ledger,
+    "gate_why": op_why,
+    "gate_prefs": op_prefs,
+    "gate_promote": op_promote,
+    "gate_shadow": op_shadow,
+    "gate_measures": op_measures,
+    "digest": op_digest,
 }

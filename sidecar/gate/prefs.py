@@ -63,8 +63,7 @@ ALARM_CHANNELS = ("session", "popup")
 DEFAULT_LIVE = frozenset({"overlap", "notify", "lesson", "review"})
 # Fractions of the daily budget; a source not listed gets DEFAULT_SHARE. They may sum past 1:
 # the daily budget caps the total, the shares only stop one source from spending all of it.
-DEFAULT_SHARES: Mapping[str, float] = {"overlap": 0.25, "lesson": 0.25, "review": 0.4, "notify": 0.25,
-                                       "mail": 0.25}
+DEFAULT_SHARES: Mapping[str, float] = {"overlap": 0.25, "lesson": 0.25, "review": 0.4, "notify": 0.25, "mail": 0.25}
 DEFAULT_SHARE = 0.25
 MAX_BUDGET = 1000
 RELOAD_EVERY = 1.0  # seconds between looks at the file's mtime
@@ -154,12 +153,20 @@ class Prefs:
 
     def public(self) -> dict[str, Any]:
         return {
-            "person": self.person, "budget": self.budget, "quiet": format_quiet(self.quiet),
-            "timezone": self.timezone, "alarms": self.alarms, "channel": self.channel,
-            "alarm_channel": self.alarm_channel, "proposer_share": self.proposer_share,
-            "shares": dict(sorted(self.shares.items())), "default_share": DEFAULT_SHARE,
+            "person": self.person,
+            "budget": self.budget,
+            "quiet": format_quiet(self.quiet),
+            "timezone": self.timezone,
+            "alarms": self.alarms,
+            "channel": self.channel,
+            "alarm_channel": self.alarm_channel,
+            "proposer_share": self.proposer_share,
+            "shares": dict(sorted(self.shares.items())),
+            "default_share": DEFAULT_SHARE,
             "caps": {s: self.cap(s) for s in sorted(self.shares)},
-            "mute": sorted(self.mute), "live": sorted(self.live), "problems": list(self.problems),
+            "mute": sorted(self.mute),
+            "live": sorted(self.live),
+            "problems": list(self.problems),
         }
 
 
@@ -301,6 +308,7 @@ def parse_change(key: str, value: Any) -> Change:
 
 # ---- reading -------------------------------------------------------------------------------
 
+
 def _read(path: Path) -> dict[str, Any]:
     if not path.exists():
         return {}
@@ -367,10 +375,14 @@ class GateConfig:
                 else:
                     problems.append(f"gate.{key}: a number of seconds")
         people = gate.get("people")
-        return cls(settings=replace(base, **numbers), defaults=gate,
-                   people={str(k): v for k, v in people.items() if isinstance(v, Mapping)}
-                   if isinstance(people, Mapping) else {},
-                   problems=tuple(problems))
+        return cls(
+            settings=replace(base, **numbers),
+            defaults=gate,
+            people={str(k): v for k, v in people.items() if isinstance(v, Mapping)}
+            if isinstance(people, Mapping)
+            else {},
+            problems=tuple(problems),
+        )
 
     def prefs(self, person: str) -> Prefs:
         prefs = _apply(Prefs(person=person, problems=self.problems), self.defaults, "gate")
@@ -416,6 +428,7 @@ class PrefsFile:
 
 
 # ---- writing -------------------------------------------------------------------------------
+
 
 def _table(parent: Any, name: str, super_table: bool = False) -> Any:
     found = parent.get(name)

@@ -34,8 +34,7 @@ GATE_FEATURE = "gate"
 GATE_FRAME = "gate"
 GATE_ACK = "gate_ack"
 RELAY_ACK_WAIT = 15.0
-_acks: weakref.WeakKeyDictionary[Sidecar, dict[str, tuple[anyio.Event, dict[str, Any]]]] = \
-    weakref.WeakKeyDictionary()
+_acks: weakref.WeakKeyDictionary[Sidecar, dict[str, tuple[anyio.Event, dict[str, Any]]]] = weakref.WeakKeyDictionary()
 
 
 def is_local(sidecar: Sidecar, item: Item) -> bool:
@@ -91,8 +90,9 @@ async def relay_item(sidecar: Sidecar, item: Item, facts: list[Fact]) -> str:
         waiting = _acks.setdefault(sidecar, {})
         waiting[frame_id] = waiter
         try:
-            await link.send({"t": GATE_FRAME, "id": frame_id, "item": item.public(),
-                             "facts": [f.public() for f in facts]})
+            await link.send(
+                {"t": GATE_FRAME, "id": frame_id, "item": item.public(), "facts": [f.public() for f in facts]}
+            )
             with anyio.move_on_after(RELAY_ACK_WAIT):
                 await waiter[0].wait()
         except Exception as exc:  # the link went away under us: try the next machine
@@ -106,8 +106,10 @@ async def relay_item(sidecar: Sidecar, item: Item, facts: list[Fact]) -> str:
         elif answer.get("error"):
             tried.append(f"{label} refused it: {one_line(answer['error'])}")
         else:
-            return (f"{label} took it: {one_line(answer.get('outcome'), 16)} ({one_line(answer.get('rule'), 40)}) "
-                    f"{one_line(answer.get('reason'), 300)}").strip()
+            return (
+                f"{label} took it: {one_line(answer.get('outcome'), 16)} ({one_line(answer.get('rule'), 40)}) "
+                f"{one_line(answer.get('reason'), 300)}"
+            ).strip()
     raise HiveError("; ".join(tried) if tried else f"the team knows no machine of {item.person}'s")
 
 
@@ -128,8 +130,13 @@ def _fact_from_wire(raw: Any) -> Fact | None:
     if not isinstance(raw, Mapping):
         return None
     kind, ref, state = raw.get("kind"), raw.get("ref"), raw.get("state")
-    if kind not in FACT_STATES or state not in FACT_STATES[kind] or not isinstance(ref, str) or not ref \
-            or len(ref) > MAX_REF:
+    if (
+        kind not in FACT_STATES
+        or state not in FACT_STATES[kind]
+        or not isinstance(ref, str)
+        or not ref
+        or len(ref) > MAX_REF
+    ):
         return None
     since, stamped = raw.get("since"), raw.get("at")
     if not _is_number(since) or not _is_number(stamped):
@@ -176,15 +183,24 @@ async def on_frame(sidecar: Sidecar, peer: str, person: str, machine: str, frame
             session = session if local is not None else ""  # gone or renamed: it is for the person
         origin = f"{person}@{machine}"
         data = {**item.data, "relayed_from": origin}
-        item = Item(source=item.source, person=item.person, title=item.title, body=item.body, session=session,
-                    evidence=item.evidence, key=item.key, proposer=clip(item.proposer or origin, MAX_REF),
-                    data=data)
+        item = Item(
+            source=item.source,
+            person=item.person,
+            title=item.title,
+            body=item.body,
+            session=session,
+            evidence=item.evidence,
+            key=item.key,
+            proposer=clip(item.proposer or origin, MAX_REF),
+            data=data,
+        )
         gate = gate_of(sidecar)
         facts = [f for f in map(_fact_from_wire, frame.get("facts") or []) if f is not None]
         await gate.merge_facts(facts[:MAX_EVIDENCE])
         [decision] = (await gate.offer_many([item], relayed=True))[:1]
-        ack.update({"outcome": decision.outcome, "rule": decision.rule, "reason": decision.reason,
-                    "item": decision.item_id})
+        ack.update(
+            {"outcome": decision.outcome, "rule": decision.rule, "reason": decision.reason, "item": decision.item_id}
+        )
     except HiveError as exc:
         ack["error"] = exc.message
     return ack

@@ -87,6 +87,7 @@ class Step:
 
 # ---- urgency -------------------------------------------------------------------------------
 
+
 def fact_urgency(fact: Fact, now: float) -> tuple[str, str]:
     """The urgency one fact gives an item that points at it, and the reason in words."""
     name = f"{fact.kind} {fact.ref}"
@@ -137,6 +138,7 @@ def open_finding(facts: Facts, item: Item) -> str:
 
 # ---- the steps -----------------------------------------------------------------------------
 
+
 def floor(facts: Facts, item: Item, channel: str, *, prefix: str = "", owner: str = "") -> Step | None:
     """The floor, fixed in code: a security finding reaches its person at once on ``channel`` (the
     alarm channel, or the one an item shown now asked for). ``owner``: why a code owner's copy is theirs."""
@@ -144,20 +146,27 @@ def floor(facts: Facts, item: Item, channel: str, *, prefix: str = "", owner: st
     if not finding:
         return None
     whose = f"; {item.person} owns the code ({owner})" if owner else ""
-    return Step("deliver", "floor.security", f"{prefix}a security finding always reaches its owner: {finding}{whose}",
-                channel=channel, session=item.session)
+    return Step(
+        "deliver",
+        "floor.security",
+        f"{prefix}a security finding always reaches its owner: {finding}{whose}",
+        channel=channel,
+        session=item.session,
+    )
 
 
 def mute(prefs: Prefs, item: Item, *, prefix: str = "", waited: bool = False) -> Step | None:
     """Preferences: the person muted the item's source (``waited``: while the item waited for its moment)."""
     if item.source not in prefs.mute:
         return None
-    return Step("silence", "pref.mute",
-                f"{prefix}{item.person} muted {item.source}" + (" while it waited" if waited else ""))
+    return Step(
+        "silence", "pref.mute", f"{prefix}{item.person} muted {item.source}" + (" while it waited" if waited else "")
+    )
 
 
-def duplicate(prior: Seen | None, level: str, prefs: Prefs, window: float, now: float, *,
-              told: bool = False) -> Step | None:
+def duplicate(
+    prior: Seen | None, level: str, prefs: Prefs, window: float, now: float, *, told: bool = False
+) -> Step | None:
     """Dedupe: the same fingerprint within the window is silenced, unless it is more urgent now.
 
     ``told``: only an item that was delivered counts (the floor's dedupe: telling again at the same
@@ -165,8 +174,12 @@ def duplicate(prior: Seen | None, level: str, prefs: Prefs, window: float, now: 
     """
     if prior is None or RANK[level] > RANK[prior.urgency] or (told and prior.state != "delivered"):
         return None
-    return Step("silence", "duplicate", f"duplicate of {prior.id} ({prior.state}, offered "
-                f"{when(prefs, prior.at, now)}), within the {span(window)} window")
+    return Step(
+        "silence",
+        "duplicate",
+        f"duplicate of {prior.id} ({prior.state}, offered "
+        f"{when(prefs, prior.at, now)}), within the {span(window)} window",
+    )
 
 
 def digest_only(prefs: Prefs, item: Item, *, prefix: str = "", waited: bool = False) -> Step | None:
@@ -182,8 +195,13 @@ def alarm(level: str, because: str, prefs: Prefs, item: Item, *, prefix: str = "
     """Urgency: an alarm, with the person's alarms on, goes out at once on their alarm channel."""
     if level != "alarm" or not prefs.alarms:
         return None
-    return Step("deliver", "urgency.alarm", f"{prefix}alarm: {because}; alarms are on", channel=prefs.alarm_channel,
-                session=item.session)
+    return Step(
+        "deliver",
+        "urgency.alarm",
+        f"{prefix}alarm: {because}; alarms are on",
+        channel=prefs.alarm_channel,
+        session=item.session,
+    )
 
 
 def quiet(prefs: Prefs, now: float, *, prefix: str = "", shown: str = "") -> Step | None:
@@ -194,8 +212,9 @@ def quiet(prefs: Prefs, now: float, *, prefix: str = "", shown: str = "") -> Ste
         return None
     hours = f"{prefix}quiet hours ({quiet_text(prefs)})"
     if shown:
-        return Step("digest", "quiet",
-                    f"{hours}: {shown} is shown now or not at all; what it is about waits where it is")
+        return Step(
+            "digest", "quiet", f"{hours}: {shown} is shown now or not at all; what it is about waits where it is"
+        )
     return Step("hold", "quiet", f"{hours}: held until {when(prefs, until, now)}", due=until)
 
 
@@ -203,8 +222,11 @@ def info(level: str, *, prefix: str = "") -> Step | None:
     """Info: nothing checkable makes the item urgent, so it goes to the digest."""
     if level != "info":
         return None
-    return Step("digest", "urgency.info", prefix + "info: no test, CI, deadline, block or finding hive can check makes "
-                "it urgent; it goes to the digest")
+    return Step(
+        "digest",
+        "urgency.info",
+        prefix + "info: no test, CI, deadline, block or finding hive can check makes it urgent; it goes to the digest",
+    )
 
 
 def channel_for(prefs: Prefs, level: str) -> str:
@@ -239,14 +261,20 @@ class Budget:
         cap = prefs.cap(item.source)
         # The narrowest limit is named first: a source over its share hears that, even on a spent day.
         if mine >= cap:
-            return False, "budget.share", (f"{item.source}'s share of the daily budget ({cap} of {prefs.budget}) "
-                                           "is spent; digest")
+            return (
+                False,
+                "budget.share",
+                (f"{item.source}'s share of the daily budget ({cap} of {prefs.budget}) is spent; digest"),
+            )
         if item.proposer:
             theirs = counts[f"proposer:{item.source}:{item.proposer}"]
             part = prefs.proposer_cap(item.source)
             if theirs >= part:
-                return False, "budget.proposer", (f"{item.proposer}'s part of {item.source}'s share ({part} of "
-                                                  f"{cap}) is spent; digest")
+                return (
+                    False,
+                    "budget.proposer",
+                    (f"{item.proposer}'s part of {item.source}'s share ({part} of {cap}) is spent; digest"),
+                )
         if total >= prefs.budget:
             return False, "budget.daily", f"the daily budget of {prefs.budget} attention items is spent; digest"
         self.count(item.person, day, item.source, item.proposer, entry.shadow, 1)
@@ -260,6 +288,7 @@ class Budget:
 
 
 # ---- words in reasons ----------------------------------------------------------------------
+
 
 def span(seconds: float) -> str:
     seconds = max(0.0, seconds)
@@ -281,8 +310,9 @@ def when(prefs: Prefs, at: float, now: float) -> str:
         if len(_WHEN) > 4096:
             _WHEN.clear()
         local = prefs.local(at)
-        found = _WHEN[key] = (local.strftime("%H:%M") if local.date() == prefs.local(now).date()
-                              else local.strftime("%Y-%m-%d %H:%M"))
+        found = _WHEN[key] = (
+            local.strftime("%H:%M") if local.date() == prefs.local(now).date() else local.strftime("%Y-%m-%d %H:%M")
+        )
     return found
 
 

@@ -38,7 +38,8 @@ _START = r"(?:^|[\s;&|(!])"
 TEST_COMMAND = re.compile(
     _START + r"(?:pytest|py\.test|tox|nox|jest|vitest|mocha|rspec|phpunit|ctest|"
     r"(?:npm|pnpm|yarn|bun)\s+(?:run\s+)?test|cargo\s+(?:test|nextest)|go\s+test|make\s+(?:test|check)|"
-    r"mvn\s+(?:test|verify)|\S*gradlew?\s+test|dotnet\s+test|deno\s+test)(?:$|[\s;&|)])")
+    r"mvn\s+(?:test|verify)|\S*gradlew?\s+test|dotnet\s+test|deno\s+test)(?:$|[\s;&|)])"
+)
 COMMIT_COMMAND = re.compile(_START + r"git(?:\s+-[cC]\s+\S+)*\s+commit(?:$|[\s;&|)])")
 PR_COMMAND = re.compile(_START + r"gh\s+pr\s+create(?:$|[\s;&|)])")
 
@@ -65,8 +66,12 @@ async def observed(sidecar: Sidecar, session: Any, events: Iterable[Any]) -> Non
         kinds = []
         if TEST_COMMAND.search(command):
             if code is not None:
-                await gate.record("test", ref_for_tests(session.repo or session.cwd, session.branch),
-                                  "passing" if code == 0 else "failing", detail=clip(command, 120))
+                await gate.record(
+                    "test",
+                    ref_for_tests(session.repo or session.cwd, session.branch),
+                    "passing" if code == 0 else "failing",
+                    detail=clip(command, 120),
+                )
             kinds.append("test")
         if code in (0, None) and COMMIT_COMMAND.search(command):
             kinds.append("commit")
@@ -97,6 +102,7 @@ def idle_session(sidecar: Sidecar, item: Item, idle_after: float) -> str:
 
 
 # ---- the owner of the code -----------------------------------------------------------------
+
 
 async def code_owners(sidecar: Sidecar, item: Item) -> list[tuple[str, str]]:
     """The roster persons who own the files in ``item``'s evidence, by their repository's CODEOWNERS.
@@ -160,4 +166,3 @@ def _git_root(path: str) -> str:
         if parent == current:
             return ""
         current = parent
-

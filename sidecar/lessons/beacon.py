@@ -143,9 +143,14 @@ def convert(table: str, record: dict[str, Any]) -> tuple[Imported | None, str]:
     project = _get(record, "project", "Project")
     project = project if isinstance(project, dict) else {}
     return Imported(
-        beacon_id=record_id, source=source, kind=kind, text=_clip(text, TEXT_LIMIT),
-        applicability=_clip(_text(_get(record, "applicability", "Applicability")), 500), tags=tags[:20],
-        evidence=evidence, remote_url=_text(_get(project, "remote_url", "RemoteURL", "remoteUrl")),
+        beacon_id=record_id,
+        source=source,
+        kind=kind,
+        text=_clip(text, TEXT_LIMIT),
+        applicability=_clip(_text(_get(record, "applicability", "Applicability")), 500),
+        tags=tags[:20],
+        evidence=evidence,
+        remote_url=_text(_get(project, "remote_url", "RemoteURL", "remoteUrl")),
         project_path=_text(_get(project, "path", "Path")),
         created_at=_text(_get(record, "created_at", "CreatedAt", "createdAt")),
     ), ""

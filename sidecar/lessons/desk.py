@@ -58,15 +58,23 @@ def review_item(sidecar: Sidecar, view: LessonView, *, held: bool = False) -> It
     author = one_line(view.author_session or view.author_person, 80)
     text = one_line(view.text, 4000)
     what = "held for your review: nobody answered it for a day" if held else "asks for your review"
-    files = [Evidence("file", (f"{view.project}:{f}" if view.project else f)[:MAX_REF])
-             for f in review.file_refs(view.evidence)[:MAX_EVIDENCE - 1]]
+    files = [
+        Evidence("file", (f"{view.project}:{f}" if view.project else f)[:MAX_REF])
+        for f in review.file_refs(view.evidence)[: MAX_EVIDENCE - 1]
+    ]
     # A held proposal is named apart from its pop-up, and by when it was last asked for, so it is
     # listed once per time it was held; the pop-up's own fingerprint keeps a proposal asked once a day.
     key = f"review:{view.id}" + (f":held:{int(view.asked_at)}" if held else "")
-    return Item(source="review", person=sidecar.settings.person,
-                title=f"Lesson {view.id[:12]} by {author} {what}: {text}"[:MAX_TITLE], body=text,
-                evidence=(Evidence("lesson", view.id), *files), key=key, proposer=author,
-                data={"lesson": view.id})
+    return Item(
+        source="review",
+        person=sidecar.settings.person,
+        title=f"Lesson {view.id[:12]} by {author} {what}: {text}"[:MAX_TITLE],
+        body=text,
+        evidence=(Evidence("lesson", view.id), *files),
+        key=key,
+        proposer=author,
+        data={"lesson": view.id},
+    )
 
 
 async def offer_review(sidecar: Sidecar, view: LessonView) -> str:
@@ -95,8 +103,10 @@ async def offer_review(sidecar: Sidecar, view: LessonView) -> str:
         return f"A pop-up asks them now; {pending}"
     if decision.rule == "deliver.failed":
         return "There is no desktop to ask on: it waits in `hive lessons pending` and their `hive digest`."
-    return (f"Their gate did not put the pop-up up ({decision.rule}: {decision.reason}); it waits in "
-            "`hive lessons pending`" + (" and their `hive digest`." if decision.outcome == "digest" else "."))
+    return (
+        f"Their gate did not put the pop-up up ({decision.rule}: {decision.reason}); it waits in "
+        "`hive lessons pending`" + (" and their `hive digest`." if decision.outcome == "digest" else ".")
+    )
 
 
 async def _pop_up(sidecar: Sidecar, view: LessonView) -> None:
@@ -114,8 +124,7 @@ async def _pop_up(sidecar: Sidecar, view: LessonView) -> None:
         raise HiveError("the review pop-up was not on screen in time")
 
 
-async def _ask_here(sidecar: Sidecar, view: LessonView, on_screen: anyio.Event,
-                    failed: list[HiveError]) -> None:
+async def _ask_here(sidecar: Sidecar, view: LessonView, on_screen: anyio.Event, failed: list[HiveError]) -> None:
     """The review pop-up for this machine's person; a click is their verdict, silence changes nothing."""
     try:
         origin = origins(sidecar)
@@ -180,8 +189,13 @@ async def arrived(sidecar: Sidecar, store: lesson_store.LessonStore, lesson_id: 
             root = git_facts(session.cwd).get("repo_root", "")
             if root:
                 break
-    choice = await review.choose_reviewer(sidecar, scope=view.scope, author_person=view.author_person,
-                                          files=review.file_refs(view.evidence), repo_root=root)
+    choice = await review.choose_reviewer(
+        sidecar,
+        scope=view.scope,
+        author_person=view.author_person,
+        files=review.file_refs(view.evidence),
+        repo_root=root,
+    )
     await sidecar.store.set_kv(REVIEWER_KEY + view.id, json.dumps({"person": choice.person, "why": choice.why}))
     if choice.person == sidecar.settings.person:
         # Not awaited here: the gate's decision and the pop-up going up must not hold up replication.

@@ -74,14 +74,23 @@ def _blob_sync(conn: sqlite3.Connection, digest: str) -> dict[str, Any] | None:
 
 def _log_statements(checked: L.Checked, *, void: str) -> Statements:
     e = checked.entry
-    return [("INSERT INTO lesson_log (author, scope, seq, type, lesson, entry, void, received_at) "
-             "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-             (checked.signed.by, e.scope, e.seq, e.type, e.lesson, dumps(checked.signed.to_wire()), void,
-              time.time()))]
+    return [
+        (
+            "INSERT INTO lesson_log (author, scope, seq, type, lesson, entry, void, received_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (checked.signed.by, e.scope, e.seq, e.type, e.lesson, dumps(checked.signed.to_wire()), void, time.time()),
+        )
+    ]
 
 
-def append_sync(conn: sqlite3.Connection, ctx: Context, scope: str, record: L.LessonBody | L.Review | L.Tombstone,
-                 extra: Statements, changed: list[tuple[str, str]]) -> int:
+def append_sync(
+    conn: sqlite3.Connection,
+    ctx: Context,
+    scope: str,
+    record: L.LessonBody | L.Review | L.Tombstone,
+    extra: Statements,
+    changed: list[tuple[str, str]],
+) -> int:
     seq = _head_sync(conn, ctx.identity.key_id, scope) + 1
     signed = L.make_entry(ctx.identity, ctx.team_id, scope, seq, record)
     checked = L.Checked(signed=signed, signer_person=ctx.person, record=_record_of(signed.body))
@@ -90,8 +99,9 @@ def append_sync(conn: sqlite3.Connection, ctx: Context, scope: str, record: L.Le
     return seq
 
 
-def ingest_entry_sync(conn: sqlite3.Connection, ctx: Context, obj: Any, via: str,
-                       changed: list[tuple[str, str]]) -> str:
+def ingest_entry_sync(
+    conn: sqlite3.Connection, ctx: Context, obj: Any, via: str, changed: list[tuple[str, str]]
+) -> str:
     if ctx.roster is None:
         raise NotMember("this machine is in no team, so it cannot check a teammate's signature")
     signed = L.entry_from_wire(obj)
@@ -111,8 +121,9 @@ def ingest_entry_sync(conn: sqlite3.Connection, ctx: Context, obj: Any, via: str
     except (LessonInvalid, NotMember) as exc:
         if not L.verify(ctx.team_id, L.ENTRY_KIND, signed) or signer is None:
             raise
-        log.warning("void lesson entry %s/%s/%d from %s: %s", signed.by[:8], entry.scope, entry.seq,
-                    via[:8], exc.message)
+        log.warning(
+            "void lesson entry %s/%s/%d from %s: %s", signed.by[:8], entry.scope, entry.seq, via[:8], exc.message
+        )
         checked = L.Checked(signed=signed, signer_person=signer.person, record={})
         _exec_sync(conn, _log_statements(checked, void=f"{exc.code}: {exc.message}"[:300]))
         return "added"
@@ -144,8 +155,9 @@ def ingest_blob_sync(conn: sqlite3.Connection, blob: Any, changed: list[tuple[st
             raise LessonInvalid("no held review names that text")
     else:
         raise LessonInvalid("a blob is a body or an edit")
-    conn.execute("INSERT OR IGNORE INTO lesson_blobs (hash, lesson, blob) VALUES (?, ?, ?)",
-                 (digest, lesson_id, dumps(blob)))
+    conn.execute(
+        "INSERT OR IGNORE INTO lesson_blobs (hash, lesson, blob) VALUES (?, ?, ?)", (digest, lesson_id, dumps(blob))
+    )
     _refresh_sync(conn, lesson_id, changed)
     return "added"
 
@@ -156,48 +168,104 @@ def _apply_sync(conn: sqlite3.Connection, checked: L.Checked) -> Statements:
     now = time.time()
     if e.type == "lesson" and isinstance(rec, dict):
         state = "retracted" if _tombstoned_sync(conn, e.lesson) else "proposed"
-        return [("INSERT OR IGNORE INTO lessons (id, author, author_person, scope, project, kind, header, "
-                 "body_hash, supersedes, created_at, received_at, asked_at, state, eff_scope, eff_project) "
-                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                 (e.lesson, checked.signed.by, rec["author_person"], rec["scope"], rec.get("project", ""),
-                  rec["kind"], dumps(rec), rec["body_hash"], rec.get("supersedes", ""), rec["created_at"],
-                  now, now, state, rec["scope"], rec.get("project", "")))]
+        return [
+            (
+                "INSERT OR IGNORE INTO lessons (id, author, author_person, scope, project, kind, header, "
+                "body_hash, supersedes, created_at, received_at, asked_at, state, eff_scope, eff_project) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    e.lesson,
+                    checked.signed.by,
+                    rec["author_person"],
+                    rec["scope"],
+                    rec.get("project", ""),
+                    rec["kind"],
+                    dumps(rec),
+                    rec["body_hash"],
+                    rec.get("supersedes", ""),
+                    rec["created_at"],
+                    now,
+                    now,
+                    state,
+                    rec["scope"],
+                    rec.get("project", ""),
+                ),
+            )
+        ]
     if e.type == "review" and isinstance(rec, L.Review):
-        return [("INSERT OR IGNORE INTO lesson_reviews (lesson, author, sig, reviewer, verdict, scope, project, "
-                 "text_hash, note, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                 (rec.lesson, checked.signed.by, checked.signed.sig, rec.reviewer, rec.verdict, rec.scope,
-                  rec.project, rec.text_hash, rec.note, rec.at))]
+        return [
+            (
+                "INSERT OR IGNORE INTO lesson_reviews (lesson, author, sig, reviewer, verdict, scope, project, "
+                "text_hash, note, at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    rec.lesson,
+                    checked.signed.by,
+                    checked.signed.sig,
+                    rec.reviewer,
+                    rec.verdict,
+                    rec.scope,
+                    rec.project,
+                    rec.text_hash,
+                    rec.note,
+                    rec.at,
+                ),
+            )
+        ]
     if e.type == "tombstone" and isinstance(rec, L.Tombstone):
         row = _one(conn, "SELECT author_person FROM lessons WHERE id = ?", (rec.lesson,))
         if row is not None and row[0] != rec.person:
-            reviewers = {r[0] for r in conn.execute("SELECT reviewer FROM lesson_reviews WHERE lesson = ?",
-                                                    (rec.lesson,))}
+            reviewers = {
+                r[0] for r in conn.execute("SELECT reviewer FROM lesson_reviews WHERE lesson = ?", (rec.lesson,))
+            }
             if rec.person not in reviewers:
-                log.warning("ignored a tombstone of %s by %s: neither its author nor a reviewer",
-                            rec.lesson[:12], rec.person)
+                log.warning(
+                    "ignored a tombstone of %s by %s: neither its author nor a reviewer", rec.lesson[:12], rec.person
+                )
                 return []
-        return [("INSERT OR IGNORE INTO lesson_tombstones (lesson, person, reason, at) VALUES (?, ?, ?, ?)",
-                 (rec.lesson, rec.person, rec.reason, rec.at)),
-                ("DELETE FROM lesson_blobs WHERE lesson = ?", (rec.lesson,)),
-                (_FTS_DELETE, (rec.lesson,))]
+        return [
+            (
+                "INSERT OR IGNORE INTO lesson_tombstones (lesson, person, reason, at) VALUES (?, ?, ?, ?)",
+                (rec.lesson, rec.person, rec.reason, rec.at),
+            ),
+            ("DELETE FROM lesson_blobs WHERE lesson = ?", (rec.lesson,)),
+            (_FTS_DELETE, (rec.lesson,)),
+        ]
     return []
 
 
-def _refresh_sync(conn: sqlite3.Connection, lesson_id: str, changed: list[tuple[str, str]], *,
-                  fresh: bool = False) -> None:
+def _refresh_sync(
+    conn: sqlite3.Connection, lesson_id: str, changed: list[tuple[str, str]], *, fresh: bool = False
+) -> None:
     """Recompute a lesson's materialized state, effective scope, reviewer and FTS row, and those
     of the lesson it supersedes (whose state depends on this one's)."""
     row = _one(conn, "SELECT rowid, * FROM lessons WHERE id = ?", (lesson_id,))
     if row is None:
         return
-    reviews = [(L.Review(lesson=r["lesson"], verdict=r["verdict"], reviewer=r["reviewer"], scope=r["scope"],
-                         at=r["at"], project=r["project"], text_hash=r["text_hash"], note=r["note"]), r["sig"])
-               for r in conn.execute("SELECT * FROM lesson_reviews WHERE lesson = ?", (lesson_id,))]
+    reviews = [
+        (
+            L.Review(
+                lesson=r["lesson"],
+                verdict=r["verdict"],
+                reviewer=r["reviewer"],
+                scope=r["scope"],
+                at=r["at"],
+                project=r["project"],
+                text_hash=r["text_hash"],
+                note=r["note"],
+            ),
+            r["sig"],
+        )
+        for r in conn.execute("SELECT * FROM lesson_reviews WHERE lesson = ?", (lesson_id,))
+    ]
     retracted = _tombstoned_sync(conn, lesson_id)
-    successor = _one(conn, "SELECT 1 FROM lessons WHERE supersedes = ? AND supersedes != '' "
-                           "AND state IN ('verified', 'superseded')", (lesson_id,))
-    state = L.derive_state(reviews=reviews, retracted=retracted, superseded=successor is not None,
-                           asked_at_ms=0, now_ms=0)
+    successor = _one(
+        conn,
+        "SELECT 1 FROM lessons WHERE supersedes = ? AND supersedes != '' AND state IN ('verified', 'superseded')",
+        (lesson_id,),
+    )
+    state = L.derive_state(
+        reviews=reviews, retracted=retracted, superseded=successor is not None, asked_at_ms=0, now_ms=0
+    )
     if state == "held":
         state = "proposed"  # held is read from asked_at, never stored
     decision = L.deciding_review(reviews)
@@ -208,8 +276,10 @@ def _refresh_sync(conn: sqlite3.Connection, lesson_id: str, changed: list[tuple[
         if rev.verdict != "reject":
             eff_scope, eff_project = _narrower(row["scope"], row["project"], rev.scope, rev.project)
             text_hash = rev.text_hash
-    conn.execute("UPDATE lessons SET state = ?, eff_scope = ?, eff_project = ?, reviewer = ?, text_hash = ? "
-                 "WHERE id = ?", (state, eff_scope, eff_project, reviewer, text_hash, lesson_id))
+    conn.execute(
+        "UPDATE lessons SET state = ?, eff_scope = ?, eff_project = ?, reviewer = ?, text_hash = ? WHERE id = ?",
+        (state, eff_scope, eff_project, reviewer, text_hash, lesson_id),
+    )
     conn.execute("DELETE FROM lesson_fts WHERE rowid = ?", (row["rowid"],))
     if state == "verified":  # recall's index holds only what recall may show (hive.sidecar.lessons.recall)
         body = _blob_sync(conn, row["body_hash"])
@@ -217,9 +287,10 @@ def _refresh_sync(conn: sqlite3.Connection, lesson_id: str, changed: list[tuple[
         if body is not None:
             header = json.loads(row["header"])
             text = edit["text"] if edit is not None else body.get("text", "")
-            conn.execute("INSERT INTO lesson_fts (rowid, id, text, applicability, tags) VALUES (?, ?, ?, ?, ?)",
-                         (row["rowid"], lesson_id, text, body.get("applicability", ""),
-                          " ".join(header.get("tags", ()))))
+            conn.execute(
+                "INSERT INTO lesson_fts (rowid, id, text, applicability, tags) VALUES (?, ?, ?, ?, ?)",
+                (row["rowid"], lesson_id, text, body.get("applicability", ""), " ".join(header.get("tags", ()))),
+            )
     if row["supersedes"] and row["state"] != state:
         _refresh_sync(conn, row["supersedes"], changed)
     if row["state"] != state or fresh:
@@ -247,4 +318,3 @@ def _record_of(entry: L.LogEntry) -> dict[str, Any] | L.Review | L.Tombstone:
     if entry.type == "tombstone":
         return L.tombstone_from(entry.record)
     return entry.record
-

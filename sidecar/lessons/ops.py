@@ -62,6 +62,7 @@ IMPORT_KEY = "lesson.beacon."  # a Beacon record imported once stays one lesson
 
 # ---- who and where ----------------------------------------------------------------------------
 
+
 def _session(sidecar: Sidecar, request: dict[str, Any]) -> Session | None:
     ref = request.get("session")
     if ref in (None, "", "terminal", sidecar.terminal):
@@ -90,6 +91,7 @@ def project_here(cwd: str) -> tuple[str, str]:
 
 # ---- propose ----------------------------------------------------------------------------------
 
+
 async def op_lesson_propose(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Propose a lesson for review: file it, choose its reviewer, and ask them when that is this person.
 
@@ -104,24 +106,33 @@ async def op_lesson_propose(sidecar: Sidecar, conn: Connection, request: dict[st
     """
     session = _session(sidecar, request)
     author = sidecar.sessions.address(session) if session is not None else sidecar.terminal
-    fields: dict[str, Any] = {k: request[k] for k in ("kind", "text", "applicability", "scope", "project", "evidence",
-                                                      "tags", "quote", "supersedes")
-                              if k in request and request[k] is not None}
+    fields: dict[str, Any] = {
+        k: request[k]
+        for k in ("kind", "text", "applicability", "scope", "project", "evidence", "tags", "quote", "supersedes")
+        if k in request and request[k] is not None
+    }
     fields.setdefault("scope", "project")
     if isinstance(fields.get("evidence"), list):
         fields["evidence"] = [evidence_item(e) for e in fields["evidence"]]
     project, root = project_here(_cwd(sidecar, request, session))
     if fields["scope"] == "project" and not fields.get("project"):
         if not project:
-            raise LessonBadScope("a project lesson is proposed from inside its repository (no git repository here); "
-                                 "or choose scope team or personal")
+            raise LessonBadScope(
+                "a project lesson is proposed from inside its repository (no git repository here); "
+                "or choose scope team or personal"
+            )
         fields["project"] = project
     store = lesson_store.of(sidecar)
     ctx = await lesson_store.context_of(sidecar)
     body = lesson_store.new_lesson_here(ctx, fields, session=author)
     view = await (store.supersede(body.supersedes, body) if body.supersedes else store.propose(body))
-    choice = await review.choose_reviewer(sidecar, scope=view.scope, author_person=view.author_person,
-                                          files=review.file_refs(view.evidence), repo_root=root)
+    choice = await review.choose_reviewer(
+        sidecar,
+        scope=view.scope,
+        author_person=view.author_person,
+        files=review.file_refs(view.evidence),
+        repo_root=root,
+    )
     await sidecar.store.set_kv(REVIEWER_KEY + view.id, json.dumps({"person": choice.person, "why": choice.why}))
     note = f"proposed; {choice.person} reviews it ({_why(choice.why)})."
     if view.state == "verified":
@@ -129,10 +140,16 @@ async def op_lesson_propose(sidecar: Sidecar, conn: Connection, request: dict[st
     elif choice.person == sidecar.settings.person:
         note += " " + await offer_review(sidecar, view)
     else:
-        note += (" It waits in their `hive lessons pending` once it reaches their machine. Until then no agent "
-                 "sees it.")
-    return {"id": view.id, "state": view.state, "reviewer": choice.person, "reviewer_why": choice.why,
-            "scope": view.scope, "project": view.project, "note": note}
+        note += " It waits in their `hive lessons pending` once it reaches their machine. Until then no agent sees it."
+    return {
+        "id": view.id,
+        "state": view.state,
+        "reviewer": choice.person,
+        "reviewer_why": choice.why,
+        "scope": view.scope,
+        "project": view.project,
+        "note": note,
+    }
 
 
 def evidence_item(item: Any) -> Any:
@@ -146,12 +163,16 @@ def evidence_item(item: Any) -> Any:
 
 
 def _why(why: str) -> str:
-    return {"personal": "a personal lesson is its own person's", "codeowners": "CODEOWNERS of its evidence files",
-            "touches": "whose sessions touched its evidence files most in 30 days",
-            "proposer": "no owner of its evidence files is known"}.get(why, why)
+    return {
+        "personal": "a personal lesson is its own person's",
+        "codeowners": "CODEOWNERS of its evidence files",
+        "touches": "whose sessions touched its evidence files most in 30 days",
+        "proposer": "no owner of its evidence files is known",
+    }.get(why, why)
 
 
 # ---- reading ----------------------------------------------------------------------------------
+
 
 def _limit(request: dict[str, Any], default: int, high: int) -> int:
     value = request.get("limit", default)
@@ -222,6 +243,7 @@ async def _find(sidecar: Sidecar, request: dict[str, Any]) -> LessonView:
 
 # ---- recall -----------------------------------------------------------------------------------
 
+
 def _files(request: dict[str, Any], name: str = "files") -> tuple[str, ...]:
     value = request.get(name) or []
     if not isinstance(value, list) or not all(isinstance(f, str) for f in value):
@@ -229,8 +251,9 @@ def _files(request: dict[str, Any], name: str = "files") -> tuple[str, ...]:
     return tuple(f for f in value[:64] if f.strip())
 
 
-async def _recall(sidecar: Sidecar, request: dict[str, Any], text: str, limit: int,
-                  with_session_files: bool) -> dict[str, Any]:
+async def _recall(
+    sidecar: Sidecar, request: dict[str, Any], text: str, limit: int, with_session_files: bool
+) -> dict[str, Any]:
     from ..presence.observe import recent_files
 
     session = _session(sidecar, request)
@@ -240,10 +263,17 @@ async def _recall(sidecar: Sidecar, request: dict[str, Any], text: str, limit: i
     project, _ = project_here(_cwd(sidecar, request, session))
     now_ms = int(time.time() * 1000)
     viewer = await lesson_store.of(sidecar).viewer()
-    ranked = await recall.search(sidecar.store, viewer, text=text, files=files, project=project,
-                                 origins=origins(sidecar), limit=limit, now_ms=now_ms)
-    return {"lessons": [r.to_dict(now_ms) for r in ranked], "text": recall.frames(ranked, now_ms),
-            "project": project}
+    ranked = await recall.search(
+        sidecar.store,
+        viewer,
+        text=text,
+        files=files,
+        project=project,
+        origins=origins(sidecar),
+        limit=limit,
+        now_ms=now_ms,
+    )
+    return {"lessons": [r.to_dict(now_ms) for r in ranked], "text": recall.frames(ranked, now_ms), "project": project}
 
 
 async def op_lesson_search(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
@@ -287,11 +317,17 @@ async def op_lesson_cite(sidecar: Sidecar, conn: Connection, request: dict[str, 
     if view.state != "verified":
         raise LessonState(f"lesson {view.id[:12]} is {view.state}; only verified lessons are cited")
     after = await lesson_store.of(sidecar).cite(view.id, success=worked)
-    return {"id": after.id, "citations": after.citations, "successes": after.successes,
-            "outcome_rate": round(after.outcome_rate, 4), "note": "Thanks: recorded."}
+    return {
+        "id": after.id,
+        "citations": after.citations,
+        "successes": after.successes,
+        "outcome_rate": round(after.outcome_rate, 4),
+        "note": "Thanks: recorded.",
+    }
 
 
 # ---- verdicts and retraction ------------------------------------------------------------------
+
 
 @asks_person
 async def op_lesson_review(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
@@ -319,15 +355,21 @@ async def op_lesson_review(sidecar: Sidecar, conn: Connection, request: dict[str
     note = request.get("note") or ""
     if not isinstance(note, str):
         raise BadRequest("note is text")
-    how = await review.confirm(sidecar, conn, request, view_dict(view, origins(sidecar)), verdict, text=text,
-                               scope=scope)
+    how = await review.confirm(
+        sidecar, conn, request, view_dict(view, origins(sidecar)), verdict, text=text, scope=scope
+    )
     where = "in a desktop pop-up" if how == "desktop" else "at a terminal"
     note = (note + " " if note else "") + f"(confirmed {where})"
     after = await lesson_store.of(sidecar).review(view.id, verdict, scope=scope, text=text, note=note[:600])
     await follow_skills(sidecar)
     word = {"approve": "approved", "reject": "rejected", "edit": "approved with your text"}[verdict]
-    return {"id": after.id, "state": after.state, "reviewer": after.reviewer, "confirmed": how,
-            "note": f"lesson {after.id[:12]} {word}; it is {after.state}."}
+    return {
+        "id": after.id,
+        "state": after.state,
+        "reviewer": after.reviewer,
+        "confirmed": how,
+        "note": f"lesson {after.id[:12]} {word}; it is {after.state}.",
+    }
 
 
 async def op_lesson_retract(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
@@ -346,14 +388,17 @@ async def op_lesson_retract(sidecar: Sidecar, conn: Connection, request: dict[st
     after = await lesson_store.of(sidecar).retract(view.id, reason[:600])
     await follow_skills(sidecar)  # the store's listener may have done it already
     removed = [str(path) for path in promoted if not (path / "SKILL.md").exists()]
-    note = (f"lesson {after.id[:12]} retracted: its text is deleted here and on each teammate's machine as the "
-            "retraction reaches it; a copy someone saved outside hive is not.")
+    note = (
+        f"lesson {after.id[:12]} retracted: its text is deleted here and on each teammate's machine as the "
+        "retraction reaches it; a copy someone saved outside hive is not."
+    )
     if removed:
         note += f" Removed {len(removed)} skill folder(s)."
     return {"id": after.id, "state": after.state, "removed": removed, "note": note}
 
 
 # ---- skills -----------------------------------------------------------------------------------
+
 
 async def op_lesson_promote(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Write a verified lesson into a repository as an agent skill.
@@ -377,13 +422,15 @@ async def op_lesson_promote(sidecar: Sidecar, conn: Connection, request: dict[st
     if view.effective_scope == "project" and view.effective_project != project:
         raise Refused("that lesson belongs to another project; promote it from inside that project's repository")
     folder = await skill_record(sidecar, Path(root), view.id)
-    written = promote.write_skill(Path(root), skill_source(view, origins(sidecar)), folder=folder,
-                                  force=bool(request.get("force")))
+    written = promote.write_skill(
+        Path(root), skill_source(view, origins(sidecar)), folder=folder, force=bool(request.get("force"))
+    )
     await remember_skill(sidecar, Path(root), view.id, written.skill)
     return written.to_dict()
 
 
 # ---- import -----------------------------------------------------------------------------------
+
 
 async def op_lesson_import(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Import a Beacon memory database's records as lesson proposals, each once.
@@ -411,8 +458,11 @@ async def op_lesson_import(sidecar: Sidecar, conn: Connection, request: dict[str
 
             project = project_cache.setdefault(item.remote_url, project_id(item.remote_url))
         fields: dict[str, Any] = {
-            "kind": item.kind, "text": item.text, "applicability": item.applicability,
-            "scope": "project" if project else "personal", "project": project,
+            "kind": item.kind,
+            "text": item.text,
+            "applicability": item.applicability,
+            "scope": "project" if project else "personal",
+            "project": project,
             "evidence": [{"kind": e["kind"], "ref": e["ref"]} for e in item.evidence],
             "tags": [t for t in (lesson_import_tag(t) for t in item.tags) if t],
         }
@@ -423,8 +473,9 @@ async def op_lesson_import(sidecar: Sidecar, conn: Connection, request: dict[str
             code = getattr(exc, "code", "internal")
             skipped.append({"id": item.beacon_id, "reason": f"{code}: {getattr(exc, 'message', exc)}"})
             continue
-        await sidecar.store.set_kv(REVIEWER_KEY + view.id, json.dumps({"person": sidecar.settings.person,
-                                                                       "why": "proposer"}))
+        await sidecar.store.set_kv(
+            REVIEWER_KEY + view.id, json.dumps({"person": sidecar.settings.person, "why": "proposer"})
+        )
         await sidecar.store.set_kv(IMPORT_KEY + item.beacon_id, view.id)
         proposed.append({"id": view.id, "beacon_id": item.beacon_id, "state": view.state, "scope": view.scope})
     return {"path": str(path or lesson_import.default_path()), "proposed": proposed, "skipped": skipped}

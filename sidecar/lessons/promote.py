@@ -41,12 +41,45 @@ DIGEST_KEY = "hive-digest"
 _DIGEST_LINE = re.compile(r'^(  hive-digest: ")([0-9a-f]{64})(")$', re.M)
 _LESSON_LINE = re.compile(r'^  hive-lesson: "([0-9a-f]+)"$', re.M)
 _PLACEHOLDER = "0" * 64
-_STOP = {"a", "an", "the", "to", "of", "and", "or", "in", "on", "for", "is", "are", "be", "it", "its", "with",
-         "when", "that", "this", "by", "as", "at", "from", "not", "never", "always", "use", "do"}
+_STOP = {
+    "a",
+    "an",
+    "the",
+    "to",
+    "of",
+    "and",
+    "or",
+    "in",
+    "on",
+    "for",
+    "is",
+    "are",
+    "be",
+    "it",
+    "its",
+    "with",
+    "when",
+    "that",
+    "this",
+    "by",
+    "as",
+    "at",
+    "from",
+    "not",
+    "never",
+    "always",
+    "use",
+    "do",
+}
 
 KIND_HEADINGS = {
-    "convention": "Convention", "correction": "Correction", "gotcha": "Gotcha", "decision": "Decision",
-    "routing": "Routing", "preference": "Preference", "workflow": "Workflow",
+    "convention": "Convention",
+    "correction": "Correction",
+    "gotcha": "Gotcha",
+    "decision": "Decision",
+    "routing": "Routing",
+    "preference": "Preference",
+    "workflow": "Workflow",
     "debugging_pattern": "Debugging pattern",
 }
 
@@ -80,11 +113,17 @@ class Written:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, object]:
-        return {"lesson": self.lesson, "skill": self.skill, "path": str(self.path), "claude": self.claude,
-                "notes": list(self.notes)}
+        return {
+            "lesson": self.lesson,
+            "skill": self.skill,
+            "path": str(self.path),
+            "claude": self.claude,
+            "notes": list(self.notes),
+        }
 
 
 # ---- rendering -------------------------------------------------------------------------
+
 
 def skill_name(source: SkillSource) -> str:
     """``hive-`` and a few content words of the lesson: ASCII, lower case, single dashes, at most 64."""
@@ -146,10 +185,14 @@ def render(source: SkillSource, name: str, at: float | None = None) -> str:
         body += ["## In their words", "", "> " + defang(" ".join(source.quote.split())), ""]
     if source.evidence:
         body += ["## Evidence", ""] + [f"- {defang(e)}" for e in source.evidence] + [""]
-    body += ["## Provenance", "",
-             f"A {source.scope} lesson from hive's team memory, proposed by {source.author} and reviewed by "
-             f"{source.reviewer} (lesson `{source.id}`). It follows the lesson: superseding it rewrites this "
-             "file and retracting it removes it. Edit the lesson with `hive lessons`, not this file.", ""]
+    body += [
+        "## Provenance",
+        "",
+        f"A {source.scope} lesson from hive's team memory, proposed by {source.author} and reviewed by "
+        f"{source.reviewer} (lesson `{source.id}`). It follows the lesson: superseding it rewrites this "
+        "file and retracting it removes it. Edit the lesson with `hive lessons`, not this file.",
+        "",
+    ]
     text = "\n".join(lines + body)
     return _with_digest(text, _digest_of(text))
 
@@ -176,6 +219,7 @@ def untouched(text: str) -> bool:
 
 
 # ---- writing ---------------------------------------------------------------------------
+
 
 def _read(path: Path) -> str | None:
     try:
@@ -212,15 +256,18 @@ def pick_folder(root: Path, source: SkillSource, previous: str | None = None) ->
     return f"{name}-{source.id[:8]}"
 
 
-def write_skill(root: Path, source: SkillSource, *, folder: str | None = None, force: bool = False,
-                replaces: str | None = None) -> Written:
+def write_skill(
+    root: Path, source: SkillSource, *, folder: str | None = None, force: bool = False, replaces: str | None = None
+) -> Written:
     """Write (or re-render) the skill for ``source`` under ``root``; refuse to overwrite a person's edit.
 
     ``replaces`` is the lesson id the existing file may hold instead of ``source.id`` (supersession).
     """
     if source.scope == "personal":
-        raise Refused("a personal lesson stays on its person's machines; a skill in the repository would share it. "
-                      "Ask its reviewer to widen its scope first")
+        raise Refused(
+            "a personal lesson stays on its person's machines; a skill in the repository would share it. "
+            "Ask its reviewer to widen its scope first"
+        )
     name = pick_folder(root, source, folder)
     path = root / SKILLS_DIR / name / "SKILL.md"
     existing = _read(path)

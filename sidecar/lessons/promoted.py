@@ -36,16 +36,26 @@ def _skill_key(root: Path, lesson_id: str) -> str:
 
 def skill_source(view: LessonView, origin: dict[str, str]) -> promote.SkillSource:
     return promote.SkillSource(
-        id=view.id, kind=view.kind, text=view.text, applicability=view.applicability, scope=view.effective_scope,
-        reviewer=view.reviewer, author=view.author_session or view.author_person, tags=view.tags,
-        project=view.effective_project, quote=str((view.quote or {}).get("words", "")),
-        evidence=tuple(f"{e.get('kind')}: {e.get('ref')}" for e in view.evidence), supersedes=view.supersedes)
+        id=view.id,
+        kind=view.kind,
+        text=view.text,
+        applicability=view.applicability,
+        scope=view.effective_scope,
+        reviewer=view.reviewer,
+        author=view.author_session or view.author_person,
+        tags=view.tags,
+        project=view.effective_project,
+        quote=str((view.quote or {}).get("words", "")),
+        evidence=tuple(f"{e.get('kind')}: {e.get('ref')}" for e in view.evidence),
+        supersedes=view.supersedes,
+    )
 
 
 async def skills_of(sidecar: Sidecar, lesson_id: str) -> list[Path]:
     """The skill folders this machine wrote for a lesson."""
-    rows = await sidecar.store.fetchall("SELECT value FROM kv WHERE key >= ? AND key < ?",
-                                        (SKILL_KEY, SKILL_KEY[:-1] + "/"))
+    rows = await sidecar.store.fetchall(
+        "SELECT value FROM kv WHERE key >= ? AND key < ?", (SKILL_KEY, SKILL_KEY[:-1] + "/")
+    )
     records = [json.loads(r[0]) for r in rows]
     return [Path(r["root"]) / promote.SKILLS_DIR / r["folder"] for r in records if r["lesson"] == lesson_id]
 
@@ -57,8 +67,9 @@ async def skill_record(sidecar: Sidecar, root: Path, lesson_id: str) -> str | No
 
 
 async def remember_skill(sidecar: Sidecar, root: Path, lesson_id: str, folder: str) -> None:
-    await sidecar.store.set_kv(_skill_key(root, lesson_id),
-                               json.dumps({"root": str(root), "folder": folder, "lesson": lesson_id}))
+    await sidecar.store.set_kv(
+        _skill_key(root, lesson_id), json.dumps({"root": str(root), "folder": folder, "lesson": lesson_id})
+    )
 
 
 _skill_locks: weakref.WeakKeyDictionary[Sidecar, anyio.Lock] = weakref.WeakKeyDictionary()
@@ -78,8 +89,9 @@ async def follow_skills(sidecar: Sidecar) -> list[str]:
 
 
 async def _follow_skills(sidecar: Sidecar) -> list[str]:
-    rows = await sidecar.store.fetchall("SELECT key, value FROM kv WHERE key >= ? AND key < ?",
-                                        (SKILL_KEY, SKILL_KEY[:-1] + "/"))
+    rows = await sidecar.store.fetchall(
+        "SELECT key, value FROM kv WHERE key >= ? AND key < ?", (SKILL_KEY, SKILL_KEY[:-1] + "/")
+    )
     if not rows:
         return []
     store = lesson_store.of(sidecar)

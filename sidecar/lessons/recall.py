@@ -68,9 +68,11 @@ class Viewer:
     def sql(self, alias: str = "l") -> tuple[str, list[Any]]:
         """A WHERE fragment and its parameters."""
         marks = ",".join("?" * len(self.projects))
-        return (f"({alias}.eff_scope = 'team' OR {alias}.author_person = ? "
-                f"OR ({alias}.eff_scope = 'project' AND {alias}.eff_project IN ({marks})))",
-                [self.person, *self.projects])
+        return (
+            f"({alias}.eff_scope = 'team' OR {alias}.author_person = ? "
+            f"OR ({alias}.eff_scope = 'project' AND {alias}.eff_project IN ({marks})))",
+            [self.person, *self.projects],
+        )
 
 
 @dataclass(frozen=True)
@@ -106,11 +108,19 @@ class Ranked:
     def to_dict(self, now_ms: int) -> dict[str, object]:
         c = self.lesson
         return {
-            "id": c.id, "kind": c.kind, "scope": c.scope, "text": defang(c.text),
-            "applicability": defang(c.applicability), "tags": [one_line(t, 40) for t in c.tags],
-            "author": one_line(c.author, 120), "origin": one_line(c.origin, 120),
-            "reviewer": one_line(c.reviewer, 64), "verified": True, "hypothesis": self.hypothesis,
-            "age_days": round(max(now_ms - c.created_at, 0) / DAY_MS, 1), "score": round(self.score, 4),
+            "id": c.id,
+            "kind": c.kind,
+            "scope": c.scope,
+            "text": defang(c.text),
+            "applicability": defang(c.applicability),
+            "tags": [one_line(t, 40) for t in c.tags],
+            "author": one_line(c.author, 120),
+            "origin": one_line(c.origin, 120),
+            "reviewer": one_line(c.reviewer, 64),
+            "verified": True,
+            "hypothesis": self.hypothesis,
+            "age_days": round(max(now_ms - c.created_at, 0) / DAY_MS, 1),
+            "score": round(self.score, 4),
             "signals": {k: round(v, 4) for k, v in self.signals.items()},
             "outcome": {"citations": c.citations, "successes": c.successes},
             "files": [one_line(f, 300) for f in self.overlap],
@@ -162,8 +172,14 @@ def scope_key(c: Candidate, project: str) -> str:
     return c.scope
 
 
-def rank(candidates: list[Candidate], *, project: str = "", files: tuple[str, ...] = (), now_ms: int | None = None,
-         limit: int = 20) -> list[Ranked]:
+def rank(
+    candidates: list[Candidate],
+    *,
+    project: str = "",
+    files: tuple[str, ...] = (),
+    now_ms: int | None = None,
+    limit: int = 20,
+) -> list[Ranked]:
     """The candidates in recall order, best first, at most ``limit``."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     mine = [normal_path(f) for f in files if f]  # once, not once per candidate
@@ -173,16 +189,27 @@ def rank(candidates: list[Candidate], *, project: str = "", files: tuple[str, ..
         outcome = (c.successes + 1) / (c.citations + 2)
         where = scope_key(c, project)
         freshness = 0.5 ** (max(now_ms - c.created_at, 0) / DAY_MS / HALF_LIFE_DAYS)
-        signals = {"relevance": c.relevance, "overlap": share, "outcome": outcome, "scope": SCOPE_SCORES[where],
-                   "freshness": freshness}
-        score = (W_RELEVANCE * c.relevance + W_OVERLAP * share + W_OUTCOME * outcome
-                 + W_SCOPE * SCOPE_SCORES[where] + W_FRESHNESS * freshness)
+        signals = {
+            "relevance": c.relevance,
+            "overlap": share,
+            "outcome": outcome,
+            "scope": SCOPE_SCORES[where],
+            "freshness": freshness,
+        }
+        score = (
+            W_RELEVANCE * c.relevance
+            + W_OVERLAP * share
+            + W_OUTCOME * outcome
+            + W_SCOPE * SCOPE_SCORES[where]
+            + W_FRESHNESS * freshness
+        )
         ranked.append(Ranked(c, score, signals, hypothesis=where == "other", overlap=hit))
     ranked.sort(key=lambda r: (-r.score, -r.lesson.created_at, r.lesson.id))
     return ranked[:limit]
 
 
 # ---- showing ----------------------------------------------------------------------------------
+
 
 def _age(days: float) -> str:
     if days < 1:
@@ -196,8 +223,14 @@ def frame(r: Ranked, now_ms: int) -> str:
     """One lesson as an agent reads it: a ``<hive-lesson>`` frame with its provenance as attributes."""
     c = r.lesson
     days = max(now_ms - c.created_at, 0) / DAY_MS
-    attrs = [f'id="{attr(c.id[:12])}"', f'kind="{attr(c.kind)}"', f'scope="{attr(c.scope)}"',
-             f'reviewed-by="{attr(c.reviewer)}"', f'from="{attr(c.origin)}"', f'age="{_age(days)}"']
+    attrs = [
+        f'id="{attr(c.id[:12])}"',
+        f'kind="{attr(c.kind)}"',
+        f'scope="{attr(c.scope)}"',
+        f'reviewed-by="{attr(c.reviewer)}"',
+        f'from="{attr(c.origin)}"',
+        f'age="{_age(days)}"',
+    ]
     attrs.append("hypothesis" if r.hypothesis else "verified")
     lines = [defang(" ".join(c.text.split()))]
     if c.applicability.strip():
@@ -211,8 +244,10 @@ def frames(ranked: list[Ranked], now_ms: int | None = None) -> str:
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     if not ranked:
         return ""
-    tail = ("If one of these helps, say so with cite_lesson(id) when you use it, and whether it worked: "
-            "that is how lessons earn their rank.")
+    tail = (
+        "If one of these helps, say so with cite_lesson(id) when you use it, and whether it worked: "
+        "that is how lessons earn their rank."
+    )
     return "\n\n".join(frame(r, now_ms) for r in ranked) + "\n" + tail
 
 
@@ -223,8 +258,10 @@ def turn_line(r: Ranked, why: str, now_ms: int | None = None) -> str:
     days = max(now_ms - c.created_at, 0) / DAY_MS
     mark = "hypothesis" if r.hypothesis else "verified"
     text = defang(" ".join(c.text.split()))
-    return (f'<hive-lesson id="{attr(c.id[:12])}" kind="{attr(c.kind)}" scope="{attr(c.scope)}" '
-            f'reviewed-by="{attr(c.reviewer)}" age="{_age(days)}" why="{attr(why)}" {mark}>{text}</hive-lesson>')
+    return (
+        f'<hive-lesson id="{attr(c.id[:12])}" kind="{attr(c.kind)}" scope="{attr(c.scope)}" '
+        f'reviewed-by="{attr(c.reviewer)}" age="{_age(days)}" why="{attr(why)}" {mark}>{text}</hive-lesson>'
+    )
 
 
 # ---- reading candidates -----------------------------------------------------------------------
@@ -233,10 +270,13 @@ def turn_line(r: Ranked, why: str, now_ms: int | None = None) -> str:
 # body blob (or the deciding edit's), by hash: FTS5 columns read in a join would be read for every match
 # before the sort. An FTS row's rowid is its lesson's.
 
-_COLUMNS = ("l.rowid AS rowid, l.id, l.kind, l.eff_scope, l.eff_project, l.author, l.reviewer, l.created_at, "
-            "l.citations, l.successes, l.header, b.blob AS body, e.blob AS edit")
-_BLOBS = ("JOIN lesson_blobs b ON b.hash = l.body_hash "
-          "LEFT JOIN lesson_blobs e ON e.hash = l.text_hash AND l.text_hash != ''")
+_COLUMNS = (
+    "l.rowid AS rowid, l.id, l.kind, l.eff_scope, l.eff_project, l.author, l.reviewer, l.created_at, "
+    "l.citations, l.successes, l.header, b.blob AS body, e.blob AS edit"
+)
+_BLOBS = (
+    "JOIN lesson_blobs b ON b.hash = l.body_hash LEFT JOIN lesson_blobs e ON e.hash = l.text_hash AND l.text_hash != ''"
+)
 
 
 @dataclass(frozen=True)
@@ -255,22 +295,42 @@ def _content(header: str, body: str, edit: str | None) -> _Content:
     (a search reads tens of them, and JSON was half its time on the event loop)."""
     head, content = json.loads(header), json.loads(body)
     text = json.loads(edit).get("text") if edit else None
-    files = tuple(normal_path(str(e.get("ref", "")).split("#", 1)[0]) for e in head.get("evidence", ())
-                  if isinstance(e, dict) and e.get("kind") == "file")
-    return _Content(text=str(content.get("text", "") if text is None else text),
-                    applicability=str(content.get("applicability", "")), author=str(head.get("author_session", "")),
-                    author_person=str(head.get("author_person", "?")), tags=tuple(str(t) for t in head.get("tags", ())),
-                    files=files)
+    files = tuple(
+        normal_path(str(e.get("ref", "")).split("#", 1)[0])
+        for e in head.get("evidence", ())
+        if isinstance(e, dict) and e.get("kind") == "file"
+    )
+    return _Content(
+        text=str(content.get("text", "") if text is None else text),
+        applicability=str(content.get("applicability", "")),
+        author=str(head.get("author_session", "")),
+        author_person=str(head.get("author_person", "?")),
+        tags=tuple(str(t) for t in head.get("tags", ())),
+        files=files,
+    )
 
 
 def _candidate(row: Any, match: relevance.Match | None, origins: Mapping[str, str]) -> Candidate:
     content = _content(row["header"], row["body"], row["edit"])
     origin = origins.get(row["author"]) or f"{content.author_person}@{str(row['author'])[:8]}"
-    return Candidate(id=row["id"], kind=row["kind"], text=content.text, applicability=content.applicability,
-                     scope=row["eff_scope"], project=row["eff_project"], created_at=row["created_at"],
-                     author=content.author, origin=origin, reviewer=row["reviewer"], tags=content.tags,
-                     files=content.files, citations=row["citations"], successes=row["successes"],
-                     relevance=match.relevance if match else 0.0, coverage=match.coverage if match else 0.0)
+    return Candidate(
+        id=row["id"],
+        kind=row["kind"],
+        text=content.text,
+        applicability=content.applicability,
+        scope=row["eff_scope"],
+        project=row["eff_project"],
+        created_at=row["created_at"],
+        author=content.author,
+        origin=origin,
+        reviewer=row["reviewer"],
+        tags=content.tags,
+        files=content.files,
+        citations=row["citations"],
+        successes=row["successes"],
+        relevance=match.relevance if match else 0.0,
+        coverage=match.coverage if match else 0.0,
+    )
 
 
 _POSTINGS: WeakKeyDictionary[Store, relevance.Postings] = WeakKeyDictionary()  # the words' lessons, per store
@@ -286,8 +346,9 @@ def _filters(viewer: Viewer, project: str, others: bool) -> tuple[str, list[Any]
     return where, params
 
 
-def _by_text_sync(conn: sqlite3.Connection, postings: relevance.Postings, text: str, where: str, params: list[Any],
-                  limit: int) -> list[tuple[Any, relevance.Match]]:
+def _by_text_sync(
+    conn: sqlite3.Connection, postings: relevance.Postings, text: str, where: str, params: list[Any], limit: int
+) -> list[tuple[Any, relevance.Match]]:
     """The ``limit`` best matches the viewer may see: the best first, asked again for more while lessons
     they may not see took places."""
     if limit <= 0:
@@ -297,8 +358,13 @@ def _by_text_sync(conn: sqlite3.Connection, postings: relevance.Postings, text: 
         found = relevance.best(conn, postings, text, want)
         best = sorted(found, key=lambda rowid: (-found[rowid].relevance, -rowid))[:want]
         marks = ",".join("?" * len(best))
-        rows = conn.execute(f"SELECT {_COLUMNS} FROM lessons l {_BLOBS} WHERE l.rowid IN ({marks}) AND {where}",
-                            (*best, *params)).fetchall() if best else []
+        rows = (
+            conn.execute(
+                f"SELECT {_COLUMNS} FROM lessons l {_BLOBS} WHERE l.rowid IN ({marks}) AND {where}", (*best, *params)
+            ).fetchall()
+            if best
+            else []
+        )
         if len(rows) >= limit or len(found) < want:
             rows.sort(key=lambda r: (-found[int(r["rowid"])].relevance, -int(r["rowid"])))
             return [(r, found[int(r["rowid"])]) for r in rows[:limit]]
@@ -316,8 +382,7 @@ def _wanted(files: Iterable[str]) -> list[str]:
     return sorted(out)[:256]
 
 
-def _by_files_sync(conn: sqlite3.Connection, wanted: list[str], where: str, params: list[Any],
-                   limit: int) -> list[Any]:
+def _by_files_sync(conn: sqlite3.Connection, wanted: list[str], where: str, params: list[Any], limit: int) -> list[Any]:
     if not wanted:
         return []
     paths = wanted + [f"./{p}" for p in wanted] + [f"{p}/" for p in wanted]  # an evidence ref may be written so
@@ -326,18 +391,35 @@ def _by_files_sync(conn: sqlite3.Connection, wanted: list[str], where: str, para
     newest: dict[str, int] = {}
     for path in paths:
         for lesson, at in conn.execute(
-                f"SELECT x.lesson, x.at FROM lesson_files x CROSS JOIN lessons l ON l.id = x.lesson "
-                f"WHERE x.path = ? AND {where} ORDER BY x.at DESC LIMIT ?", (path, *params, limit)):
+            f"SELECT x.lesson, x.at FROM lesson_files x CROSS JOIN lessons l ON l.id = x.lesson "
+            f"WHERE x.path = ? AND {where} ORDER BY x.at DESC LIMIT ?",
+            (path, *params, limit),
+        ):
             newest[lesson] = at
     chosen = sorted(newest, key=lambda lesson: (-newest[lesson], lesson))[:limit]
-    rows = conn.execute(f"SELECT {_COLUMNS} FROM lessons l {_BLOBS} WHERE l.id IN ({','.join('?' * len(chosen))})",
-                        chosen).fetchall() if chosen else []
+    rows = (
+        conn.execute(
+            f"SELECT {_COLUMNS} FROM lessons l {_BLOBS} WHERE l.id IN ({','.join('?' * len(chosen))})", chosen
+        ).fetchall()
+        if chosen
+        else []
+    )
     return sorted(rows, key=lambda r: (-newest[r["id"]], r["id"]))
 
 
-async def search(store: Store, viewer: Viewer, *, text: str = "", files: Iterable[str] = (), project: str = "",
-                 origins: Mapping[str, str] | None = None, limit: int = 20, now_ms: int | None = None,
-                 pool: int | None = None, others: bool = True) -> list[Ranked]:
+async def search(
+    store: Store,
+    viewer: Viewer,
+    *,
+    text: str = "",
+    files: Iterable[str] = (),
+    project: str = "",
+    origins: Mapping[str, str] | None = None,
+    limit: int = 20,
+    now_ms: int | None = None,
+    pool: int | None = None,
+    others: bool = True,
+) -> list[Ranked]:
     """Ranked lessons ``viewer`` may see for a query and the session's files, best first.
 
     ``pool``: text and file candidates each (at least ``limit``). ``others``: whether lessons of
@@ -352,8 +434,10 @@ async def search(store: Store, viewer: Viewer, *, text: str = "", files: Iterabl
     postings = _POSTINGS.setdefault(store, relevance.Postings())
 
     def work(conn: sqlite3.Connection) -> tuple[list[Any], list[Any]]:
-        return (_by_text_sync(conn, postings, text, where, params, pool) if text else [],
-                _by_files_sync(conn, wanted, where, params, pool))
+        return (
+            _by_text_sync(conn, postings, text, where, params, pool) if text else [],
+            _by_files_sync(conn, wanted, where, params, pool),
+        )
 
     by_text_rows, by_file_rows = await store.run(work)
     merged: dict[str, Candidate] = {}
@@ -365,9 +449,18 @@ async def search(store: Store, viewer: Viewer, *, text: str = "", files: Iterabl
     return rank(list(merged.values()), project=project, files=files, now_ms=now_ms, limit=limit)
 
 
-async def for_turn(store: Store, viewer: Viewer, *, words: str, files: Iterable[str], project: str,
-                   error: str = "", origins: Mapping[str, str] | None = None, now_ms: int | None = None,
-                   limit: int = 20) -> list[tuple[Ranked, str]]:
+async def for_turn(
+    store: Store,
+    viewer: Viewer,
+    *,
+    words: str,
+    files: Iterable[str],
+    project: str,
+    error: str = "",
+    origins: Mapping[str, str] | None = None,
+    now_ms: int | None = None,
+    limit: int = 20,
+) -> list[tuple[Ranked, str]]:
     """What the turn tier may offer a session, best first, each with why: lessons of its project, the
     team's and its person's that a failed command's ``error`` text matches well ("error"), that its
     files name ("files:<path>"), or that its ``words`` (the prompt, its doing line) match well
@@ -377,12 +470,22 @@ async def for_turn(store: Store, viewer: Viewer, *, words: str, files: Iterable[
     and the person's longer request would dilute it."""
     found: dict[str, tuple[Ranked, str]] = {}
     if error:
-        for r in await search(store, viewer, text=error, project=project, origins=origins, limit=3, now_ms=now_ms,
-                              others=False):
+        for r in await search(
+            store, viewer, text=error, project=project, origins=origins, limit=3, now_ms=now_ms, others=False
+        ):
             if r.lesson.coverage >= TURN_RELEVANCE:
                 found.setdefault(r.lesson.id, (r, "error"))
-    for r in await search(store, viewer, text=words, files=files, project=project, origins=origins, limit=limit,
-                          now_ms=now_ms, others=False):
+    for r in await search(
+        store,
+        viewer,
+        text=words,
+        files=files,
+        project=project,
+        origins=origins,
+        limit=limit,
+        now_ms=now_ms,
+        others=False,
+    ):
         if r.overlap:
             found.setdefault(r.lesson.id, (r, f"files:{r.overlap[0]}"))
         elif r.lesson.coverage >= TURN_RELEVANCE:

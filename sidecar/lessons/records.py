@@ -61,8 +61,7 @@ from ..base.errors import (
 from ..team.identity import Identity, is_key_id
 from ..team.roster import Malformed, Roster, Signed, canonical, sign, signed_from_wire, valid_name, verify
 
-KINDS = ("convention", "correction", "gotcha", "decision", "routing", "preference", "workflow",
-         "debugging_pattern")
+KINDS = ("convention", "correction", "gotcha", "decision", "routing", "preference", "workflow", "debugging_pattern")
 QUOTED_KINDS = ("preference", "decision")  # must quote the person they are about
 SCOPES = ("personal", "project", "team")
 VERDICTS = ("approve", "reject", "edit")
@@ -143,8 +142,13 @@ class LessonBody:
 
     def blob(self) -> dict[str, Any]:
         """The deletable part, stored by hash in the content store."""
-        return {"lesson": self.id, "role": "body", "text": self.text, "applicability": self.applicability,
-                "quote": dataclasses.asdict(self.quote) if self.quote is not None else None}
+        return {
+            "lesson": self.id,
+            "role": "body",
+            "text": self.text,
+            "applicability": self.applicability,
+            "quote": dataclasses.asdict(self.quote) if self.quote is not None else None,
+        }
 
     @property
     def log_scope(self) -> str:
@@ -245,8 +249,10 @@ def check_lesson(body: LessonBody) -> None:
     _check_text("the text", body.text, MAX_TEXT, required=True)
     _check_text("the applicability", body.applicability, MAX_APPLICABILITY)
     if not body.evidence:
-        raise LessonNoEvidence("a lesson needs at least one piece of evidence (a file, commit, command, "
-                               "url or message it rests on): cite or omit")
+        raise LessonNoEvidence(
+            "a lesson needs at least one piece of evidence (a file, commit, command, "
+            "url or message it rests on): cite or omit"
+        )
     if len(body.evidence) > MAX_EVIDENCE:
         raise LessonInvalid(f"at most {MAX_EVIDENCE} pieces of evidence")
     for ev in body.evidence:
@@ -303,14 +309,38 @@ def check_tombstone(tomb: Tombstone) -> None:
         raise LessonInvalid("a tombstone's time is milliseconds since the epoch")
 
 
-def new_lesson(*, kind: str, text: str, applicability: str, scope: str, evidence: list[Evidence] | tuple[Evidence, ...],
-               author_person: str, author_machine: str, author_session: str, created_at: int, project: str = "",
-               tags: tuple[str, ...] | list[str] = (), quote: Quote | None = None, supersedes: str = "") -> LessonBody:
+def new_lesson(
+    *,
+    kind: str,
+    text: str,
+    applicability: str,
+    scope: str,
+    evidence: list[Evidence] | tuple[Evidence, ...],
+    author_person: str,
+    author_machine: str,
+    author_session: str,
+    created_at: int,
+    project: str = "",
+    tags: tuple[str, ...] | list[str] = (),
+    quote: Quote | None = None,
+    supersedes: str = "",
+) -> LessonBody:
     """A checked lesson with its id. Raises a :class:`~hive.sidecar.base.errors.LessonInvalid` subclass."""
-    body = LessonBody(kind=kind, text=text, applicability=applicability, scope=scope, evidence=tuple(evidence),
-                      author_person=author_person, author_machine=author_machine, author_session=author_session,
-                      created_at=created_at, project=project if scope == "project" else "",
-                      tags=tuple(tags), quote=quote, supersedes=supersedes)
+    body = LessonBody(
+        kind=kind,
+        text=text,
+        applicability=applicability,
+        scope=scope,
+        evidence=tuple(evidence),
+        author_person=author_person,
+        author_machine=author_machine,
+        author_session=author_session,
+        created_at=created_at,
+        project=project if scope == "project" else "",
+        tags=tuple(tags),
+        quote=quote,
+        supersedes=supersedes,
+    )
     check_lesson(body)
     return dataclasses.replace(body, id=lesson_id(body))
 
@@ -351,13 +381,20 @@ def lesson_from(header: dict[str, Any], blob: dict[str, Any]) -> LessonBody:
         raise LessonInvalid("a lesson is a header and a body")
     evidence = _field(header, "evidence", list)
     body = LessonBody(
-        kind=_field(header, "kind", str), text=_field(blob, "text", str),
-        applicability=_field(blob, "applicability", str), scope=_field(header, "scope", str),
-        evidence=tuple(evidence_from(e) for e in evidence), author_person=_field(header, "author_person", str),
-        author_machine=_field(header, "author_machine", str), author_session=_field(header, "author_session", str),
-        created_at=_field(header, "created_at", int), project=_field(header, "project", str, ""),
-        tags=tuple(_field(header, "tags", list, [])), quote=quote_from(blob.get("quote")),
-        supersedes=_field(header, "supersedes", str, ""), id=_field(header, "id", str),
+        kind=_field(header, "kind", str),
+        text=_field(blob, "text", str),
+        applicability=_field(blob, "applicability", str),
+        scope=_field(header, "scope", str),
+        evidence=tuple(evidence_from(e) for e in evidence),
+        author_person=_field(header, "author_person", str),
+        author_machine=_field(header, "author_machine", str),
+        author_session=_field(header, "author_session", str),
+        created_at=_field(header, "created_at", int),
+        project=_field(header, "project", str, ""),
+        tags=tuple(_field(header, "tags", list, [])),
+        quote=quote_from(blob.get("quote")),
+        supersedes=_field(header, "supersedes", str, ""),
+        id=_field(header, "id", str),
     )
     check_lesson(body)
     if blob.get("lesson") != body.id or blob_hash(blob) != header.get("body_hash"):
@@ -365,8 +402,9 @@ def lesson_from(header: dict[str, Any], blob: dict[str, Any]) -> LessonBody:
     return body
 
 
-def lesson_from_request(raw: dict[str, Any], *, author_person: str, author_machine: str, author_session: str,
-                        created_at: int) -> LessonBody:
+def lesson_from_request(
+    raw: dict[str, Any], *, author_person: str, author_machine: str, author_session: str, created_at: int
+) -> LessonBody:
     """A new lesson from a client's request fields (``kind``, ``text``, ``applicability``,
     ``scope``, ``project``, ``evidence``, ``tags``, ``quote``, ``supersedes``); the author is
     never taken from the request."""
@@ -377,12 +415,19 @@ def lesson_from_request(raw: dict[str, Any], *, author_person: str, author_machi
     if not isinstance(tags, list):
         raise LessonInvalid("tags are a list of words")
     return new_lesson(
-        kind=_field(raw, "kind", str), text=_field(raw, "text", str),
+        kind=_field(raw, "kind", str),
+        text=_field(raw, "text", str),
         applicability=_field(raw, "applicability", str, ""),
-        scope=_field(raw, "scope", str, "project"), project=_field(raw, "project", str, ""),
-        evidence=[evidence_from(e) for e in evidence], tags=tuple(tags), quote=quote_from(raw.get("quote")),
-        supersedes=_field(raw, "supersedes", str, ""), author_person=author_person, author_machine=author_machine,
-        author_session=author_session, created_at=created_at,
+        scope=_field(raw, "scope", str, "project"),
+        project=_field(raw, "project", str, ""),
+        evidence=[evidence_from(e) for e in evidence],
+        tags=tuple(tags),
+        quote=quote_from(raw.get("quote")),
+        supersedes=_field(raw, "supersedes", str, ""),
+        author_person=author_person,
+        author_machine=author_machine,
+        author_session=author_session,
+        created_at=created_at,
     )
 
 
@@ -407,10 +452,16 @@ def header_check(header: Any) -> dict[str, Any]:
 def review_from(raw: Any) -> Review:
     if not isinstance(raw, dict):
         raise LessonInvalid("a review is an object")
-    review = Review(lesson=_field(raw, "lesson", str), verdict=_field(raw, "verdict", str),
-                    reviewer=_field(raw, "reviewer", str), scope=_field(raw, "scope", str), at=_field(raw, "at", int),
-                    project=_field(raw, "project", str, ""), text_hash=_field(raw, "text_hash", str, ""),
-                    note=_field(raw, "note", str, ""))
+    review = Review(
+        lesson=_field(raw, "lesson", str),
+        verdict=_field(raw, "verdict", str),
+        reviewer=_field(raw, "reviewer", str),
+        scope=_field(raw, "scope", str),
+        at=_field(raw, "at", int),
+        project=_field(raw, "project", str, ""),
+        text_hash=_field(raw, "text_hash", str, ""),
+        note=_field(raw, "note", str, ""),
+    )
     check_review(review)
     return review
 
@@ -418,8 +469,12 @@ def review_from(raw: Any) -> Review:
 def tombstone_from(raw: Any) -> Tombstone:
     if not isinstance(raw, dict):
         raise LessonInvalid("a tombstone is an object")
-    tomb = Tombstone(lesson=_field(raw, "lesson", str), person=_field(raw, "person", str), at=_field(raw, "at", int),
-                     reason=_field(raw, "reason", str, ""))
+    tomb = Tombstone(
+        lesson=_field(raw, "lesson", str),
+        person=_field(raw, "person", str),
+        at=_field(raw, "at", int),
+        reason=_field(raw, "reason", str, ""),
+    )
     check_tombstone(tomb)
     return tomb
 
@@ -427,17 +482,28 @@ def tombstone_from(raw: Any) -> Tombstone:
 # ---- log entries ------------------------------------------------------------------------------
 
 
-def make_entry(identity: Identity, team_id: str, scope: str, seq: int, record: LessonBody | Review | Tombstone
-               ) -> Signed[LogEntry]:
+def make_entry(
+    identity: Identity, team_id: str, scope: str, seq: int, record: LessonBody | Review | Tombstone
+) -> Signed[LogEntry]:
     """Sign the next entry of this machine's log ``scope``."""
     if isinstance(record, LessonBody):
         entry = LogEntry(scope=scope, seq=seq, type="lesson", lesson=record.id, record=record.header())
     elif isinstance(record, Review):
-        entry = LogEntry(scope=scope, seq=seq, type="review", lesson=record.lesson,
-                         record=json.loads(canonical(dataclasses.asdict(record))))
+        entry = LogEntry(
+            scope=scope,
+            seq=seq,
+            type="review",
+            lesson=record.lesson,
+            record=json.loads(canonical(dataclasses.asdict(record))),
+        )
     else:
-        entry = LogEntry(scope=scope, seq=seq, type="tombstone", lesson=record.lesson,
-                         record=json.loads(canonical(dataclasses.asdict(record))))
+        entry = LogEntry(
+            scope=scope,
+            seq=seq,
+            type="tombstone",
+            lesson=record.lesson,
+            record=json.loads(canonical(dataclasses.asdict(record))),
+        )
     return sign(identity, team_id, ENTRY_KIND, entry)
 
 
@@ -538,8 +604,9 @@ def deciding_review(reviews: list[tuple[Review, str]]) -> tuple[Review, str] | N
     return min(reviews, key=lambda pair: (pair[0].at, pair[1]), default=None)
 
 
-def derive_state(*, reviews: list[tuple[Review, str]], retracted: bool, superseded: bool, asked_at_ms: int,
-                 now_ms: int) -> str:
+def derive_state(
+    *, reviews: list[tuple[Review, str]], retracted: bool, superseded: bool, asked_at_ms: int, now_ms: int
+) -> str:
     """A proposed lesson's state from the entries held about it (drafts never reach a log)."""
     if retracted:
         return "retracted"

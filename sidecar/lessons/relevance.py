@@ -60,7 +60,8 @@ _STOP = frozenset(
     "fix fixes fixed fixing add adds added adding update updates updated updating change changes changed changing "
     "make makes making made check checks checking look looking see work working works need needs want wants try "
     "trying get gets getting got use uses using used please help let lets thing things stuff something issue "
-    "issues problem problems bug bugs now still right new way currently seems seem".split())
+    "issues problem problems bug bugs now still right new way currently seems seem".split()
+)
 
 
 def query_words(text: str) -> list[str]:
@@ -172,8 +173,10 @@ class Postings:
         all their words)."""
         if word not in self.counts:
             half = max(self.total, FEW_LESSONS) // 2
-            held = conn.execute("SELECT count(*) FROM (SELECT 1 FROM lesson_fts WHERE lesson_fts MATCH ? LIMIT ?)",
-                                (f'"{word}"', half + 1)).fetchone()[0]
+            held = conn.execute(
+                "SELECT count(*) FROM (SELECT 1 FROM lesson_fts WHERE lesson_fts MATCH ? LIMIT ?)",
+                (f'"{word}"', half + 1),
+            ).fetchone()[0]
             self.counts[word] = None if held > half else int(held)
         return self.counts[word]
 
@@ -186,8 +189,14 @@ class Postings:
         if word in self.words:
             self.words.move_to_end(word)
             return self.words[word]
-        text, when = (_bits(conn.execute("SELECT group_concat(rowid) FROM lesson_fts WHERE lesson_fts MATCH ?",
-                                         (f'{part} : "{word}"',)).fetchone()[0]) for _, part in PARTS)
+        text, when = (
+            _bits(
+                conn.execute(
+                    "SELECT group_concat(rowid) FROM lesson_fts WHERE lesson_fts MATCH ?", (f'{part} : "{word}"',)
+                ).fetchone()[0]
+            )
+            for _, part in PARTS
+        )
         self.words[word] = (text, when)
         self.size += 64 + (text.bit_length() + when.bit_length()) // 8
         while self.size > POSTINGS_BYTES and len(self.words) > 1:
@@ -233,8 +242,9 @@ def _classes(request: _Request, sets: dict[str, tuple[int, int]]) -> list[tuple[
     return classes
 
 
-def best(conn: sqlite3.Connection, postings: Postings, text: str, want: int,
-         budget: int | None = None) -> dict[int, Match]:
+def best(
+    conn: sqlite3.Connection, postings: Postings, text: str, want: int, budget: int | None = None
+) -> dict[int, Match]:
     """Lessons (by rowid) answering ``text``, each with its relevance: at least the ``want`` best and
     their equals, when that many hold a word of it (see the module's notes). ``budget``: the lessons
     holding the rarest words scored one by one, :data:`SCORE_BUDGET` when None."""
@@ -269,9 +279,15 @@ def best(conn: sqlite3.Connection, postings: Postings, text: str, want: int,
         if postings.known(word) or word in rare:
             parts: list[int] = list(postings.get(conn, word))
         else:  # where a commoner word stands in these lessons: a MATCH within them, not all its lessons
-            parts = [_bits(conn.execute("SELECT group_concat(rowid) FROM lesson_fts WHERE lesson_fts MATCH ?",
-                                        (f'({part} : "{word}") AND ({_any(rare)})',)).fetchone()[0])
-                     for _, part in PARTS]
+            parts = [
+                _bits(
+                    conn.execute(
+                        "SELECT group_concat(rowid) FROM lesson_fts WHERE lesson_fts MATCH ?",
+                        (f'({part} : "{word}") AND ({_any(rare)})',),
+                    ).fetchone()[0]
+                )
+                for _, part in PARTS
+            ]
         for bit, part_bits in zip((TEXT, WHEN), parts, strict=True):
             for rowid in members(part_bits & scored):
                 where = places.setdefault(rowid, {})

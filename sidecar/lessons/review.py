@@ -60,6 +60,7 @@ class Choice:
 
 # ---- who reviews ------------------------------------------------------------------------------
 
+
 def file_refs(evidence: Iterable[Mapping[str, Any]]) -> list[str]:
     """The repository paths among a lesson's evidence pointers."""
     out = []
@@ -87,7 +88,8 @@ async def touches(sidecar: Sidecar, files: list[str], now: float | None = None) 
         return counts
     rows = await sidecar.store.fetchall(
         "SELECT action, path FROM events WHERE at >= ? AND action IN ('file.modified', 'file.read') AND path != ''",
-        (now - WINDOW_DAYS * 86400,))
+        (now - WINDOW_DAYS * 86400,),
+    )
     for row in rows:
         if _matches(str(row[1]), files):
             counts[sidecar.settings.person] += TOUCH_WEIGHTS[str(row[0])]
@@ -110,8 +112,9 @@ def people(sidecar: Sidecar) -> set[str]:
     return found | {sidecar.settings.person}
 
 
-async def choose_reviewer(sidecar: Sidecar, *, scope: str, author_person: str, files: list[str],
-                          repo_root: str = "") -> Choice:
+async def choose_reviewer(
+    sidecar: Sidecar, *, scope: str, author_person: str, files: list[str], repo_root: str = ""
+) -> Choice:
     """The person who should review a lesson with these evidence files."""
     if scope == "personal":
         return Choice(author_person, "personal")
@@ -131,6 +134,7 @@ async def choose_reviewer(sidecar: Sidecar, *, scope: str, author_person: str, f
 
 # ---- confirming a verdict ---------------------------------------------------------------------
 
+
 def evidence_summary(evidence: Iterable[Mapping[str, Any]]) -> str:
     items = [f"{clean(str(e.get('kind', '')))}: {clip(clean(str(e.get('ref', ''))), 120)}" for e in evidence]
     more = f" (+{len(items) - EVIDENCE_LIMIT} more)" if len(items) > EVIDENCE_LIMIT else ""
@@ -142,34 +146,61 @@ def question(verdict: str, lesson_id: str) -> str:
     return f"{verdict.capitalize()} lesson {lesson_id[:12]}?"
 
 
-def prompt(view: Mapping[str, Any], verdict: str, *, text: str | None = None, scope: str | None = None,
-           timeout: float = CONFIRM_TIME) -> Prompt:
+def prompt(
+    view: Mapping[str, Any],
+    verdict: str,
+    *,
+    text: str | None = None,
+    scope: str | None = None,
+    timeout: float = CONFIRM_TIME,
+) -> Prompt:
     """The pop-up: the lesson's text (or the replacement), its evidence and the scope it would be shared at."""
     shown = clip(clean(text if text is not None else str(view.get("text", ""))), TEXT_LIMIT)
     where = scope or str(view.get("scope", ""))
-    lines = [f"{clean(str(view.get('kind', 'lesson')))} proposed by {clean(str(view.get('author', '?')))}:",
-             f"“{shown}”", "", f"Evidence: {evidence_summary(view.get('evidence') or [])}",
-             f"Shared with: {where}" + (" (only you)" if where == "personal" else "")]
+    lines = [
+        f"{clean(str(view.get('kind', 'lesson')))} proposed by {clean(str(view.get('author', '?')))}:",
+        f"“{shown}”",
+        "",
+        f"Evidence: {evidence_summary(view.get('evidence') or [])}",
+        f"Shared with: {where}" + (" (only you)" if where == "personal" else ""),
+    ]
     if verdict == "edit":
         lines.insert(0, "Approve this lesson with your edited text?")
     elif verdict == "reject":
         lines.insert(0, "Reject this lesson? (Approve here confirms the rejection.)")
-    return Prompt(title=f"hive · review a lesson ({question(verdict, str(view.get('id', '')))})",
-                  body="\n".join(lines), timeout=timeout)
+    return Prompt(
+        title=f"hive · review a lesson ({question(verdict, str(view.get('id', '')))})",
+        body="\n".join(lines),
+        timeout=timeout,
+    )
 
 
-async def confirm(sidecar: Sidecar, conn: Connection, request: Mapping[str, Any], view: Mapping[str, Any],
-                  verdict: str, *, text: str | None = None, scope: str | None = None) -> str:
+async def confirm(
+    sidecar: Sidecar,
+    conn: Connection,
+    request: Mapping[str, Any],
+    view: Mapping[str, Any],
+    verdict: str,
+    *,
+    text: str | None = None,
+    scope: str | None = None,
+) -> str:
     """How the person confirmed ``verdict`` on the lesson ("desktop" or "terminal"), or raise.
 
     Refused when they declined, or when there is neither a desktop nor a terminal to ask on: the
     one check every person-only change goes through (``person.confirm_by_person``).
     """
-    return await confirm_by_person(conn, request, question(verdict, str(view.get("id", ""))),
-                                   title="hive · review a lesson", outcome="not recorded", refused=Refused,
-                                   prompt=prompt(view, verdict, text=text, scope=scope),
-                                   hint="A lesson is reviewed by a person, with `hive lessons review` typed at a "
-                                        "terminal; an agent cannot review lessons.")
+    return await confirm_by_person(
+        conn,
+        request,
+        question(verdict, str(view.get("id", ""))),
+        title="hive · review a lesson",
+        outcome="not recorded",
+        refused=Refused,
+        prompt=prompt(view, verdict, text=text, scope=scope),
+        hint="A lesson is reviewed by a person, with `hive lessons review` typed at a "
+        "terminal; an agent cannot review lessons.",
+    )
 
 
 async def desktop_available() -> bool:
@@ -191,8 +222,9 @@ async def ask_reviewer(sidecar: Sidecar, view: Mapping[str, Any], on_screen: any
     """
     shown = prompt(view, "approve", timeout=POPUP_TIME)
     body = shown.body.replace("Shared with:", "Deny rejects it; closing it leaves it pending.\nShared with:", 1)
-    shown = Prompt(title=f"hive · {clean(str(view.get('author', 'an agent')))} proposes a lesson", body=body,
-                   timeout=POPUP_TIME)
+    shown = Prompt(
+        title=f"hive · {clean(str(view.get('author', 'an agent')))} proposes a lesson", body=body, timeout=POPUP_TIME
+    )
     async with backend_for(find_desktop()).show(shown) as popup:
         if on_screen is not None:
             on_screen.set()

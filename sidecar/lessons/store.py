@@ -46,15 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ..base.errors import (
-    HiveError,
-    LessonInvalid,
-    LessonRetracted,
-    LessonState,
-    LessonTooLong,
-    NotFound,
-    NotMember,
-)
+from ..base.errors import HiveError, LessonInvalid, LessonRetracted, LessonState, LessonTooLong, NotFound, NotMember
 from ..base.store import Store
 from ..team.projects import projects_of
 from ..team.roster import Signed, sign
@@ -89,8 +81,13 @@ class LessonStore:
 
     # ---- writing here ----------------------------------------------------------------
 
-    async def _append(self, ctx: Context, scope: str, record: L.LessonBody | L.Review | L.Tombstone,
-                      extra: Iterable[tuple[str, Sequence[Any]]] = ()) -> int:
+    async def _append(
+        self,
+        ctx: Context,
+        scope: str,
+        record: L.LessonBody | L.Review | L.Tombstone,
+        extra: Iterable[tuple[str, Sequence[Any]]] = (),
+    ) -> int:
         async with self._lock:
             seq = await self.store.run(lambda conn: append_sync(conn, ctx, scope, record, list(extra), self._changed))
             await self.store.write([])  # one commit for the entry and everything read from it
@@ -102,8 +99,14 @@ class LessonStore:
     async def save_draft(self, body: L.LessonBody) -> str:
         """Keep a draft on this machine only; returns its id."""
         L.check_lesson(body)
-        await self.store.write([("INSERT OR REPLACE INTO lesson_drafts (id, body, created_at) VALUES (?, ?, ?)",
-                                 (body.id, dumps(dataclasses.asdict(body)), time.time()))])
+        await self.store.write(
+            [
+                (
+                    "INSERT OR REPLACE INTO lesson_drafts (id, body, created_at) VALUES (?, ?, ?)",
+                    (body.id, dumps(dataclasses.asdict(body)), time.time()),
+                )
+            ]
+        )
         return body.id
 
     async def drafts(self) -> builtins.list[L.LessonBody]:
@@ -144,11 +147,18 @@ class LessonStore:
             if old.state != "verified":
                 raise LessonState(f"only a verified lesson can be superseded; {body.supersedes[:12]} is {old.state}")
         blob = body.blob()
-        await self._append(ctx, body.log_scope, body, [
-            ("DELETE FROM lesson_drafts WHERE id = ?", (body.id,)),
-            ("INSERT OR IGNORE INTO lesson_blobs (hash, lesson, blob) VALUES (?, ?, ?)",
-             (L.blob_hash(blob), body.id, dumps(blob))),
-        ])
+        await self._append(
+            ctx,
+            body.log_scope,
+            body,
+            [
+                ("DELETE FROM lesson_drafts WHERE id = ?", (body.id,)),
+                (
+                    "INSERT OR IGNORE INTO lesson_blobs (hash, lesson, blob) VALUES (?, ?, ?)",
+                    (L.blob_hash(blob), body.id, dumps(blob)),
+                ),
+            ],
+        )
         view = await self.get(body.id)
         assert view is not None
         return view
@@ -160,8 +170,17 @@ class LessonStore:
             raise LessonInvalid("make the replacement with supersedes=<the old lesson's id>")
         return await self.propose(body)
 
-    async def review(self, lesson_id: str, verdict: str, *, scope: str | None = None, project: str | None = None,
-                     text: str | None = None, note: str = "", at: int | None = None) -> LessonView:
+    async def review(
+        self,
+        lesson_id: str,
+        verdict: str,
+        *,
+        scope: str | None = None,
+        project: str | None = None,
+        text: str | None = None,
+        note: str = "",
+        at: int | None = None,
+    ) -> LessonView:
         """Record this machine's person's verdict on a proposed or held lesson.
 
         Call this only from a person's confirmed answer (a TTY confirmation or a pop-up); it signs
@@ -194,12 +213,24 @@ class LessonStore:
                 raise LessonTooLong(f"the replacement text is {len(text)} characters; at most {L.MAX_TEXT}")
             blob = L.edit_blob(lesson_id, text)
             text_hash = L.blob_hash(blob)
-            extra.append(("INSERT OR IGNORE INTO lesson_blobs (hash, lesson, blob) VALUES (?, ?, ?)",
-                          (text_hash, lesson_id, dumps(blob))))
+            extra.append(
+                (
+                    "INSERT OR IGNORE INTO lesson_blobs (hash, lesson, blob) VALUES (?, ?, ?)",
+                    (text_hash, lesson_id, dumps(blob)),
+                )
+            )
         elif text:
             raise LessonInvalid("only an edit carries replacement text")
-        rev = L.Review(lesson=lesson_id, verdict=verdict, reviewer=ctx.person, scope=approved_scope,
-                       project=approved_project, text_hash=text_hash, note=note, at=at if at is not None else now_ms())
+        rev = L.Review(
+            lesson=lesson_id,
+            verdict=verdict,
+            reviewer=ctx.person,
+            scope=approved_scope,
+            project=approved_project,
+            text_hash=text_hash,
+            note=note,
+            at=at if at is not None else now_ms(),
+        )
         L.check_review(rev)
         await self._append(ctx, L.log_scope(view.scope, view.project), rev, extra)
         after = await self.get(lesson_id)
@@ -230,16 +261,23 @@ class LessonStore:
 
     async def mark_asked(self, lesson_id: str, at: float | None = None) -> None:
         """The review was asked (again) now: a held lesson reads as proposed for another day."""
-        await self.store.write([("UPDATE lessons SET asked_at = ? WHERE id = ?",
-                                 (time.time() if at is None else at, lesson_id))])
+        await self.store.write(
+            [("UPDATE lessons SET asked_at = ? WHERE id = ?", (time.time() if at is None else at, lesson_id))]
+        )
 
     async def cite(self, lesson_id: str, success: bool | None = None) -> LessonView:
         """Count a citation (and a success, when the outcome is known to be one). Local counters."""
         row = await self.store.fetchone("SELECT 1 FROM lessons WHERE id = ?", (lesson_id,))
         if row is None:
             raise NotFound(f"no lesson {lesson_id[:12]}")
-        await self.store.write([("UPDATE lessons SET citations = citations + 1, successes = successes + ? "
-                                 "WHERE id = ?", (1 if success else 0, lesson_id))])
+        await self.store.write(
+            [
+                (
+                    "UPDATE lessons SET citations = citations + 1, successes = successes + ? WHERE id = ?",
+                    (1 if success else 0, lesson_id),
+                )
+            ]
+        )
         view = await self.get(lesson_id)
         assert view is not None
         return view
@@ -254,8 +292,9 @@ class LessonStore:
         """A lesson by its id or an unambiguous prefix of at least 6 hex digits."""
         if not re.fullmatch(r"[0-9a-f]{6,64}", prefix or ""):
             raise NotFound("a lesson id is hex (at least its first 6 digits)")
-        rows = await self.store.fetchall("SELECT id FROM lessons WHERE id >= ? AND id < ? LIMIT 2",
-                                         (prefix, prefix + "g"))
+        rows = await self.store.fetchall(
+            "SELECT id FROM lessons WHERE id >= ? AND id < ? LIMIT 2", (prefix, prefix + "g")
+        )
         if not rows:
             raise NotFound(f"no lesson {prefix}")
         if len(rows) > 1:
@@ -268,8 +307,15 @@ class LessonStore:
         """Proposed and held lessons, oldest first (``reviewer`` is informational: L2 picks reviewers)."""
         return await self._views("l.state = 'proposed'", (), now=now, order="l.received_at")
 
-    async def list(self, *, states: Sequence[str] | None = None, scope: str | None = None,
-                   project: str | None = None, limit: int = 200, now: float | None = None) -> builtins.list[LessonView]:
+    async def list(
+        self,
+        *,
+        states: Sequence[str] | None = None,
+        scope: str | None = None,
+        project: str | None = None,
+        limit: int = 200,
+        now: float | None = None,
+    ) -> builtins.list[LessonView]:
         """Lessons newest first; ``states`` may include ``held`` (read from proposed)."""
         where, params = ["1"], []
         if states:
@@ -292,13 +338,19 @@ class LessonStore:
         ctx = await self._context()
         return recall.Viewer(ctx.person, tuple(dict.fromkeys(projects_of(ctx.roster, ctx.person))))
 
-    async def _views(self, where: str, params: Sequence[Any], *, now: float | None = None,
-                     order: str = "l.created_at", limit: int = 1000) -> builtins.list[LessonView]:
+    async def _views(
+        self,
+        where: str,
+        params: Sequence[Any],
+        *,
+        now: float | None = None,
+        order: str = "l.created_at",
+        limit: int = 1000,
+    ) -> builtins.list[LessonView]:
         async def me() -> str:
             return (await self._context()).identity.key_id
 
         return await read_views(self.store, where, params, me=me, now=now, order=order, limit=limit)
-
 
     # ---- replication -----------------------------------------------------------------
 
@@ -318,9 +370,10 @@ class LessonStore:
                 if L.verify(ctx.team_id, L.ENTRY_KIND, signed) or not L.verify("", L.ENTRY_KIND, signed):
                     continue
                 again = sign(ctx.identity, ctx.team_id, L.ENTRY_KIND, signed.raw)
-                conn.execute("UPDATE lesson_log SET entry = ? WHERE author = ? AND scope = ? AND seq = ?",
-                             (dumps({"body": again.raw, "by": again.by, "sig": again.sig}), ctx.identity.key_id,
-                              scope, seq))
+                conn.execute(
+                    "UPDATE lesson_log SET entry = ? WHERE author = ? AND scope = ? AND seq = ?",
+                    (dumps({"body": again.raw, "by": again.by, "sig": again.sig}), ctx.identity.key_id, scope, seq),
+                )
                 changed += 1
             return changed
 
@@ -328,8 +381,7 @@ class LessonStore:
             changed = await self.store.run(work)
             await self.store.write([])
         if changed:
-            log.info("re-signed %d lesson entries written before this machine joined team %s", changed,
-                     ctx.team_id[:8])
+            log.info("re-signed %d lesson entries written before this machine joined team %s", changed, ctx.team_id[:8])
         return changed
 
     async def heads(self) -> dict[tuple[str, str], int]:
@@ -341,12 +393,14 @@ class LessonStore:
         """Entries of one log after ``seq``, as wire objects, in order."""
         rows = await self.store.fetchall(
             "SELECT entry FROM lesson_log WHERE author = ? AND scope = ? AND seq > ? ORDER BY seq LIMIT ?",
-            (author, scope, seq, limit))
+            (author, scope, seq, limit),
+        )
         return [json.loads(r[0]) for r in rows]
 
     async def entry(self, author: str, scope: str, seq: int) -> dict[str, Any] | None:
-        row = await self.store.fetchone("SELECT entry FROM lesson_log WHERE author = ? AND scope = ? AND seq = ?",
-                                        (author, scope, seq))
+        row = await self.store.fetchone(
+            "SELECT entry FROM lesson_log WHERE author = ? AND scope = ? AND seq = ?", (author, scope, seq)
+        )
         return None if row is None else json.loads(row[0])
 
     async def blob(self, blob_hash: str) -> dict[str, Any] | None:
@@ -361,14 +415,18 @@ class LessonStore:
         rows = await self.store.fetchall("SELECT hash FROM lesson_blobs WHERE lesson = ?", (lesson_id,))
         return [r[0] for r in rows]
 
-    async def blobs_with_logs(self, *, lessons: Sequence[str] = (), hashes: Sequence[str] = ()
-                              ) -> builtins.list[tuple[dict[str, Any], str, str]]:
+    async def blobs_with_logs(
+        self, *, lessons: Sequence[str] = (), hashes: Sequence[str] = ()
+    ) -> builtins.list[tuple[dict[str, Any], str, str]]:
         """Held blobs of ``lessons`` and by ``hashes``, each with the author machine and log scope of
         its lesson (what decides who may receive it), read in one hop."""
+
         def work(conn: sqlite3.Connection) -> list[tuple[dict[str, Any], str, str]]:
             out = []
-            sql = ("SELECT b.blob, l.author, l.scope, l.project FROM lesson_blobs b JOIN lessons l ON l.id = b.lesson "
-                   "WHERE ")
+            sql = (
+                "SELECT b.blob, l.author, l.scope, l.project FROM lesson_blobs b JOIN lessons l ON l.id = b.lesson "
+                "WHERE "
+            )
             for column, values in (("b.lesson", lessons), ("b.hash", hashes)):
                 for value in dict.fromkeys(values):
                     for row in conn.execute(sql + f"{column} = ?", (value,)):
@@ -383,7 +441,9 @@ class LessonStore:
             "SELECT h FROM (SELECT l.body_hash AS h, l.id AS lesson FROM lessons l UNION "
             "SELECT r.text_hash, r.lesson FROM lesson_reviews r WHERE r.text_hash != '') "
             "WHERE h NOT IN (SELECT hash FROM lesson_blobs) "
-            "AND lesson NOT IN (SELECT lesson FROM lesson_tombstones) LIMIT ?", (limit,))
+            "AND lesson NOT IN (SELECT lesson FROM lesson_tombstones) LIMIT ?",
+            (limit,),
+        )
         return [r[0] for r in rows]
 
     async def ingest(self, obj: Any, *, via: str = "") -> str:
@@ -458,11 +518,20 @@ class LessonStore:
 def _body_from_plain(plain: dict[str, Any]) -> L.LessonBody:
     header = {k: v for k, v in plain.items() if k not in ("text", "applicability", "quote")}
     body = L.LessonBody(
-        kind=header["kind"], text=plain["text"], applicability=plain["applicability"], scope=header["scope"],
-        evidence=tuple(L.evidence_from(e) for e in header["evidence"]), author_person=header["author_person"],
-        author_machine=header["author_machine"], author_session=header["author_session"],
-        created_at=header["created_at"], project=header.get("project", ""), tags=tuple(header.get("tags", ())),
-        quote=L.quote_from(plain.get("quote")), supersedes=header.get("supersedes", ""), id=header.get("id", ""),
+        kind=header["kind"],
+        text=plain["text"],
+        applicability=plain["applicability"],
+        scope=header["scope"],
+        evidence=tuple(L.evidence_from(e) for e in header["evidence"]),
+        author_person=header["author_person"],
+        author_machine=header["author_machine"],
+        author_session=header["author_session"],
+        created_at=header["created_at"],
+        project=header.get("project", ""),
+        tags=tuple(header.get("tags", ())),
+        quote=L.quote_from(plain.get("quote")),
+        supersedes=header.get("supersedes", ""),
+        id=header.get("id", ""),
     )
     L.check_lesson(body)
     return body
@@ -471,14 +540,14 @@ def _body_from_plain(plain: dict[str, Any]) -> L.LessonBody:
 async def _sidecar_context(sidecar: Sidecar) -> Context:
     team = sidecar.team
     identity = await team.ensure_identity()
-    return Context(team_id=team.team_id() or "", identity=identity, person=sidecar.settings.person,
-                   roster=team.roster)
+    return Context(team_id=team.team_id() or "", identity=identity, person=sidecar.settings.person, roster=team.roster)
 
 
 def of(sidecar: Sidecar) -> LessonStore:
     """The sidecar's lesson store, made on first use."""
     existing = sidecar.__dict__.get("lesson_store")
     if existing is None:
+
         async def context() -> Context:
             return await _sidecar_context(sidecar)
 
@@ -488,8 +557,13 @@ def of(sidecar: Sidecar) -> LessonStore:
 
 def new_lesson_here(ctx: Context, request: dict[str, Any], *, session: str) -> L.LessonBody:
     """A lesson from a client's request, authored by this machine's person in ``session``."""
-    return L.lesson_from_request(request, author_person=ctx.person, author_machine=ctx.identity.key_id,
-                                 author_session=session, created_at=now_ms())
+    return L.lesson_from_request(
+        request,
+        author_person=ctx.person,
+        author_machine=ctx.identity.key_id,
+        author_session=session,
+        created_at=now_ms(),
+    )
 
 
 async def context_of(sidecar: Sidecar) -> Context:

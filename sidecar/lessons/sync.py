@@ -123,9 +123,9 @@ class LessonSync:
     async def _send_batches(self, peer: str, kind: str, field: str, items: Sequence[Any], size: int) -> bool:
         """Send ``items`` in frames of ``size``; False once the link is gone."""
         for start in range(0, len(items), size):
-            if not await self._send(peer, {"t": kind, field: list(items[start:start + size])}):
+            if not await self._send(peer, {"t": kind, field: list(items[start : start + size])}):
                 return False
-            self.stats[f"{'entries' if kind == 'entry' else 'blobs'}_out"] += len(items[start:start + size])
+            self.stats[f"{'entries' if kind == 'entry' else 'blobs'}_out"] += len(items[start : start + size])
         return True
 
     # ---- anti-entropy ----------------------------------------------------------------
@@ -186,8 +186,13 @@ class LessonSync:
         peer = link.peer
         theirs: dict[tuple[str, str], int] = {}
         for item in (frame.get("heads") or [])[:MAX_HEADS]:
-            if (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str) and isinstance(item[1], str)
-                    and isinstance(item[2], int)):
+            if (
+                isinstance(item, list)
+                and len(item) == 3
+                and isinstance(item[0], str)
+                and isinstance(item[1], str)
+                and isinstance(item[2], int)
+            ):
                 theirs[(item[0], item[1])] = item[2]
         mine = await self.store.heads()
         me = self._me()
@@ -214,8 +219,9 @@ class LessonSync:
             # The peer holds entries this machine lacks: ask once (a reply never asks back).
             await self._send(peer, {"t": "sync", "reply": True, **await self._sync_body(peer)})
 
-    async def _blobs_for(self, peer: str, lesson_ids: Sequence[str], hashes: Sequence[str] = ()
-                         ) -> list[dict[str, Any]]:
+    async def _blobs_for(
+        self, peer: str, lesson_ids: Sequence[str], hashes: Sequence[str] = ()
+    ) -> list[dict[str, Any]]:
         """The held blobs of these lessons (and by these hashes) that ``peer`` may hold."""
         roster = self._roster()
         found = await self.store.blobs_with_logs(lessons=lesson_ids, hashes=hashes)
@@ -243,8 +249,9 @@ class LessonSync:
                 continue
             if not may_hold(roster, me, signed.by, signed.body.scope):
                 self.stats["refused"] += 1
-                log.warning("refused a %s entry from %s: this machine may not hold that log", signed.body.scope,
-                            link.peer[:12])
+                log.warning(
+                    "refused a %s entry from %s: this machine may not hold that log", signed.body.scope, link.peer[:12]
+                )
                 continue
             acceptable.append(obj)
         results = await self.store.ingest_many(acceptable, via=link.peer)
@@ -314,16 +321,22 @@ class LessonSync:
             row = await self.store.store.fetchone(f"SELECT COUNT(*) FROM {table}")
             counts[table] = row[0] if row else 0
         team = getattr(self.sc, "team", None)
-        return {"team_id": team.team_id() if team is not None else None, "me": self._me(),
-                "heads": [[a, s, n] for (a, s), n in sorted(heads.items())], "counts": counts,
-                "peers": sorted(self._peers()), "stats": dict(self.stats)}
+        return {
+            "team_id": team.team_id() if team is not None else None,
+            "me": self._me(),
+            "heads": [[a, s, n] for (a, s), n in sorted(heads.items())],
+            "counts": counts,
+            "peers": sorted(self._peers()),
+            "stats": dict(self.stats),
+        }
 
 
 def attach(mesh: Mesh) -> None:
     sync = LessonSync(mesh)
     mesh.__dict__["lesson_sync"] = sync
-    mesh.add_frames(FEATURE, {"sync": sync.on_sync, "entry": sync.on_entry, "body": sync.on_body},
-                    on_link_up=sync.on_link_up)
+    mesh.add_frames(
+        FEATURE, {"sync": sync.on_sync, "entry": sync.on_entry, "body": sync.on_body}, on_link_up=sync.on_link_up
+    )
 
 
 def sync_of(sidecar: Sidecar) -> LessonSync:
@@ -346,10 +359,18 @@ async def op_lesson_sync_status(sidecar: Sidecar, conn: Connection, request: dic
             if not isinstance(lesson_id, str):
                 continue
             view = await sync.store.get(lesson_id)
-            held[lesson_id] = None if view is None else {
-                "state": view.state, "has_body": view.has_body, "scope": view.scope,
-                "blobs": await sync.store.blob_hashes_of(lesson_id), "author_machine": view.author_machine,
-                "text": defang(view.text)}
+            held[lesson_id] = (
+                None
+                if view is None
+                else {
+                    "state": view.state,
+                    "has_body": view.has_body,
+                    "scope": view.scope,
+                    "blobs": await sync.store.blob_hashes_of(lesson_id),
+                    "author_machine": view.author_machine,
+                    "text": defang(view.text),
+                }
+            )
         result["lessons"] = held
     return result
 

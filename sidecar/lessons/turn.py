@@ -116,8 +116,14 @@ def _told(sidecar: Sidecar) -> dict[str, Told]:
 
 def failure_text(payload: dict[str, Any]) -> str:
     """The error output of a tool call that failed (a non-zero exit, an error field), else ""."""
-    response = next((payload[k] for k in ("tool_response", "tool_output", "toolResult", "result")
-                     if isinstance(payload.get(k), dict | str)), None)
+    response = next(
+        (
+            payload[k]
+            for k in ("tool_response", "tool_output", "toolResult", "result")
+            if isinstance(payload.get(k), dict | str)
+        ),
+        None,
+    )
     failed = False
     for holder in (response, payload):
         if isinstance(holder, dict):
@@ -180,10 +186,21 @@ async def _look(sidecar: Sidecar, session: Session, point: HookPoint, payload: d
     project = project_of_session(session.repo, session.cwd) or ""  # reads the repository when there is no remote
     now_ms = int(now * 1000)
     viewer = await lesson_store.of(sidecar).viewer()
-    found = await recall.for_turn(sidecar.store, viewer, words=words, error=error, files=files, project=project,
-                                  origins=origins(sidecar), now_ms=now_ms)
-    fresh = [(r, why) for r, why in found if r.lesson.id not in told.ids and r.lesson.id not in told.waiting
-             and r.lesson.id not in told.held]
+    found = await recall.for_turn(
+        sidecar.store,
+        viewer,
+        words=words,
+        error=error,
+        files=files,
+        project=project,
+        origins=origins(sidecar),
+        now_ms=now_ms,
+    )
+    fresh = [
+        (r, why)
+        for r, why in found
+        if r.lesson.id not in told.ids and r.lesson.id not in told.waiting and r.lesson.id not in told.held
+    ]
     if not fresh:
         told.quiet = quiet  # every lesson found is told, waiting or held back already
         return
@@ -191,8 +208,9 @@ async def _look(sidecar: Sidecar, session: Session, point: HookPoint, payload: d
         await _offer(sidecar, session, told, ranked, why, recall.turn_line(ranked, why, now_ms), project)
 
 
-async def _offer(sidecar: Sidecar, session: Session, told: Told, ranked: recall.Ranked, why: str, line: str,
-                 project: str) -> None:
+async def _offer(
+    sidecar: Sidecar, session: Session, told: Told, ranked: recall.Ranked, why: str, line: str, project: str
+) -> None:
     """Through the gate: the line waits for the hook's reply only when the gate delivers it now."""
     from ..base.errors import HiveError
     from ..gate.engine import MAX_BODY, MAX_EVIDENCE, MAX_REF, MAX_TITLE, Evidence, Item, gate_of
@@ -209,14 +227,23 @@ async def _offer(sidecar: Sidecar, session: Session, told: Told, ranked: recall.
 
     address = sidecar.sessions.address(session)
     where = lesson.project or project
-    files = [Evidence("file", (f"{where}:{f}" if where else f)[:MAX_REF]) for f in lesson.files[:MAX_EVIDENCE - 1]]
+    files = [Evidence("file", (f"{where}:{f}" if where else f)[:MAX_REF]) for f in lesson.files[: MAX_EVIDENCE - 1]]
     text = one_line(lesson.text, MAX_BODY)
-    decision = await gate.offer_now(Item(
-        source="lesson", person=sidecar.settings.person, session=address,
-        title=f"Lesson {lesson.id[:12]} for {address}: {text}"[:MAX_TITLE], body=text,
-        evidence=(Evidence("lesson", lesson.id), *files), key=f"lesson:{lesson.id}:{address}",
-        proposer=PROPOSER, data={"lesson": lesson.id, "session": session.key, "why": why}), deliver,
-        channel="session")
+    decision = await gate.offer_now(
+        Item(
+            source="lesson",
+            person=sidecar.settings.person,
+            session=address,
+            title=f"Lesson {lesson.id[:12]} for {address}: {text}"[:MAX_TITLE],
+            body=text,
+            evidence=(Evidence("lesson", lesson.id), *files),
+            key=f"lesson:{lesson.id}:{address}",
+            proposer=PROPOSER,
+            data={"lesson": lesson.id, "session": session.key, "why": why},
+        ),
+        deliver,
+        channel="session",
+    )
     if decision.outcome != "deliver":
         told.held.add(lesson.id)  # asked once per session, as a told one; the gate's ledger says why not
 
@@ -233,6 +260,18 @@ async def shown(sidecar: Sidecar, session: Session, lessons: Due) -> None:
         told.waiting.pop(lesson_id, None)
         told.ids.add(lesson_id)
         told.times.append(now)
-    await store_events(sidecar.store, [
-        Event(at=now, session=session.key, harness=session.agent, action="lesson.injected", method="hook",
-              fidelity="observed", detail=json.dumps({"lesson": lesson_id})) for lesson_id in lessons.lines])
+    await store_events(
+        sidecar.store,
+        [
+            Event(
+                at=now,
+                session=session.key,
+                harness=session.agent,
+                action="lesson.injected",
+                method="hook",
+                fidelity="observed",
+                detail=json.dumps({"lesson": lesson_id}),
+            )
+            for lesson_id in lessons.lines
+        ],
+    )

@@ -73,8 +73,16 @@ class LessonView:
         return out
 
 
-async def read_views(store: Store, where: str, params: Sequence[Any], *, me: Callable[[], Awaitable[str]],
-                     now: float | None = None, order: str = "l.created_at", limit: int = 1000) -> list[LessonView]:
+async def read_views(
+    store: Store,
+    where: str,
+    params: Sequence[Any],
+    *,
+    me: Callable[[], Awaitable[str]],
+    now: float | None = None,
+    order: str = "l.created_at",
+    limit: int = 1000,
+) -> list[LessonView]:
     """The lessons matching ``where`` (over ``lessons l``), in ``order``; ``me`` is this machine's key id,
     asked for only when a lesson was found."""
     now = time.time() if now is None else now
@@ -86,7 +94,8 @@ async def read_views(store: Store, where: str, params: Sequence[Any], *, me: Cal
         "FROM lessons l LEFT JOIN lesson_blobs b ON b.hash = l.body_hash "
         "LEFT JOIN lesson_blobs e ON e.hash = l.text_hash AND l.text_hash != '' "
         f"LEFT JOIN lesson_tombstones t ON t.lesson = l.id WHERE {where} ORDER BY {order} LIMIT ?",
-        (*params, limit))
+        (*params, limit),
+    )
     mine = await me() if rows else ""
     views = []
     for r in rows:
@@ -95,25 +104,46 @@ async def read_views(store: Store, where: str, params: Sequence[Any], *, me: Cal
         edit = json.loads(r["edit_blob"]) if r["edit_blob"] else {}
         reviews = await store.fetchall(
             "SELECT reviewer, verdict, scope, project, note, at, text_hash FROM lesson_reviews WHERE lesson = ? "
-            "ORDER BY at, sig", (r["id"],))
+            "ORDER BY at, sig",
+            (r["id"],),
+        )
         state = r["state"]
         if state == "proposed" and (now - r["asked_at"]) * 1000 >= L.HELD_AFTER_MS:
             state = "held"
         original = body.get("text", "")
-        views.append(LessonView(
-            id=r["id"], state=state, kind=r["kind"],
-            text=edit.get("text", original) if r["text_hash"] else original,
-            original_text=original, applicability=body.get("applicability", ""), quote=body.get("quote"),
-            tags=tuple(header.get("tags", ())), evidence=tuple(header.get("evidence", ())),
-            scope=r["scope"], project=r["project"], effective_scope=r["eff_scope"],
-            effective_project=r["eff_project"], author_person=r["author_person"], author_machine=r["author"],
-            author_session=header.get("author_session", ""), created_at=r["created_at"],
-            supersedes=r["supersedes"], superseded_by=r["successor"] or "", reviewer=r["reviewer"],
-            reviews=tuple(dict(x) for x in reviews), retracted_by=r["t_person"] or "",
-            retract_reason=r["t_reason"] or "", local=r["author"] == mine, has_body=bool(body),
-            received_at=r["received_at"], asked_at=r["asked_at"], citations=r["citations"],
-            successes=r["successes"],
-        ))
+        views.append(
+            LessonView(
+                id=r["id"],
+                state=state,
+                kind=r["kind"],
+                text=edit.get("text", original) if r["text_hash"] else original,
+                original_text=original,
+                applicability=body.get("applicability", ""),
+                quote=body.get("quote"),
+                tags=tuple(header.get("tags", ())),
+                evidence=tuple(header.get("evidence", ())),
+                scope=r["scope"],
+                project=r["project"],
+                effective_scope=r["eff_scope"],
+                effective_project=r["eff_project"],
+                author_person=r["author_person"],
+                author_machine=r["author"],
+                author_session=header.get("author_session", ""),
+                created_at=r["created_at"],
+                supersedes=r["supersedes"],
+                superseded_by=r["successor"] or "",
+                reviewer=r["reviewer"],
+                reviews=tuple(dict(x) for x in reviews),
+                retracted_by=r["t_person"] or "",
+                retract_reason=r["t_reason"] or "",
+                local=r["author"] == mine,
+                has_body=bool(body),
+                received_at=r["received_at"],
+                asked_at=r["asked_at"],
+                citations=r["citations"],
+                successes=r["successes"],
+            )
+        )
     return views
 
 

@@ -54,8 +54,16 @@ def _listing(entries: list[Entry]) -> str:
     return ", ".join(sorted(e.full_address for e in entries)) or "(none live)"
 
 
-def resolve(to: str, directory: list[Entry], people: set[str], sender: str | None, *,
-            may_use_groups: bool, mailboxes: Sequence[Entry] = (), own: Collection[str] = ()) -> list[Target]:
+def resolve(
+    to: str,
+    directory: list[Entry],
+    people: set[str],
+    sender: str | None,
+    *,
+    may_use_groups: bool,
+    mailboxes: Sequence[Entry] = (),
+    own: Collection[str] = (),
+) -> list[Target]:
     """Resolve ``to`` against ``directory``.
 
     ``sender`` is the sending session's address (excluded from groups); ``people`` are the
@@ -99,8 +107,9 @@ def resolve(to: str, directory: list[Entry], people: set[str], sender: str | Non
         person, name = to.split("/", 1)
         if to in own and machine is None:
             return [Target(to, None)]
-        boxes = [e for e in mailboxes if e.person == person and e.name == name
-                 and (machine is None or e.machine == machine)]
+        boxes = [
+            e for e in mailboxes if e.person == person and e.name == name and (machine is None or e.machine == machine)
+        ]
         candidates = [e for e in directory if e.person == person and e.name == name]
         if boxes and not candidates:
             return [Target(e.address, e) for e in boxes]
@@ -109,8 +118,7 @@ def resolve(to: str, directory: list[Entry], people: set[str], sender: str | Non
         if name in people:
             theirs = [e for e in live if e.person == name]
             raise Refused(
-                f"{name} is a person, not a session: messages go to agent sessions; "
-                f"{name}'s are: {_listing(theirs)}"
+                f"{name} is a person, not a session: messages go to agent sessions; {name}'s are: {_listing(theirs)}"
             )
         candidates = [e for e in directory if e.name == name]
     if machine is not None:

@@ -75,17 +75,46 @@ KEEP_AFTER_READ = 24 * HOUR
 KEEP_UNREAD = 7 * 24 * HOUR
 
 # Folders under the home folder that hold keys and settings, never attachable by an agent.
-PROTECTED = (".ssh", ".gnupg", ".aws", ".azure", ".config", ".kube", ".docker", ".local/share/keyrings",
-             "Library", "AppData")
-CREDENTIAL_NAMES = frozenset({
-    "id_rsa", "id_dsa", "id_ecdsa", "id_ed25519", "id_ecdsa_sk", "id_ed25519_sk", "credentials",
-    "credentials.json", "credentials.db", "client_secret.json", "service-account.json", "secrets.json",
-    "secrets.yaml", "secrets.yml", "htpasswd", "shadow", "master.key", "keystore",
-})
+PROTECTED = (
+    ".ssh",
+    ".gnupg",
+    ".aws",
+    ".azure",
+    ".config",
+    ".kube",
+    ".docker",
+    ".local/share/keyrings",
+    "Library",
+    "AppData",
+)
+CREDENTIAL_NAMES = frozenset(
+    {
+        "id_rsa",
+        "id_dsa",
+        "id_ecdsa",
+        "id_ed25519",
+        "id_ecdsa_sk",
+        "id_ed25519_sk",
+        "credentials",
+        "credentials.json",
+        "credentials.db",
+        "client_secret.json",
+        "service-account.json",
+        "secrets.json",
+        "secrets.yaml",
+        "secrets.yml",
+        "htpasswd",
+        "shadow",
+        "master.key",
+        "keystore",
+    }
+)
 CREDENTIAL_SUFFIXES = (".pem", ".key", ".p12", ".pfx", ".jks", ".keystore", ".kdbx", ".ppk", ".asc", ".gpg")
 PRIVATE_KEY_MARK = "PRIVATE KEY-----"
-_DEVICE_NAMES = frozenset({"CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$", "CLOCK$"}
-                          | {f"{p}{d}" for p in ("COM", "LPT") for d in "0123456789¹²³"})
+_DEVICE_NAMES = frozenset(
+    {"CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$", "CLOCK$"}
+    | {f"{p}{d}" for p in ("COM", "LPT") for d in "0123456789¹²³"}
+)
 # Unicode's control characters (category Cc: C0, DEL and C1) but tab and line ends.
 _CONTROLS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 
@@ -190,7 +219,7 @@ def distinct(names: Sequence[str]) -> list[str]:
         stem, dot, ext = name.partition(".")
         candidate, n = name, 2
         while candidate.casefold() in taken:
-            candidate = f"{stem[:MAX_NAME_CHARS - 8]}-{n}{dot}{ext}"
+            candidate = f"{stem[: MAX_NAME_CHARS - 8]}-{n}{dot}{ext}"
             n += 1
         taken.add(candidate.casefold())
         out.append(candidate)
@@ -201,12 +230,14 @@ def check_text(name: str, data: bytes) -> str:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise AttachmentNotText(f"{name} is not UTF-8 text (byte {exc.start}); only text files can be attached") \
-            from exc
+        raise AttachmentNotText(
+            f"{name} is not UTF-8 text (byte {exc.start}); only text files can be attached"
+        ) from exc
     bad = _CONTROLS.search(text)
     if bad is not None:
-        raise AttachmentNotText(f"{name} holds the control character U+{ord(bad.group()):04X}; only text files "
-                                "can be attached")
+        raise AttachmentNotText(
+            f"{name} holds the control character U+{ord(bad.group()):04X}; only text files can be attached"
+        )
     return text
 
 
@@ -241,8 +272,10 @@ def _roots(cwd: Path, home: Path) -> list[Path]:
     roots = [r for r in dict.fromkeys([cwd, repo_root(cwd)]) if r is not None]
     roots = [r for r in roots if not _within(home, r)]  # the home folder or above: never a root
     if not roots:
-        raise AttachmentHome(f"this session works in {cwd}, the home folder or above it: an agent attaches files "
-                             "only from a project folder")
+        raise AttachmentHome(
+            f"this session works in {cwd}, the home folder or above it: an agent attaches files "
+            "only from a project folder"
+        )
     return roots
 
 
@@ -250,8 +283,10 @@ def _check_place(real: Path, shown: str, roots: Sequence[Path], state_home: Path
     """The root ``real`` is in, if an agent may send a file there; else the refusal, by code."""
     root = next((r for r in roots if _within(real, r)), None)
     if root is None:
-        raise AttachmentOutside(f"{shown} is outside this session's folder ({', '.join(map(str, roots))}); an agent "
-                                "attaches only files of its own repository or working folder")
+        raise AttachmentOutside(
+            f"{shown} is outside this session's folder ({', '.join(map(str, roots))}); an agent "
+            "attaches only files of its own repository or working folder"
+        )
     protected = [state_home.resolve(), *(home / p for p in PROTECTED)]
     if any(_within(real, p) for p in protected):
         raise AttachmentOutside(f"{shown} is in a folder of keys or settings; it cannot be attached")
@@ -336,8 +371,10 @@ def _read_confined(path: Path, shown: str, cwd: Path, state_home: Path, home: Pa
     fd, info = _open_file(real, shown)
     try:
         if info.st_nlink != 1:
-            raise AttachmentHardLink(f"{shown} has {info.st_nlink} names (a hard link); an agent attaches only files "
-                                     "with one name, whose other names cannot be somewhere else")
+            raise AttachmentHardLink(
+                f"{shown} has {info.st_nlink} names (a hard link); an agent attaches only files "
+                "with one name, whose other names cannot be somewhere else"
+            )
         if info.st_uid != os.getuid():
             raise AttachmentNotOwned(f"{shown} belongs to another user; an agent attaches only its user's files")
         home_real = (home or Path.home()).resolve()
@@ -367,8 +404,10 @@ def read_files(paths: Any, cwd: str, *, confined: bool, state_home: Path, home: 
     for shown in paths:
         if confined:
             if base is None or not base.is_absolute():
-                raise AttachmentHome("hive knows no running harness process for this session (its hooks or plugin "
-                                     "register it), so it has no folder to attach files from")
+                raise AttachmentHome(
+                    "hive knows no running harness process for this session (its hooks or plugin "
+                    "register it), so it has no folder to attach files from"
+                )
             real, text = _read_confined(Path(shown), shown, base.resolve(), state_home, home)
         else:
             path = Path(shown).expanduser()
@@ -392,8 +431,7 @@ def note_plugin_folder(session: Session, info: dict[str, Any], pid: int | None, 
     Only when the connecting process is the session's own harness process (the kernel's pid of
     the client, not one it states) and runs as a harness: any other client's ``cwd`` is a claim."""
     cwd = info.get("cwd")
-    if (isinstance(cwd, str) and cwd and pid is not None and info.get("pid") == pid
-            and program_names(pid) & binaries):
+    if isinstance(cwd, str) and cwd and pid is not None and info.get("pid") == pid and program_names(pid) & binaries:
         session.harness_cwd = cwd
 
 
@@ -403,8 +441,11 @@ async def caller_session(sidecar: Sidecar, pid: int | None) -> Session | None:
         return None
     chain = [pid, *await anyio.to_thread.run_sync(ancestor_pids, pid)]
     now = time.time()
-    live = {s.pid: s for s in sidecar.sessions.by_key.values()
-            if s.pid and sidecar.sessions.is_live(s, now) and s.harness_cwd}
+    live = {
+        s.pid: s
+        for s in sidecar.sessions.by_key.values()
+        if s.pid and sidecar.sessions.is_live(s, now) and s.harness_cwd
+    }
     return next((live[p] for p in chain if p in live), None)
 
 
@@ -415,8 +456,7 @@ def agent_folder(session: Session, binaries: frozenset[str]) -> str:
 
     A hook's or plugin's report alone names no folder: any client on the socket can send a hook
     request with a payload of its choice, but not move the harness process."""
-    if not (session.pid and procs.alive(session.pid, session.pid_started)
-            and program_names(session.pid) & binaries):
+    if not (session.pid and procs.alive(session.pid, session.pid_started) and program_names(session.pid) & binaries):
         return ""
     running = procs.folder(session.pid)
     if not running:
@@ -428,8 +468,15 @@ def agent_folder(session: Session, binaries: frozenset[str]) -> str:
     return str(where)
 
 
-async def for_send(sidecar: Sidecar, request: dict[str, Any], session: Session | None, *,
-                   by_agent: bool, at_terminal: bool, caller_pid: int | None = None) -> tuple[File, ...]:
+async def for_send(
+    sidecar: Sidecar,
+    request: dict[str, Any],
+    session: Session | None,
+    *,
+    by_agent: bool,
+    at_terminal: bool,
+    caller_pid: int | None = None,
+) -> tuple[File, ...]:
     """The files a ``send`` request names (``files``: paths), read under the sender's rules.
 
     An agent's paths (a session's, or those of a client an agent harness started, see
@@ -520,8 +567,11 @@ def load_quota(config: Path) -> Quota:
         value = section.get(key, default)
         return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else default
 
-    return Quota(keep_total=number("keep_total", base.keep_total), keep_person=number("keep_person", base.keep_person),
-                 person_hour=number("person_hour", base.person_hour))
+    return Quota(
+        keep_total=number("keep_total", base.keep_total),
+        keep_person=number("keep_person", base.keep_person),
+        person_hour=number("person_hour", base.person_hour),
+    )
 
 
 def inbox_root(state_home: Path) -> Path:
@@ -557,8 +607,9 @@ async def quota_wait(sidecar: Sidecar, person: str, files: Sequence[File]) -> fl
     # A sum without GROUP BY always has its one row; fetchall()[0] says so where fetchone() would be Optional.
     total = (await store.fetchall("SELECT COALESCE(SUM(bytes), 0) FROM attachments"))[0][0]
     mine = (await store.fetchall("SELECT COALESCE(SUM(bytes), 0) FROM attachments WHERE person = ?", (person,)))[0][0]
-    rows = await store.fetchall("SELECT at, bytes FROM attachments WHERE person = ? AND at > ? ORDER BY at",
-                                (person, now - HOUR))
+    rows = await store.fetchall(
+        "SELECT at, bytes FROM attachments WHERE person = ? AND at > ? ORDER BY at", (person, now - HOUR)
+    )
     if total + size > quota.keep_total or mine + size > quota.keep_person:
         return HOUR / 4  # space comes back as teammates' messages are read and their files go
     hour = sum(r[1] for r in rows)
@@ -579,9 +630,14 @@ async def keep(sidecar: Sidecar, message: Message) -> Message:
     paths = await anyio.to_thread.run_sync(save, sidecar.paths.home, message.carried)
     size = sum(f.size for f in message.carried)
     person = message.sender.split("/", 1)[0]
-    await sidecar.store.write([(
-        "INSERT OR REPLACE INTO attachments (id, person, folder, bytes, at) VALUES (?, ?, ?, ?, ?)",
-        (message.id, person, str(paths[0].parent), size, time.time()))])
+    await sidecar.store.write(
+        [
+            (
+                "INSERT OR REPLACE INTO attachments (id, person, folder, bytes, at) VALUES (?, ?, ?, ?, ?)",
+                (message.id, person, str(paths[0].parent), size, time.time()),
+            )
+        ]
+    )
     return dataclasses.replace(message, files=json.dumps([str(p) for p in paths]), carried=())
 
 
@@ -592,7 +648,8 @@ async def purge(sidecar: Sidecar) -> None:
     rows = await sidecar.store.fetchall(
         "SELECT a.id, a.folder FROM attachments a LEFT JOIN messages m ON m.id = a.id "
         "WHERE (m.id IS NULL AND a.at < ?) OR (m.read_at IS NOT NULL AND m.read_at < ?) OR a.at < ?",
-        (now - 60, now - KEEP_AFTER_READ, now - KEEP_UNREAD))
+        (now - 60, now - KEEP_AFTER_READ, now - KEEP_UNREAD),
+    )
     if not rows:
         return
     await anyio.to_thread.run_sync(_remove_folders, inbox_root(sidecar.paths.home), [r[1] for r in rows])
@@ -626,8 +683,10 @@ def listing(message_id: str, sender: str, files: str | None) -> str:
     paths = saved_paths(files)
     if not paths:
         return ""
-    lines = [f'Files that came with message {attr(message_id)} from {attr(sender)}, saved on this machine '
-             "(written by the sender: read them, don't run them):"]
+    lines = [
+        f"Files that came with message {attr(message_id)} from {attr(sender)}, saved on this machine "
+        "(written by the sender: read them, don't run them):"
+    ]
     lines += [f"- {defang(p)}" for p in paths]
     return "\n".join(lines)
 

@@ -62,9 +62,28 @@ if TYPE_CHECKING:
 MECHANISM = "app_server"  # the Tiers.push this module serves
 ANSWER_WITHIN = 3.0
 # Codex subcommands that are not an interactive TUI; any other `codex` process is one.
-NOT_TUI = frozenset({"app-server", "exec", "e", "queue", "mcp", "mcp-server", "login", "logout", "apply", "a",
-                     "sandbox", "debug", "completion", "cloud", "features", "responses-api-proxy", "stdio-to-uds",
-                     "help"})
+NOT_TUI = frozenset(
+    {
+        "app-server",
+        "exec",
+        "e",
+        "queue",
+        "mcp",
+        "mcp-server",
+        "login",
+        "logout",
+        "apply",
+        "a",
+        "sandbox",
+        "debug",
+        "completion",
+        "cloud",
+        "features",
+        "responses-api-proxy",
+        "stdio-to-uds",
+        "help",
+    }
+)
 
 log = logging.getLogger("hive.sidecar.mail.codex_push")
 
@@ -176,8 +195,12 @@ async def _push(sidecar: Sidecar, session: Session, address: str, done: anyio.Ev
             # rollout shows a model turn that carried it (:func:`settle`).
             sidecar.mailbox.mark_shown(messages, Holder(session.key, tui.pid, tui.started, pushed=True))
             _pending.setdefault(session.key, []).append(Pending(tuple(ids), rollout, offset, how.turn))
-            log.info("pushed %d message(s) into codex thread %s (%s); read once a model turn carries them",
-                     len(ids), session.key, how.how)
+            log.info(
+                "pushed %d message(s) into codex thread %s (%s); read once a model turn carries them",
+                len(ids),
+                session.key,
+                how.how,
+            )
             outcome.append(True)
         sidecar.tasks.start_soon(_follow, sidecar, session)
     except Exception as exc:
@@ -201,8 +224,9 @@ def _which_codex() -> Path | None:
 
 FOLLOW_EVERY = 0.25  # seconds between looks at a rollout while pushed mail awaits its proof
 # Rollout items only the model's answer writes: one after the pushed text means a model call had it.
-MODEL_OUTPUT = frozenset({"function_call", "custom_tool_call", "local_shell_call", "web_search_call",
-                          "tool_search_call", "reasoning"})
+MODEL_OUTPUT = frozenset(
+    {"function_call", "custom_tool_call", "local_shell_call", "web_search_call", "tool_search_call", "reasoning"}
+)
 TURN_ENDS = frozenset({"task_complete", "turn_aborted"})
 
 
@@ -265,8 +289,11 @@ def verdict(pending: Pending, items: list[dict[str, Any]]) -> str:
             continue
         kind = payload.get("type")
         if item.get("type") == "response_item":
-            if not carried and payload.get("role") in ("user", "developer") \
-                    and all(i in json.dumps(payload.get("content")) for i in pending.ids):
+            if (
+                not carried
+                and payload.get("role") in ("user", "developer")
+                and all(i in json.dumps(payload.get("content")) for i in pending.ids)
+            ):
                 carried = True
             elif carried and (payload.get("role") == "assistant" or kind in MODEL_OUTPUT):
                 return "seen"
@@ -303,8 +330,9 @@ async def settle(sidecar: Sidecar, session: Session) -> None:
             log.info("codex thread %s: a model turn carried %d pushed message(s)", session.key, len(held))
         elif outcome == "lost":
             sidecar.mailbox.unshow(held)
-            log.info("codex thread %s: the turn ended without %d pushed message(s); visible again",
-                     session.key, len(held))
+            log.info(
+                "codex thread %s: the turn ended without %d pushed message(s); visible again", session.key, len(held)
+            )
         else:
             still.append(pending)
     if still:

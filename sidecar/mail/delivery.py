@@ -37,8 +37,10 @@ async def after_deposit(sidecar: Sidecar, target: Target, wake: bool, waiting: b
     if session is None or not sidecar.sessions.is_live(session):
         return "queued", "queued: that session is offline; it sees this when it comes back"
     if discover.is_unmanaged(session):
-        return "queued", ("queued: that session runs without hive's hooks or tools (hive found it on disk), so "
-                          "it cannot read this until its harness loads hive; tell its person if it is urgent")
+        return "queued", (
+            "queued: that session runs without hive's hooks or tools (hive found it on disk), so "
+            "it cannot read this until its harness loads hive; tell its person if it is urgent"
+        )
     if not wake:
         return "queued", "queued (fyi): shown at its next natural pause; it does not wake the session"
     if waiting:
@@ -69,8 +71,9 @@ async def push(sidecar: Sidecar, session: Session) -> bool:
         return False
     sidecar.mailbox.mark_shown(messages)
     try:
-        await conn.send({"event": "deliver", "session": session.key,
-                         "ids": [m.id for m in messages], "text": frames(messages)})
+        await conn.send(
+            {"event": "deliver", "session": session.key, "ids": [m.id for m in messages], "text": frames(messages)}
+        )
     except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
         sidecar.mailbox.unshow([m.id for m in messages])
         return False

@@ -48,8 +48,10 @@ def pair(one: str, other: str) -> tuple[str, str]:
 
 
 def loop_message(limit: int) -> str:
-    return (f"refused: this looks like a loop ({limit} agent messages in a row between these two sessions with no "
-            "person in between). Check with your person: once they write to either session, you may send again")
+    return (
+        f"refused: this looks like a loop ({limit} agent messages in a row between these two sessions with no "
+        "person in between). Check with your person: once they write to either session, you may send again"
+    )
 
 
 class Guards:
@@ -70,9 +72,12 @@ class Guards:
             window.popleft()
         if len(window) >= self.rate_limit:
             wait = max(self.rate_window - (now - window[0]), 0.0) + 0.05
-            raise RateLimited(f"not sent: {sender} sent {self.rate_limit} messages in the last "
-                              f"{self.rate_window:g} s, the most hive lets one sender send; you may send again "
-                              f"in {wait:.0f} s", retry_after=round(wait, 2))
+            raise RateLimited(
+                f"not sent: {sender} sent {self.rate_limit} messages in the last "
+                f"{self.rate_window:g} s, the most hive lets one sender send; you may send again "
+                f"in {wait:.0f} s",
+                retry_after=round(wait, 2),
+            )
         window.append(now)
 
     async def run_of(self, one: str, other: str) -> int:
@@ -97,14 +102,19 @@ class Guards:
         if enforce and run > self.loop_limit:
             raise LoopGuard(loop_message(self.loop_limit))
         a, b = pair(sender, recipient)
-        return Step(run, [("INSERT OR REPLACE INTO pair_runs (a, b, agents, at) VALUES (?, ?, ?, ?)",
-                           (a, b, run, time.time()))])
+        return Step(
+            run, [("INSERT OR REPLACE INTO pair_runs (a, b, agents, at) VALUES (?, ?, ?, ?)", (a, b, run, time.time()))]
+        )
 
     @staticmethod
     def human_input(address: str) -> list[Statement]:
         """The statements that restart the count of every pair ``address`` is in."""
-        return [("UPDATE pair_runs SET agents = 0, at = ? WHERE (a = ? OR b = ?) AND agents > 0",
-                 (time.time(), address, address))]
+        return [
+            (
+                "UPDATE pair_runs SET agents = 0, at = ? WHERE (a = ? OR b = ?) AND agents > 0",
+                (time.time(), address, address),
+            )
+        ]
 
     async def prompted(self, address: str) -> None:
         """A person typed into the session at ``address``. Staged, not waited for: a lost reset

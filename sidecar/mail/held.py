@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 async def held(sidecar: Sidecar) -> list[dict[str, Any]]:
     """The held messages, oldest first, peer-written text defanged."""
     rows = await sidecar.store.fetchall(
-        "SELECT id, sender, recipient, frame, received_at FROM inbound WHERE state = 'held' ORDER BY id")
+        "SELECT id, sender, recipient, frame, received_at FROM inbound WHERE state = 'held' ORDER BY id"
+    )
     out = []
     for message_id, sender, recipient, frame, received_at in rows:
         body, files = "", []
@@ -32,8 +33,16 @@ async def held(sidecar: Sidecar) -> list[dict[str, Any]]:
             raw = json.loads(frame)
             body = raw.get("body", "")
             files = [f.name for f in attachments.from_wire(raw.get("files"))]  # saved only once approved
-        out.append({"id": message_id, "from": defang(sender), "to": recipient,
-                    "body": defang(str(body)), "received_at": received_at, "files": files})
+        out.append(
+            {
+                "id": message_id,
+                "from": defang(sender),
+                "to": recipient,
+                "body": defang(str(body)),
+                "received_at": received_at,
+                "files": files,
+            }
+        )
     return out
 
 
@@ -43,14 +52,20 @@ async def settle(remote: RemoteMail, ids: Sequence[str], approve: bool) -> list[
     results = []
     for message_id in ids:
         row = await sidecar.store.fetchone(
-            "SELECT frame, recipient, peer FROM inbound WHERE id = ? AND state = 'held'", (message_id,))
+            "SELECT frame, recipient, peer FROM inbound WHERE id = ? AND state = 'held'", (message_id,)
+        )
         if row is None:
             results.append({"id": message_id, "state": "not_held"})
             continue
         if not approve:
-            await sidecar.store.write([(
-                "UPDATE inbound SET state = 'refused', due = 'refused', frame = NULL, note = ? WHERE id = ?",
-                (f"dropped by {sidecar.settings.person}", message_id))])
+            await sidecar.store.write(
+                [
+                    (
+                        "UPDATE inbound SET state = 'refused', due = 'refused', frame = NULL, note = ? WHERE id = ?",
+                        (f"dropped by {sidecar.settings.person}", message_id),
+                    )
+                ]
+            )
             results.append({"id": message_id, "state": "dropped"})
             continue
         raw = json.loads(row[0])
@@ -58,15 +73,29 @@ async def settle(remote: RemoteMail, ids: Sequence[str], approve: bool) -> list[
         name = recipient.split("/", 1)[1]
         entry = next((e for e in sidecar.directory() if e.key is not None and e.name == name), None)
         approval, body = remote.approval(raw, row[2], recipient, raw["body"])  # checked again: time passed
-        message = Message(id=message_id, sender=raw["from"], sender_kind=raw.get("kind", "agent"),
-                          sender_agent=raw.get("agent", ""), sender_repo=raw.get("repo", ""),
-                          recipient=recipient, reply_to=raw.get("reply_to"), body=body,
-                          wake=not raw.get("fyi"), sent_at=time.time(), approval=approval,
-                          carried=attachments.from_wire(raw.get("files")))
+        message = Message(
+            id=message_id,
+            sender=raw["from"],
+            sender_kind=raw.get("kind", "agent"),
+            sender_agent=raw.get("agent", ""),
+            sender_repo=raw.get("repo", ""),
+            recipient=recipient,
+            reply_to=raw.get("reply_to"),
+            body=body,
+            wake=not raw.get("fyi"),
+            sent_at=time.time(),
+            approval=approval,
+            carried=attachments.from_wire(raw.get("files")),
+        )
         state, note = await remote.deposit(message, entry)
-        await sidecar.store.write([(
-            "UPDATE inbound SET state = 'accepted', due = 'delivered', frame = NULL, note = ? WHERE id = ?",
-            (note, message_id))])
+        await sidecar.store.write(
+            [
+                (
+                    "UPDATE inbound SET state = 'accepted', due = 'delivered', frame = NULL, note = ? WHERE id = ?",
+                    (note, message_id),
+                )
+            ]
+        )
         results.append({"id": message_id, "state": state, "note": note})
     remote.open_inbound += len(results)
     remote.mesh.poke()
@@ -100,9 +129,15 @@ async def op_approve(sidecar: Sidecar, conn: Connection, request: dict[str, Any]
     """
     ids = _ids(request)
     # Mail is held for the person to judge; the agent it would reach must not wave it through.
-    await confirm_by_person(conn, request, f"Deliver {len(ids)} held message(s) to your sessions?",
-                            title="hive · release held mail", outcome="not delivered",
-                            hint="Ask your person to run `hive approve` in a terminal.", agents_only=True)
+    await confirm_by_person(
+        conn,
+        request,
+        f"Deliver {len(ids)} held message(s) to your sessions?",
+        title="hive · release held mail",
+        outcome="not delivered",
+        hint="Ask your person to run `hive approve` in a terminal.",
+        agents_only=True,
+    )
     return {"settled": await settle(sidecar.mesh.remote, ids, approve=True)}
 
 

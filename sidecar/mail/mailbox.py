@@ -90,24 +90,41 @@ class Mailbox:
         self._mail_changes = 0
         self._following = False
 
-    async def deposit(self, messages: Sequence[Message], sender_key: str | None,
-                      also: Sequence[tuple[str, Sequence[Any]]] = ()) -> None:
+    async def deposit(
+        self, messages: Sequence[Message], sender_key: str | None, also: Sequence[tuple[str, Sequence[Any]]] = ()
+    ) -> None:
         """Store messages (and ``also``, in the same commit); returns once they are on disk, then
         wakes waiting readers."""
         if not messages and not also:
             return  # nothing to commit: do not queue behind another writer's fsync
-        await self.store.write([
-            *(
-                (
-                    f"INSERT OR IGNORE INTO messages ({_COLUMNS}, sender_key) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (m.id, m.sender, m.sender_kind, m.sender_agent, m.sender_repo, m.recipient,
-                     m.reply_to, m.body, int(m.wake), m.sent_at, None, m.approval, m.files, sender_key),
-                )
-                for m in messages
-            ),
-            *also,
-        ])
+        await self.store.write(
+            [
+                *(
+                    (
+                        f"INSERT OR IGNORE INTO messages ({_COLUMNS}, sender_key) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            m.id,
+                            m.sender,
+                            m.sender_kind,
+                            m.sender_agent,
+                            m.sender_repo,
+                            m.recipient,
+                            m.reply_to,
+                            m.body,
+                            int(m.wake),
+                            m.sent_at,
+                            None,
+                            m.approval,
+                            m.files,
+                            sender_key,
+                        ),
+                    )
+                    for m in messages
+                ),
+                *also,
+            ]
+        )
         for m in messages:
             if m.wake:
                 self.notify(m.recipient)
@@ -126,8 +143,10 @@ class Mailbox:
         name = f"hive_mail_changed_{id(self)}"  # one per mailbox, should two share a connection
         conn.create_function(name, 1, self._mail_changed)
         for event in ("INSERT", "UPDATE"):  # a DELETE only takes mail away
-            conn.execute(f"CREATE TEMP TRIGGER IF NOT EXISTS {name}_{event.lower()} AFTER {event} ON "
-                         f"main.messages BEGIN SELECT {name}(NEW.recipient); END")
+            conn.execute(
+                f"CREATE TEMP TRIGGER IF NOT EXISTS {name}_{event.lower()} AFTER {event} ON "
+                f"main.messages BEGIN SELECT {name}(NEW.recipient); END"
+            )
 
     async def unread(self, recipient: str, *, include_inflight: bool = False) -> list[Message]:
         if recipient in self._no_mail:
@@ -137,8 +156,7 @@ class Mailbox:
             await self.store.run(self._follow_mail)
             self._following = True
         rows = await self.store.fetchall(
-            f"SELECT {_COLUMNS} FROM messages WHERE recipient = ? AND read_at IS NULL ORDER BY id",
-            (recipient,),
+            f"SELECT {_COLUMNS} FROM messages WHERE recipient = ? AND read_at IS NULL ORDER BY id", (recipient,)
         )
         if not rows and following and self._mail_changes == changes:  # no write crossed the query
             self._no_mail.add(recipient)
@@ -164,8 +182,9 @@ class Mailbox:
             return True
         return False
 
-    def mark_shown(self, messages: Sequence[Message], holder: Holder | None = None,
-                   connection: int | None = None) -> None:
+    def mark_shown(
+        self, messages: Sequence[Message], holder: Holder | None = None, connection: int | None = None
+    ) -> None:
         """Hide ``messages`` from other readers until confirmed: for ``inflight_timeout`` seconds,
         or, with a ``holder``, while that harness lives (and ``connection``, the hook's, stays open
         until it says its reply is written: :meth:`written`)."""
@@ -210,12 +229,14 @@ class Mailbox:
     def is_pushed(self, message_id: str) -> bool:
         """Whether this message is held by a living harness the sidecar pushed it into."""
         showing = self.inflight.get(message_id)
-        return showing is not None and showing.holder is not None and showing.holder.pushed \
-            and showing.holder.alive()
+        return showing is not None and showing.holder is not None and showing.holder.pushed and showing.holder.alive()
 
     def _held_by(self, session: str) -> list[tuple[str, Showing]]:
-        return [(i, s) for i, s in self.inflight.items()
-                if s.holder is not None and s.holder.session == session and s.connection is None]
+        return [
+            (i, s)
+            for i, s in self.inflight.items()
+            if s.holder is not None and s.holder.session == session and s.connection is None
+        ]
 
     async def confirm_held(self, session: str) -> int:
         """Proof came that ``session``'s model saw what its hooks showed: confirm what its living
@@ -239,8 +260,15 @@ class Mailbox:
 
     def _held_ids(self, recipient: str) -> set[str]:
         """Mail for ``recipient`` a living harness has in its context, awaiting proof it was seen."""
-        return {i for i, s in self.inflight.items() if s.recipient == recipient and s.holder is not None
-                and s.connection is None and s.holder.pid > 0 and s.holder.alive()}
+        return {
+            i
+            for i, s in self.inflight.items()
+            if s.recipient == recipient
+            and s.holder is not None
+            and s.connection is None
+            and s.holder.pid > 0
+            and s.holder.alive()
+        }
 
     async def confirm(self, recipient: str, ids: Sequence[str]) -> int:
         """Mark messages read; only those addressed to ``recipient`` and still unread count."""
@@ -249,8 +277,7 @@ class Mailbox:
             return 0
         marks = ", ".join("?" for _ in ids)
         rows = await self.store.fetchall(
-            f"SELECT id FROM messages WHERE recipient = ? AND read_at IS NULL AND id IN ({marks})",
-            (recipient, *ids),
+            f"SELECT id FROM messages WHERE recipient = ? AND read_at IS NULL AND id IN ({marks})", (recipient, *ids)
         )
         found = [r[0] for r in rows]
         if found:
@@ -274,8 +301,11 @@ class Mailbox:
         now = time.time()
         showings = [s for s in self.inflight.values() if s.recipient == recipient]
         holders = {s.holder for s in showings if s.holder is not None and s.holder.pid > 0 and s.connection is None}
-        expiries = [s.until for s in showings if s.until > now
-                    and (s.holder is None or s.holder.pid <= 0 or s.connection is not None)]
+        expiries = [
+            s.until
+            for s in showings
+            if s.until > now and (s.holder is None or s.holder.pid <= 0 or s.connection is not None)
+        ]
         if expiries:
             seconds = min(seconds, min(expiries) - now + 0.01)
         with anyio.move_on_after(max(seconds, 0)):
@@ -297,7 +327,8 @@ class Mailbox:
         held = self._held_ids(recipient)
         if held:
             rows = await self.store.fetchall(
-                "SELECT id, sender FROM messages WHERE recipient = ? AND read_at IS NULL", (recipient,))
+                "SELECT id, sender FROM messages WHERE recipient = ? AND read_at IS NULL", (recipient,)
+            )
             senders = [r[1] for r in rows if r[0] not in held]
             return len(senders), sorted(set(senders))
         rows = await self.store.fetchall(
@@ -311,22 +342,27 @@ class Mailbox:
         if ids:
             marks = ", ".join("?" for _ in ids)
             rows = await self.store.fetchall(
-                f"SELECT id, recipient, sent_at, read_at FROM messages WHERE id IN ({marks}) ORDER BY id",
-                tuple(ids),
+                f"SELECT id, recipient, sent_at, read_at FROM messages WHERE id IN ({marks}) ORDER BY id", tuple(ids)
             )
         elif sender_key:
             rows = await self.store.fetchall(
-                "SELECT id, recipient, sent_at, read_at FROM messages WHERE sender_key = ? "
-                "ORDER BY id DESC LIMIT 50", (sender_key,),
+                "SELECT id, recipient, sent_at, read_at FROM messages WHERE sender_key = ? ORDER BY id DESC LIMIT 50",
+                (sender_key,),
             )
         else:
             rows = await self.store.fetchall(
                 "SELECT id, recipient, sent_at, read_at FROM messages WHERE sender = ? AND sender_key IS NULL "
-                "ORDER BY id DESC LIMIT 50", (sender,),
+                "ORDER BY id DESC LIMIT 50",
+                (sender,),
             )
         return [
-            {"id": r[0], "to": r[1], "sent_at": r[2], "read_at": r[3],
-             "state": "read" if r[3] is not None else "queued"}
+            {
+                "id": r[0],
+                "to": r[1],
+                "sent_at": r[2],
+                "read_at": r[3],
+                "state": "read" if r[3] is not None else "queued",
+            }
             for r in rows
         ]
 

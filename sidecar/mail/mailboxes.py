@@ -138,8 +138,20 @@ def entries(mesh: Mesh) -> list[Entry]:
             continue
         presence = mesh.presence.get(member.key) or {}
         for name in (TERMINAL, *presence.get("mailboxes", ())):
-            out.append(Entry(person=member.person, machine=member.machine, name=name, agent=AGENT, repo="",
-                             branch="", folder="", doing="", tier="mailbox", live=member.key in mesh.links))
+            out.append(
+                Entry(
+                    person=member.person,
+                    machine=member.machine,
+                    name=name,
+                    agent=AGENT,
+                    repo="",
+                    branch="",
+                    folder="",
+                    doing="",
+                    tier="mailbox",
+                    live=member.key in mesh.links,
+                )
+            )
     return out
 
 
@@ -187,8 +199,13 @@ def attach(mesh: Mesh) -> None:
 
     async def handle(link: Link, member: Any, frame: dict[str, Any]) -> None:
         if member.person != sidecar.settings.person:
-            log.info("ignored copies_read from %s's machine %s: only %s's machines mark %s's mail read",
-                     member.person, member.machine, sidecar.settings.person, sidecar.settings.person)
+            log.info(
+                "ignored copies_read from %s's machine %s: only %s's machines mark %s's mail read",
+                member.person,
+                member.machine,
+                sidecar.settings.person,
+                sidecar.settings.person,
+            )
             return
         ids = [i for i in (frame.get("ids") or [])[:1000] if is_ulid(i)]
         if not ids:
@@ -198,7 +215,8 @@ def attach(mesh: Mesh) -> None:
         read_at = frame.get("at") if isinstance(frame.get("at"), int | float) else time.time()
         rows = await sidecar.store.fetchall(
             f"SELECT id FROM messages WHERE id IN ({marks}) AND read_at IS NULL AND recipient IN ({boxes})",
-            (*ids, *mine))
+            (*ids, *mine),
+        )
         found = [r[0] for r in rows]
         if not found:
             return
@@ -219,13 +237,20 @@ def attach(mesh: Mesh) -> None:
 async def tell(mesh: Mesh) -> None:
     """Tell this person's other linked machines which copies were read here (each once per link)."""
     sidecar = mesh.sc
-    own = [peer for peer, _ in mesh.links.items() if (m := mesh.team.member(peer)) is not None
-           and m.person == sidecar.settings.person and mesh.peer_has(peer, FEATURE)]
+    own = [
+        peer
+        for peer, _ in mesh.links.items()
+        if (m := mesh.team.member(peer)) is not None
+        and m.person == sidecar.settings.person
+        and mesh.peer_has(peer, FEATURE)
+    ]
     if not own:
         return
     rows = await sidecar.store.fetchall(
         "SELECT c.sibling, m.read_at FROM mail_copies c JOIN messages m ON m.id = c.id "
-        "WHERE m.read_at IS NOT NULL AND m.read_at > ?", (time.time() - SYNC_WINDOW,))
+        "WHERE m.read_at IS NOT NULL AND m.read_at > ?",
+        (time.time() - SYNC_WINDOW,),
+    )
     told = _told.setdefault(sidecar, {})
     for peer in own:
         done = told.setdefault(peer, set())

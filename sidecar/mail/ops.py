@@ -65,8 +65,10 @@ async def op_send(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -
         raise BadRequest("send needs 'to': person/session, a session name, or a group")
     size = len(body.encode("utf-8"))
     if size > sidecar.settings.max_body:
-        raise TooLarge(f"the message is {size} bytes; the limit is {sidecar.settings.max_body}. "
-                       "Send the gist and attach or point to the rest")
+        raise TooLarge(
+            f"the message is {size} bytes; the limit is {sidecar.settings.max_body}. "
+            "Send the gist and attach or point to the rest"
+        )
     reply_to = request.get("reply_to")
     if reply_to is not None and not isinstance(reply_to, str):
         raise BadRequest("reply_to must be a message id")
@@ -81,14 +83,21 @@ async def op_send(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -
         # From the person's own mailbox: typed at their terminal, or a script of theirs.
         sender, agent, repo = f"{sidecar.settings.person}/{box}", "", ""
         kind = "person" if conn.at_terminal else "script"
-    carried = await attachments.for_send(sidecar, request, sender_session, by_agent=conn.by_agent,
-                                         at_terminal=conn.at_terminal, caller_pid=conn.pid)
+    carried = await attachments.for_send(
+        sidecar, request, sender_session, by_agent=conn.by_agent, at_terminal=conn.at_terminal, caller_pid=conn.pid
+    )
     # A group goes out only from the person's own mailbox, and only once they confirm it in a
     # pop-up (or, with no desktop, at this client's terminal): see ask.confirm_group.
     group = sender_session is None and is_group(to)
-    targets = resolve(to, sidecar.directory(), {sidecar.settings.person} | sidecar.mesh.people(), sender,
-                      may_use_groups=group, mailboxes=mailboxes.entries(sidecar.mesh),
-                      own={f"{sidecar.settings.person}/{n}" for n in mailboxes.names(sidecar)})
+    targets = resolve(
+        to,
+        sidecar.directory(),
+        {sidecar.settings.person} | sidecar.mesh.people(),
+        sender,
+        may_use_groups=group,
+        mailboxes=mailboxes.entries(sidecar.mesh),
+        own={f"{sidecar.settings.person}/{n}" for n in mailboxes.names(sidecar)},
+    )
     targets = await mailboxes.route(sidecar, targets, reply_to if isinstance(reply_to, str) else None)
     if is_group(to) and not targets:
         raise NotFound(f"no live session matches {to}")
@@ -101,8 +110,19 @@ async def op_send(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -
     wake = not request.get("fyi")
     now = time.time()
     messages = [
-        Message(id=new_ulid(), sender=sender, sender_kind=kind, sender_agent=agent, sender_repo=repo,
-                recipient=t.address, reply_to=reply_to, body=body, wake=wake, sent_at=now, carried=carried)
+        Message(
+            id=new_ulid(),
+            sender=sender,
+            sender_kind=kind,
+            sender_agent=agent,
+            sender_repo=repo,
+            recipient=t.address,
+            reply_to=reply_to,
+            body=body,
+            wake=wake,
+            sent_at=now,
+            carried=carried,
+        )
         for t in targets
     ]
     runs = await guard(sidecar, sender, kind, list(zip(targets, messages, strict=True)))
@@ -112,10 +132,12 @@ async def op_send(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -
     for message in messages:
         copies.setdefault(message.recipient, []).append(message.id)
     remote = await sidecar.mesh.send(
-        [(t, m) for t, m in zip(targets, messages, strict=True) if sidecar.mesh.is_remote(t)], sender_key,
-        notify=bool(request.get("notify")), runs=runs,
-        copies={m.id: mailboxes.copies_of(copies[m.recipient], m.id) for m in messages
-                if len(copies[m.recipient]) > 1})
+        [(t, m) for t, m in zip(targets, messages, strict=True) if sidecar.mesh.is_remote(t)],
+        sender_key,
+        notify=bool(request.get("notify")),
+        runs=runs,
+        copies={m.id: mailboxes.copies_of(copies[m.recipient], m.id) for m in messages if len(copies[m.recipient]) > 1},
+    )
     local = [await attachments.keep(sidecar, m) for m in messages if m.id not in remote]  # files saved first
     await sidecar.mailbox.deposit(local, sender_key)
     results = []
@@ -138,8 +160,11 @@ async def guard(sidecar: Sidecar, sender: str, kind: str, sends: list[tuple[Targ
     if kind == "person":  # human input to every session it goes to
         await sidecar.store.stage([s for target, _ in sends for s in Guards.human_input(target.address)])
         return {}
-    steps = {message.id: await sidecar.guards.step(sender, target.address, enforce=not sidecar.mesh.is_remote(target))
-             for target, message in sends if kind == "agent" and not mailboxes.is_mailbox(target)}
+    steps = {
+        message.id: await sidecar.guards.step(sender, target.address, enforce=not sidecar.mesh.is_remote(target))
+        for target, message in sends
+        if kind == "agent" and not mailboxes.is_mailbox(target)
+    }
     sidecar.guards.take_rate(sender)
     await sidecar.store.stage([s for step in steps.values() for s in step.statements])
     return {message_id: step.run for message_id, step in steps.items()}
@@ -189,8 +214,12 @@ async def op_inbox(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) 
         messages = await sidecar.mailbox.unread(recipient)
     if not request.get("peek"):
         sidecar.mailbox.mark_shown(messages)
-    return {"to": recipient, "messages": [m.public() for m in messages],
-            "ids": [m.id for m in messages], "text": frames(messages)}
+    return {
+        "to": recipient,
+        "messages": [m.public() for m in messages],
+        "ids": [m.id for m in messages],
+        "text": frames(messages),
+    }
 
 
 async def op_unread(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
@@ -284,5 +313,12 @@ async def op_sent(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -
     return {"messages": sorted(messages, key=lambda m: m["id"], reverse=not ids)}
 
 
-OPS = {"send": op_send, "inbox": op_inbox, "unread": op_unread, "delivered": op_delivered,
-       "undelivered": op_undelivered, "stop_waiting": op_stop_waiting, "sent": op_sent}
+OPS = {
+    "send": op_send,
+    "inbox": op_inbox,
+    "unread": op_unread,
+    "delivered": op_delivered,
+    "undelivered": op_undelivered,
+    "stop_waiting": op_stop_waiting,
+    "sent": op_sent,
+}

@@ -133,9 +133,15 @@ async def op_policy(sidecar: Sidecar, conn: Connection, request: dict[str, Any])
     check(who, value)
     # What reaches the person's sessions is the person's call: an agent must not open the door.
     whose = f"{who}'s messages" if who else "messages from everyone without a policy of their own"
-    await confirm_by_person(conn, request, f"Set hive's inbound policy for {whose} to {value}?",
-                            title="hive · inbound policy", outcome="not changed",
-                            hint="Ask your person to run `hive policy` in a terminal.", agents_only=True)
+    await confirm_by_person(
+        conn,
+        request,
+        f"Set hive's inbound policy for {whose} to {value}?",
+        title="hive · inbound policy",
+        outcome="not changed",
+        hint="Ask your person to run `hive policy` in a terminal.",
+        agents_only=True,
+    )
     inbound.set(who, value)
     return inbound.listing()
 

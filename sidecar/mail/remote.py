@@ -98,7 +98,8 @@ class RemoteMail:
     async def count_open_inbound(self) -> None:
         row = await self.sc.store.fetchone(
             "SELECT COUNT(*) FROM inbound WHERE (state = 'accepted' AND reported != 'read') "
-            "OR (due != '' AND due != reported AND reported != 'read')")
+            "OR (due != '' AND due != reported AND reported != 'read')"
+        )
         self.open_inbound = int(row[0]) if row else 0
 
     def receipts_owed(self, count: int) -> None:
@@ -110,17 +111,29 @@ class RemoteMail:
     async def refuse_unreadable(self, link: Link, message_id: str) -> None:
         """Answer a msg frame the transport refused for its text, so its sender stops replaying it
         and tells its author why."""
-        await self._ack(link, message_id, "refused",
-                        "refused: the message holds text that is not proper Unicode (a lone UTF-16 "
-                        "surrogate), so it was not stored; send it again as proper UTF-8 text")
+        await self._ack(
+            link,
+            message_id,
+            "refused",
+            "refused: the message holds text that is not proper Unicode (a lone UTF-16 "
+            "surrogate), so it was not stored; send it again as proper UTF-8 text",
+        )
 
     # ---- sending -------------------------------------------------------------------------
 
     def _msg_payload(self, message: Message) -> dict[str, Any]:
         payload: dict[str, Any] = {
-            "id": message.id, "from": message.sender, "to": message.recipient, "kind": message.sender_kind,
-            "agent": message.sender_agent, "repo": message.sender_repo, "reply_to": message.reply_to,
-            "body": message.body, "fyi": not message.wake, "sent_at": message.sent_at}
+            "id": message.id,
+            "from": message.sender,
+            "to": message.recipient,
+            "kind": message.sender_kind,
+            "agent": message.sender_agent,
+            "repo": message.sender_repo,
+            "reply_to": message.reply_to,
+            "body": message.body,
+            "fyi": not message.wake,
+            "sent_at": message.sent_at,
+        }
         approval = wire_of(message.approval)
         if approval is not None:
             payload["approval"] = approval  # signed by this machine (approvals.py)
@@ -131,15 +144,21 @@ class RemoteMail:
     def approval(self, raw: dict[str, Any], peer: str, recipient: str, body: str) -> tuple[str | None, str]:
         """An approval that came with a message: kept if it verifies, else stripped and noted in the body."""
         roster = getattr(getattr(self.sc, "team", None), "roster", None)
-        approval, body, why = receive_approval(raw.get("approval"), roster=roster, delivered_by=peer,
-                                               arrived_at=recipient, body=body)
+        approval, body, why = receive_approval(
+            raw.get("approval"), roster=roster, delivered_by=peer, arrived_at=recipient, body=body
+        )
         if why is not None:
             log.info("stripped an approval from %s for %s: %s", peer[:12], recipient, why)
         return approval, body
 
-    async def send(self, pairs: Sequence[tuple[Target, Message]], sender_key: str | None,
-                   notify: bool = False, copies: Mapping[str, Sequence[str]] | None = None,
-                   runs: Mapping[str, int] | None = None) -> dict[str, dict[str, Any]]:
+    async def send(
+        self,
+        pairs: Sequence[tuple[Target, Message]],
+        sender_key: str | None,
+        notify: bool = False,
+        copies: Mapping[str, Sequence[str]] | None = None,
+        runs: Mapping[str, int] | None = None,
+    ) -> dict[str, dict[str, Any]]:
         """Queue messages for teammates' sessions and mailboxes; returns each one's result keyed by message id.
 
         ``notify``: the recipient's machine also shows each as a notification to its person (ask.py).
@@ -158,16 +177,24 @@ class RemoteMail:
         for target, message in pairs:
             peer = self.mesh.peer_of(target.entry)
             if peer is None:
-                results[message.id] = {"to": target.address, "id": message.id, "state": "refused",
-                                       "note": "refused: that machine is no longer in the team"}
+                results[message.id] = {
+                    "to": target.address,
+                    "id": message.id,
+                    "state": "refused",
+                    "note": "refused: that machine is no longer in the team",
+                }
                 continue
             if message.carried and peer in self.mesh.peer_features and not self.mesh.peer_has(peer, "files"):
                 # An older hive would drop the files without a word: they go in the text, or not at all.
                 inlined = attachments.inline(message, self.sc.settings.max_body)
                 if inlined is None:
-                    results[message.id] = {"to": target.address, "id": message.id, "state": "refused",
-                                           "note": "refused: that machine's hive takes no attached files, and "
-                                                   "these do not fit in the message's text"}
+                    results[message.id] = {
+                        "to": target.address,
+                        "id": message.id,
+                        "state": "refused",
+                        "note": "refused: that machine's hive takes no attached files, and "
+                        "these do not fit in the message's text",
+                    }
                     continue
                 message = inlined
             payload = self._msg_payload(message)
@@ -177,11 +204,13 @@ class RemoteMail:
                 payload["notify"] = True
             if copies and copies.get(message.id):
                 payload["copies"] = list(copies[message.id])
-            statements.append((
-                "INSERT OR IGNORE INTO outbox (id, peer, recipient, sender, sender_key, frame, created_at, "
-                "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (message.id, peer, message.recipient, message.sender, sender_key, json.dumps(payload), now, now),
-            ))
+            statements.append(
+                (
+                    "INSERT OR IGNORE INTO outbox (id, peer, recipient, sender, sender_key, frame, created_at, "
+                    "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (message.id, peer, message.recipient, message.sender, sender_key, json.dumps(payload), now, now),
+                )
+            )
             queued.append((message.id, peer, payload))
         # The outbox rows commit while the messages travel: the caller hears back only once both
         # are done, and the round trip no longer waits for this machine's fsync first.
@@ -209,8 +238,11 @@ class RemoteMail:
                 member = self.mesh.team.member(peer)
                 who = f"{member.person}'s machine {member.machine}" if member else "that machine"
                 state = "queued"
-                note = (f"queued in the outbox: {who} is not reachable right now; it goes out when it is"
-                        if peer not in self.mesh.links else f"queued in the outbox: {who} has not answered yet")
+                note = (
+                    f"queued in the outbox: {who} is not reachable right now; it goes out when it is"
+                    if peer not in self.mesh.links
+                    else f"queued in the outbox: {who} has not answered yet"
+                )
             results[message_id] = {"to": payload["to"], "id": message_id, "state": state, "note": note}
             if waiter.event.is_set() and waiter.code:
                 results[message_id]["code"] = waiter.code
@@ -224,9 +256,11 @@ class RemoteMail:
         if link is None or not await self._send_msg(link, payload):
             return
         async with anyio.create_task_group() as tg:  # the ack, or the link's end, whichever is first
+
             async def on_close() -> None:
                 await link.closed.wait()
                 tg.cancel_scope.cancel()
+
             tg.start_soon(on_close)
             await waiter.event.wait()
             tg.cancel_scope.cancel()
@@ -273,7 +307,8 @@ class RemoteMail:
         """Send everything still pending for ``peer``, oldest first."""
         await self.expire_outbox(peer)
         rows = await self.sc.store.fetchall(
-            "SELECT id, frame FROM outbox WHERE pending = 1 AND peer = ? ORDER BY id", (peer,))
+            "SELECT id, frame FROM outbox WHERE pending = 1 AND peer = ? ORDER BY id", (peer,)
+        )
         for row in rows:
             link = self.mesh.links.get(peer)
             if link is None:
@@ -298,17 +333,24 @@ class RemoteMail:
             days = self.mesh.config.outbox_give_up / DAY
             cutoff = now - self.mesh.config.outbox_give_up
             note = f"failed: gave up after {days:g} days; the machine was never reachable"
-        await self.sc.store.write([(
-            "UPDATE outbox SET pending = 0, state = 'failed', note = ?, updated_at = ? "
-            "WHERE pending = 1 AND peer = ? AND created_at < ?", (note, now, peer, cutoff))])
+        await self.sc.store.write(
+            [
+                (
+                    "UPDATE outbox SET pending = 0, state = 'failed', note = ?, updated_at = ? "
+                    "WHERE pending = 1 AND peer = ? AND created_at < ?",
+                    (note, now, peer, cutoff),
+                )
+            ]
+        )
 
     async def receive_ack(self, link: Link, frame: dict[str, Any]) -> None:
         if isinstance(frame.get("receipts"), list):
             statements = []
             for item in frame["receipts"]:
                 if isinstance(item, list) and len(item) == 2 and all(isinstance(v, str) for v in item):
-                    statements.append(("UPDATE inbound SET reported = ? WHERE id = ? AND peer = ?",
-                                       (item[1], item[0], link.peer)))
+                    statements.append(
+                        ("UPDATE inbound SET reported = ? WHERE id = ? AND peer = ?", (item[1], item[0], link.peer))
+                    )
                     flow = self.flows.get(id(link))
                     if flow is not None:
                         flow.receipts.discard((item[0], item[1]))
@@ -342,9 +384,15 @@ class RemoteMail:
         # Staged, committed by the flusher: the link's next frame does not wait for an fsync. A
         # crash before that commit leaves the row pending; it is replayed and answered again.
         if state == "retry":
-            await self.sc.store.stage([("UPDATE outbox SET state = 'retry', note = ?, updated_at = ? "
-                                        "WHERE id = ? AND peer = ? AND pending = 1",
-                                        (note, now, message_id, link.peer))])
+            await self.sc.store.stage(
+                [
+                    (
+                        "UPDATE outbox SET state = 'retry', note = ?, updated_at = ? "
+                        "WHERE id = ? AND peer = ? AND pending = 1",
+                        (note, now, message_id, link.peer),
+                    )
+                ]
+            )
             try:
                 delay = min(max(float(frame.get("retry_after") or BACKOFF_START), 1.0), BACKOFF_MAX)
             except (TypeError, ValueError):
@@ -352,9 +400,15 @@ class RemoteMail:
             if link.peer not in self._retrying and self.mesh.spawn(self._retry_later, link.peer, delay):
                 self._retrying.add(link.peer)
         else:
-            await self.sc.store.stage([("UPDATE outbox SET pending = 0, state = ?, note = ?, updated_at = ? "
-                                        "WHERE id = ? AND peer = ? AND pending = 1",
-                                        (state, note, now, message_id, link.peer))])
+            await self.sc.store.stage(
+                [
+                    (
+                        "UPDATE outbox SET pending = 0, state = ?, note = ?, updated_at = ? "
+                        "WHERE id = ? AND peer = ? AND pending = 1",
+                        (state, note, now, message_id, link.peer),
+                    )
+                ]
+            )
         self.staged = True
         self.mesh.poke()
 
@@ -373,13 +427,22 @@ class RemoteMail:
                 continue
             at = item.get("at") if isinstance(item.get("at"), int | float) else now
             if state == "read":
-                statements.append(("UPDATE outbox SET pending = 0, state = 'read', read_at = ?, updated_at = ? "
-                                   "WHERE id = ? AND peer = ?", (at, now, message_id, link.peer)))
+                statements.append(
+                    (
+                        "UPDATE outbox SET pending = 0, state = 'read', read_at = ?, updated_at = ? "
+                        "WHERE id = ? AND peer = ?",
+                        (at, now, message_id, link.peer),
+                    )
+                )
             else:
                 # A later receipt never undoes a read one.
-                statements.append(("UPDATE outbox SET pending = 0, state = ?, updated_at = ? "
-                                   "WHERE id = ? AND peer = ? AND state != 'read'",
-                                   (state, now, message_id, link.peer)))
+                statements.append(
+                    (
+                        "UPDATE outbox SET pending = 0, state = ?, updated_at = ? "
+                        "WHERE id = ? AND peer = ? AND state != 'read'",
+                        (state, now, message_id, link.peer),
+                    )
+                )
             answered.append([message_id, state])
         if statements:
             await self.sc.store.write(statements)
@@ -395,14 +458,27 @@ class RemoteMail:
             rows = await self.sc.store.fetchall(f"SELECT {columns} FROM outbox WHERE id IN ({marks})", tuple(ids))
         elif sender_key:
             rows = await self.sc.store.fetchall(
-                f"SELECT {columns} FROM outbox WHERE sender_key = ? ORDER BY id DESC LIMIT 50", (sender_key,))
+                f"SELECT {columns} FROM outbox WHERE sender_key = ? ORDER BY id DESC LIMIT 50", (sender_key,)
+            )
         else:
             rows = await self.sc.store.fetchall(
                 f"SELECT {columns} FROM outbox WHERE sender = ? AND sender_key IS NULL ORDER BY id DESC LIMIT 50",
-                (sender,))
+                (sender,),
+            )
         # in_outbox: the recipient's machine has not acknowledged it yet (or asked to retry later).
-        return [{"id": r[0], "to": r[1], "sent_at": r[2], "read_at": r[3], "state": r[4], "note": r[5],
-                 "remote": True, "in_outbox": bool(r[6])} for r in rows]
+        return [
+            {
+                "id": r[0],
+                "to": r[1],
+                "sent_at": r[2],
+                "read_at": r[3],
+                "state": r[4],
+                "note": r[5],
+                "remote": True,
+                "in_outbox": bool(r[6]),
+            }
+            for r in rows
+        ]
 
     # ---- receiving mail ------------------------------------------------------------------
 
@@ -446,14 +522,24 @@ class RemoteMail:
         kind = claimed if claimed in ("agent", "person", "script") else "agent"
         reply_to = raw.get("reply_to") if is_ulid(raw.get("reply_to")) else None
         local_person = self.sc.settings.person
-        if (not isinstance(sender, str) or not isinstance(recipient, str) or not isinstance(body, str)
-                or "/" not in sender or "/" not in recipient):
+        if (
+            not isinstance(sender, str)
+            or not isinstance(recipient, str)
+            or not isinstance(body, str)
+            or "/" not in sender
+            or "/" not in recipient
+        ):
             await self._refuse(link, message_id, str(sender), str(recipient), "refused: a malformed message")
             return
         sender = f"{slug(sender.split('/', 1)[0])}/{slug(sender.split('/', 1)[1]) or 'terminal'}"
         if sender.split("/", 1)[0] != member.person:
-            await self._refuse(link, message_id, sender, recipient,
-                               f"refused: a machine of {member.person}'s speaks only for {member.person}")
+            await self._refuse(
+                link,
+                message_id,
+                sender,
+                recipient,
+                f"refused: a machine of {member.person}'s speaks only for {member.person}",
+            )
             return
         if len(body.encode("utf-8")) > self.sc.settings.max_body:
             await self._refuse(link, message_id, sender, recipient, "refused: the message is over the size limit")
@@ -465,14 +551,24 @@ class RemoteMail:
             return
         wait = self._rate_ok(link.peer)
         if wait:
-            await self._ack(link, message_id, "retry",
-                            f"retry: {local_person}'s machine takes at most {self.mesh.config.rate_limit} "
-                            "messages a minute from one machine", retry_after=round(wait, 2))
+            await self._ack(
+                link,
+                message_id,
+                "retry",
+                f"retry: {local_person}'s machine takes at most {self.mesh.config.rate_limit} "
+                "messages a minute from one machine",
+                retry_after=round(wait, 2),
+            )
             return
         policy = self.mesh.inbound.of(member.person)
         if policy == "refuse":
-            await self._refuse(link, message_id, sender, recipient,
-                               f"refused: {local_person} does not take messages from {member.person} right now")
+            await self._refuse(
+                link,
+                message_id,
+                sender,
+                recipient,
+                f"refused: {local_person} does not take messages from {member.person} right now",
+            )
             return
         to_person, to_name = recipient.split("/", 1)
         entry: Entry | None = None
@@ -482,14 +578,24 @@ class RemoteMail:
         if not mailboxes.is_own(self.sc, recipient):  # the person's own mailboxes take mail from the team
             entry = next((e for e in self.sc.directory() if e.key is not None and e.name == to_name), None)
             if entry is None:
-                await self._refuse(link, message_id, sender, recipient,
-                                   f"refused: no session or mailbox called {to_name} on {local_person}'s machine")
+                await self._refuse(
+                    link,
+                    message_id,
+                    sender,
+                    recipient,
+                    f"refused: no session or mailbox called {to_name} on {local_person}'s machine",
+                )
                 return
         if policy != "hold":  # a held message's files are saved (and counted) once it is approved
             wait = await attachments.quota_wait(self.sc, member.person, carried)
             if wait:
-                await self._ack(link, message_id, "retry", f"retry: {local_person}'s machine keeps no more of "
-                                f"{member.person}'s files for now", retry_after=round(wait, 2))
+                await self._ack(
+                    link,
+                    message_id,
+                    "retry",
+                    f"retry: {local_person}'s machine keeps no more of {member.person}'s files for now",
+                    retry_after=round(wait, 2),
+                )
                 return
         if kind == "person":
             thread = Guards.human_input(recipient)
@@ -502,25 +608,50 @@ class RemoteMail:
         else:
             thread = []
         approval, body = self.approval(raw, link.peer, recipient, body)
-        message = Message(id=message_id, sender=sender, sender_kind=kind,
-                          sender_agent=one_line(raw.get("agent"), 32), sender_repo=one_line(raw.get("repo"), 200),
-                          recipient=recipient, reply_to=reply_to, body=body, wake=not raw.get("fyi"),
-                          sent_at=time.time(), approval=approval, carried=carried)
+        message = Message(
+            id=message_id,
+            sender=sender,
+            sender_kind=kind,
+            sender_agent=one_line(raw.get("agent"), 32),
+            sender_repo=one_line(raw.get("repo"), 200),
+            recipient=recipient,
+            reply_to=reply_to,
+            body=body,
+            wake=not raw.get("fyi"),
+            sent_at=time.time(),
+            approval=approval,
+            carried=carried,
+        )
         now = time.time()
         if policy == "hold":
             note = f"held: {local_person} sees it and approves it before any session does"
-            await self.sc.store.write([*thread, (
-                "INSERT INTO inbound (id, peer, sender, recipient, state, note, frame, received_at) "
-                "VALUES (?, ?, ?, ?, 'held', ?, ?, ?)",
-                (message_id, link.peer, sender, recipient, note, json.dumps(self._msg_payload(message)), now))])
+            await self.sc.store.write(
+                [
+                    *thread,
+                    (
+                        "INSERT INTO inbound (id, peer, sender, recipient, state, note, frame, received_at) "
+                        "VALUES (?, ?, ?, ?, 'held', ?, ?, ?)",
+                        (message_id, link.peer, sender, recipient, note, json.dumps(self._msg_payload(message)), now),
+                    ),
+                ]
+            )
             await self._ack(link, message_id, "held", note)
             return
         # The message, its inbound record and its thread step share one commit, made before the ack
         # (a second commit for the record would hold up both the ack and the recipient's read).
-        state, note = await self.deposit(message, entry, also=[*thread, *mailboxes.record_copies(
-            message_id, raw.get("copies")), (
-            "INSERT OR IGNORE INTO inbound (id, peer, sender, recipient, state, note, received_at) "
-            "VALUES (?, ?, ?, ?, 'accepted', 'accepted', ?)", (message_id, link.peer, sender, recipient, now))])
+        state, note = await self.deposit(
+            message,
+            entry,
+            also=[
+                *thread,
+                *mailboxes.record_copies(message_id, raw.get("copies")),
+                (
+                    "INSERT OR IGNORE INTO inbound (id, peer, sender, recipient, state, note, received_at) "
+                    "VALUES (?, ?, ?, ?, 'accepted', 'accepted', ?)",
+                    (message_id, link.peer, sender, recipient, now),
+                ),
+            ],
+        )
         if raw.get("notify") is True:
             from ..person.ask import notify_received  # ask imports the mesh's neighbours; import late
 
@@ -528,20 +659,27 @@ class RemoteMail:
         self.open_inbound += 1
         await self._ack(link, message_id, state, note)
 
-    async def deposit(self, message: Message, entry: Entry | None,
-                       also: Sequence[tuple[str, Sequence[Any]]] = ()) -> tuple[str, str]:
+    async def deposit(
+        self, message: Message, entry: Entry | None, also: Sequence[tuple[str, Sequence[Any]]] = ()
+    ) -> tuple[str, str]:
         message = await attachments.keep(self.sc, message)
         waiting = self.sc.parked[message.recipient] > 0
         await self.sc.mailbox.deposit([message], None, also)
         state, note = await after_deposit(self.sc, Target(message.recipient, entry), message.wake, waiting)
         return ("delivered" if state == "pushed" else state), note
 
-    async def _refuse(self, link: Link, message_id: str, sender: str, recipient: str, note: str,
-                      code: str = "refused") -> None:
-        await self.sc.store.write([(
-            "INSERT OR IGNORE INTO inbound (id, peer, sender, recipient, state, note, received_at) "
-            "VALUES (?, ?, ?, ?, 'refused', ?, ?)", (message_id, link.peer, sender[:200], recipient[:200], note,
-                                                     time.time()))])
+    async def _refuse(
+        self, link: Link, message_id: str, sender: str, recipient: str, note: str, code: str = "refused"
+    ) -> None:
+        await self.sc.store.write(
+            [
+                (
+                    "INSERT OR IGNORE INTO inbound (id, peer, sender, recipient, state, note, received_at) "
+                    "VALUES (?, ?, ?, ?, 'refused', ?, ?)",
+                    (message_id, link.peer, sender[:200], recipient[:200], note, time.time()),
+                )
+            ]
+        )
         await self._ack(link, message_id, "refused", note, code=code)
 
     async def flush_receipts(self, peer: str | None) -> None:
@@ -552,13 +690,17 @@ class RemoteMail:
         params: tuple[Any, ...] = () if peer is None else (peer,)
         rows = await self.sc.store.fetchall(
             "SELECT i.id, i.peer, m.read_at FROM inbound i JOIN messages m ON m.id = i.id "
-            f"WHERE i.state = 'accepted' AND i.reported != 'read' AND m.read_at IS NOT NULL {where}", params)
+            f"WHERE i.state = 'accepted' AND i.reported != 'read' AND m.read_at IS NOT NULL {where}",
+            params,
+        )
         owed: dict[str, list[dict[str, Any]]] = {}
         for message_id, sender_peer, read_at in rows:
             owed.setdefault(sender_peer, []).append({"id": message_id, "state": "read", "at": read_at})
         rows = await self.sc.store.fetchall(
             f"SELECT i.id, i.peer, i.due FROM inbound i WHERE i.due != '' AND i.due != i.reported "
-            f"AND i.reported != 'read' {where}", params)
+            f"AND i.reported != 'read' {where}",
+            params,
+        )
         for message_id, sender_peer, due in rows:
             if not any(r["id"] == message_id for r in owed.get(sender_peer, [])):
                 owed.setdefault(sender_peer, []).append({"id": message_id, "state": due, "at": time.time()})

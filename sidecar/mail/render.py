@@ -115,10 +115,14 @@ def verified_approval(raw: str | None) -> dict[str, object] | None:
 def approval_frame(record: dict[str, object]) -> str:
     # Attributes carry the facts an agent checks (who approved, which request); the texts the
     # pop-up showed are peer-influenced, so they are defanged like any body.
-    attrs = (f'from="{attr(record.get("approver"))}" asker="{attr(record.get("asker"))}" '
-             f'about="{attr(record.get("about"))}" decision="{attr(record.get("decision"))}"')
-    lines = [f"Request, as shown: {defang(str(record.get('request') or ''))}",
-             f"Question, as shown: {defang(str(record.get('question') or ''))}"]
+    attrs = (
+        f'from="{attr(record.get("approver"))}" asker="{attr(record.get("asker"))}" '
+        f'about="{attr(record.get("about"))}" decision="{attr(record.get("decision"))}"'
+    )
+    lines = [
+        f"Request, as shown: {defang(str(record.get('request') or ''))}",
+        f"Question, as shown: {defang(str(record.get('question') or ''))}",
+    ]
     if record.get("note"):
         lines.append(f"Note: {defang(str(record['note']))}")
     return f"<hive-approval {attrs} verified>\n" + "\n".join(lines) + "\n</hive-approval>"
@@ -139,8 +143,11 @@ def for_person(messages: list[dict[str, object]], now: float | None = None) -> s
     blocks = []
     for m in messages:
         sender = str(m.get("from") or "")
-        by = _PERSON_VIEW.get(str(m.get("kind"))) or ", ".join(
-            str(part) for part in (m.get("agent"), m.get("repo")) if part) or "an agent"
+        by = (
+            _PERSON_VIEW.get(str(m.get("kind")))
+            or ", ".join(str(part) for part in (m.get("agent"), m.get("repo")) if part)
+            or "an agent"
+        )
         sent_at = m.get("sent_at")
         at = float(sent_at) if isinstance(sent_at, int | float | str) and sent_at else now
         head = f"from {sender} ({by}), {_when(at, now)}"
@@ -152,12 +159,14 @@ def for_person(messages: list[dict[str, object]], now: float | None = None) -> s
         lines += ["    " + line for line in str(m.get("body") or "").splitlines() or [""]]
         approval = m.get("approval")
         if isinstance(approval, dict):
-            lines.append(f"  approval: {defang(str(approval.get('decision') or ''))} by "
-                         f"{defang(str(approval.get('approver') or ''))} (verified)")
+            lines.append(
+                f"  approval: {defang(str(approval.get('decision') or ''))} by "
+                f"{defang(str(approval.get('approver') or ''))} (verified)"
+            )
         files = m.get("files")
         if isinstance(files, list) and files:
             lines.append("  files: " + "\n         ".join(str(f) for f in files))
         blocks.append("\n".join(lines))
     last = messages[-1]
-    hint = f"reply with: hive send {last.get('from')} --reply-to {last.get('id')} \"...\""
+    hint = f'reply with: hive send {last.get("from")} --reply-to {last.get("id")} "..."'
     return "\n\n".join(blocks) + "\n\n" + hint

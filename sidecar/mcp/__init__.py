@@ -1,2 +1,1 @@
-"""The MCP server every harness starts: hive's tools for an agent.
-"""
+"""The MCP server every harness starts: hive's tools for an agent."""

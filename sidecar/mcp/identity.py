@@ -43,8 +43,12 @@ MAX_KEY = 200
 
 # When a client does not identify itself (clientInfo is optional from protocol 2026-07-28 on),
 # the markers harnesses put in their children's environment still name the agent.
-ENV_AGENTS = (("CLAUDECODE", "claude-code"), ("GEMINI_CLI", "gemini"), ("OPENCODE", "opencode"),
-              ("PI_CODING_AGENT", "pi"))
+ENV_AGENTS = (
+    ("CLAUDECODE", "claude-code"),
+    ("GEMINI_CLI", "gemini"),
+    ("OPENCODE", "opencode"),
+    ("PI_CODING_AGENT", "pi"),
+)
 
 
 @cache

@@ -46,8 +46,7 @@ def behaviour_rules() -> str:
 
 
 READ_ONLY = ToolAnnotations(read_only_hint=True, open_world_hint=False)
-MemoryFiles = Annotated[list[str] | None, Field(description="paths you are working on, relative to the "
-                                                                "repository")]
+MemoryFiles = Annotated[list[str] | None, Field(description="paths you are working on, relative to the repository")]
 
 
 def build_server(tools: HiveTools, paths: StatePaths | None = None) -> MCPServer[Any]:
@@ -59,7 +58,11 @@ def build_server(tools: HiveTools, paths: StatePaths | None = None) -> MCPServer
             yield {}
 
     server: MCPServer[Any] = MCPServer(
-        "hive", title="hive", version=__version__, instructions=behaviour_rules(), lifespan=lifespan,
+        "hive",
+        title="hive",
+        version=__version__,
+        instructions=behaviour_rules(),
+        lifespan=lifespan,
         log_level="WARNING",
     )
 
@@ -87,13 +90,24 @@ def build_server(tools: HiveTools, paths: StatePaths | None = None) -> MCPServer
         to: Annotated[str, Field(description="one session: person/name, or a name from list_team")],
         message: Annotated[str, Field(description="what you need, point first; plain text")],
         reply_to: Annotated[str | None, Field(description="the id of the message this answers")] = None,
-        notify: Annotated[bool, Field(description="also show the message as a desktop notification to the "
-                                                  "recipient's person (at most one a minute)")] = False,
-        fyi: Annotated[bool, Field(description="do not wake the recipient; it sees this at its next "
-                                               "natural pause")] = False,
-        files: Annotated[list[str] | None, Field(description="paths of text files in your own repository or "
-                                                             "working folder to attach (at most 10, 256 KB each, "
-                                                             "512 KB in all; no hidden or credential files)")] = None,
+        notify: Annotated[
+            bool,
+            Field(
+                description="also show the message as a desktop notification to the "
+                "recipient's person (at most one a minute)"
+            ),
+        ] = False,
+        fyi: Annotated[
+            bool, Field(description="do not wake the recipient; it sees this at its next natural pause")
+        ] = False,
+        files: Annotated[
+            list[str] | None,
+            Field(
+                description="paths of text files in your own repository or "
+                "working folder to attach (at most 10, 256 KB each, "
+                "512 KB in all; no hidden or credential files)"
+            ),
+        ] = None,
     ) -> CallToolResult:
         """Send a message to one other agent session on your team. Only when you need something
         from it or it needs something from you; one message per need, then wait for the reply."""
@@ -102,8 +116,9 @@ def build_server(tools: HiveTools, paths: StatePaths | None = None) -> MCPServer
     @tool(ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False))
     async def check_inbox(
         ctx: Context,
-        wait_secs: Annotated[float, Field(description="wait up to this many seconds (at most 600) for a "
-                                                      "message when none is waiting")] = 0,
+        wait_secs: Annotated[
+            float, Field(description="wait up to this many seconds (at most 600) for a message when none is waiting")
+        ] = 0,
     ) -> CallToolResult:
         """Read the messages teammates' agents sent this session; each is framed as
         <hive-message> with its sender and id. Reading marks them read."""
@@ -114,8 +129,7 @@ def build_server(tools: HiveTools, paths: StatePaths | None = None) -> MCPServer
         """Your own hive address, delivery tier and session key."""
         return await tools.run(ctx, tools.whoami)
 
-    @tool(ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True,
-                                             open_world_hint=False))
+    @tool(ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False))
     async def rename(
         ctx: Context,
         name: Annotated[str, Field(description="a short role for this session, such as api or billing-fix")],
@@ -137,19 +151,25 @@ def build_server(tools: HiveTools, paths: StatePaths | None = None) -> MCPServer
     @tool(ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=True))
     async def team(
         ctx: Context,
-        action: Annotated[Literal["show", "init", "invite", "join", "remove", "leave", "new_link"],
-                          Field(description="show the roster; init a team; invite someone; join with an invite; "
-                                            "remove a person or machine; leave the team; new_link replaces "
-                                            "the team link")] = "show",
-        name: Annotated[str | None, Field(description="init: the team's name; remove: a person, a machine, or "
-                                                      "person@machine")] = None,
-        person: Annotated[str | None, Field(description="init or join: your person's name in the team "
-                                                        "(a-z, 0-9 and -)")] = None,
+        action: Annotated[
+            Literal["show", "init", "invite", "join", "remove", "leave", "new_link"],
+            Field(
+                description="show the roster; init a team; invite someone; join with an invite; "
+                "remove a person or machine; leave the team; new_link replaces "
+                "the team link"
+            ),
+        ] = "show",
+        name: Annotated[
+            str | None, Field(description="init: the team's name; remove: a person, a machine, or person@machine")
+        ] = None,
+        person: Annotated[
+            str | None, Field(description="init or join: your person's name in the team (a-z, 0-9 and -)")
+        ] = None,
         link: Annotated[str | None, Field(description="join: the invite (hive1:...) or the whole invite line")] = None,
-        own_machine: Annotated[bool, Field(description="invite: a one-time invite for another machine of your "
-                                                       "person's")] = False,
-        once: Annotated[bool, Field(description="invite: a one-time invite instead of the reusable team "
-                                                "link")] = False,
+        own_machine: Annotated[
+            bool, Field(description="invite: a one-time invite for another machine of your person's")
+        ] = False,
+        once: Annotated[bool, Field(description="invite: a one-time invite instead of the reusable team link")] = False,
         force: Annotated[bool, Field(description="leave: even if no teammate is online to hear it")] = False,
     ) -> CallToolResult:
         """Your person's hive team: who is in it (people, machines, online or last seen), and, only
@@ -188,32 +208,48 @@ def build_server(tools: HiveTools, paths: StatePaths | None = None) -> MCPServer
     @tool(ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False))
     async def propose_lesson(
         ctx: Context,
-        kind: Annotated[str, Field(description="convention, correction, gotcha, decision, routing, preference, "
-                                               "workflow or debugging_pattern")],
+        kind: Annotated[
+            str,
+            Field(
+                description="convention, correction, gotcha, decision, routing, preference, "
+                "workflow or debugging_pattern"
+            ),
+        ],
         text: Annotated[str, Field(description="the lesson in plain words, at most 1,200 characters")],
-        evidence: Annotated[list[str], Field(description="what it rests on, at least one: file:PATH, commit:SHA, "
-                                                         "command:LINE, url:URL or message:ID")],
+        evidence: Annotated[
+            list[str],
+            Field(
+                description="what it rests on, at least one: file:PATH, commit:SHA, command:LINE, url:URL or message:ID"
+            ),
+        ],
         applicability: Annotated[str, Field(description="when it applies")] = "",
-        scope: Annotated[str, Field(description="project (default: this repository's members), team, or "
-                                                "personal (only your person)")] = "project",
+        scope: Annotated[
+            str, Field(description="project (default: this repository's members), team, or personal (only your person)")
+        ] = "project",
         tags: Annotated[list[str] | None, Field(description="a few lower-case tags")] = None,
-        quote_speaker: Annotated[str | None, Field(description="for a preference or decision: the person it is "
-                                                               "about")] = None,
+        quote_speaker: Annotated[
+            str | None, Field(description="for a preference or decision: the person it is about")
+        ] = None,
         quote_words: Annotated[str | None, Field(description="their own words, quoted exactly")] = None,
         supersedes: Annotated[str | None, Field(description="the id of the lesson this one replaces")] = None,
     ) -> CallToolResult:
         """Propose a lesson you learned for your team's memory, after your person agreed it is worth keeping.
         A person reviews it (its files' owner, or your own person for a personal one); until then no agent
         sees it. A lesson without evidence, or a preference or decision without the person's words, is refused."""
-        return await tools.run(ctx, lambda me: tools.propose_lesson(
-            me, kind, text, evidence, applicability, scope, tags, quote_speaker, quote_words, supersedes))
+        return await tools.run(
+            ctx,
+            lambda me: tools.propose_lesson(
+                me, kind, text, evidence, applicability, scope, tags, quote_speaker, quote_words, supersedes
+            ),
+        )
 
     @tool(ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False))
     async def cite_lesson(
         ctx: Context,
         id: Annotated[str, Field(description="the lesson's id from its <hive-lesson> frame")],
-        worked: Annotated[bool | None, Field(description="true if it helped, false if it was wrong; leave out "
-                                                         "while unknown")] = None,
+        worked: Annotated[
+            bool | None, Field(description="true if it helped, false if it was wrong; leave out while unknown")
+        ] = None,
     ) -> CallToolResult:
         """Say that you used a team lesson, and whether it worked: that is how lessons earn their rank."""
         return await tools.run(ctx, lambda me: tools.cite_lesson(me, id, worked))

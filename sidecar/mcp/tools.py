@@ -112,8 +112,10 @@ class HiveTools:
             return None
         senders = [defang(str(s)) for s in unread.get("from") or []]
         plural = "message" if count == 1 else "messages"
-        text = (f"[hive] {count} unread {plural} from {', '.join(senders) or 'a teammate'}: "
-                "read them with check_inbox at the next natural point.")
+        text = (
+            f"[hive] {count} unread {plural} from {', '.join(senders) or 'a teammate'}: "
+            "read them with check_inbox at the next natural point."
+        )
         return text, {"count": count, "from": senders}
 
     # ---- tools -----------------------------------------------------------------------
@@ -150,8 +152,16 @@ class HiveTools:
         header = f"You are {me}. Sessions on your team:" if me else "Sessions on your team:"
         return Reply("\n".join([header, *lines]), result)
 
-    async def send_message(self, identity: Identity, to: str, message: str, reply_to: str | None,
-                           notify: bool, fyi: bool, files: list[str] | None = None) -> Reply:
+    async def send_message(
+        self,
+        identity: Identity,
+        to: str,
+        message: str,
+        reply_to: str | None,
+        notify: bool,
+        fyi: bool,
+        files: list[str] | None = None,
+    ) -> Reply:
         request: dict[str, Any] = {"from": identity.key, "to": to, "body": message, "fyi": fyi}
         if files:
             request["files"] = files  # read by the sidecar, confined to this session's own folder
@@ -194,11 +204,20 @@ class HiveTools:
     async def whoami(self, identity: Identity) -> Reply:
         result = await self.call("who", session=identity.key, all=True)
         me: dict[str, Any] = next((s for s in result["sessions"] if s["address"] == result.get("me")), {})
-        data = {"key": identity.key, "via": identity.via, "address": result.get("me"), "agent": identity.agent,
-                "name": me.get("name"), "tier": me.get("tier"), "person": result.get("person"),
-                "machine": result.get("machine")}
-        text = (f"You are {data['address']} ({identity.agent} on {data['machine']}), delivery tier "
-                f"{data['tier']}. Session key {identity.key}, identified by {identity.via}.")
+        data = {
+            "key": identity.key,
+            "via": identity.via,
+            "address": result.get("me"),
+            "agent": identity.agent,
+            "name": me.get("name"),
+            "tier": me.get("tier"),
+            "person": result.get("person"),
+            "machine": result.get("machine"),
+        }
+        text = (
+            f"You are {data['address']} ({identity.agent} on {data['machine']}), delivery tier "
+            f"{data['tier']}. Session key {identity.key}, identified by {identity.via}."
+        )
         return Reply(text, data)
 
     async def rename(self, identity: Identity, name: str) -> Reply:
@@ -207,8 +226,7 @@ class HiveTools:
         return Reply(f"You are now {result['address']}{was}.", result)
 
     async def ask_user(self, identity: Identity, question: str, about: str | None) -> Reply:
-        request: dict[str, Any] = {"session": identity.key, "question": question,
-                                   "desktop": desktop_env(self.environ)}
+        request: dict[str, Any] = {"session": identity.key, "question": question, "desktop": desktop_env(self.environ)}
         if about:
             request["about"] = about
         try:
@@ -221,8 +239,17 @@ class HiveTools:
             raise
         return Reply(result["note"], result)
 
-    async def team(self, identity: Identity, action: str, name: str | None, person: str | None, link: str | None,
-                   own_machine: bool, once: bool, force: bool) -> Reply:
+    async def team(
+        self,
+        identity: Identity,
+        action: str,
+        name: str | None,
+        person: str | None,
+        link: str | None,
+        own_machine: bool,
+        once: bool,
+        force: bool,
+    ) -> Reply:
         """The team ops of `hive init/invite/join/team/remove/leave/link --new`, for an agent acting for its person."""
         if action == "show":
             result = await self.call("team_show")
@@ -230,29 +257,41 @@ class HiveTools:
         if action == "init":
             if not name:
                 raise BadRequest("init needs name: the team's name (a-z, 0-9 and -)")
-            result = await self.call("team_init", idempotent=False, team=name,
-                                     **({"person": person} if person else {}))
+            result = await self.call("team_init", idempotent=False, team=name, **({"person": person} if person else {}))
             me = result["me"]
-            return Reply(f"Founded team {result['team']['name']}: your person is {me['person']} on {me['machine']}. "
-                         f"Give teammates this line:\n{result['invite']['line']}", result)
+            return Reply(
+                f"Founded team {result['team']['name']}: your person is {me['person']} on {me['machine']}. "
+                f"Give teammates this line:\n{result['invite']['line']}",
+                result,
+            )
         if action == "invite":
-            result = await self.call("team_invite", idempotent=not (own_machine or once), own_machine=own_machine,
-                                     once=once)
+            result = await self.call(
+                "team_invite", idempotent=not (own_machine or once), own_machine=own_machine, once=once
+            )
             return Reply(result["line"], result)
         if action == "join":
             if not link:
                 raise BadRequest("join needs link: the invite (it starts with hive1:)")
-            result = await self.call("team_join", idempotent=False, link=link, desktop=desktop_env(self.environ),
-                                     **({"person": person} if person else {}))
+            result = await self.call(
+                "team_join",
+                idempotent=False,
+                link=link,
+                desktop=desktop_env(self.environ),
+                **({"person": person} if person else {}),
+            )
             me = result["me"]
-            return Reply(f"Joined team {result['team']['name']}: your person is {me['person']} on {me['machine']}.",
-                         result)
+            return Reply(
+                f"Joined team {result['team']['name']}: your person is {me['person']} on {me['machine']}.", result
+            )
         if action == "remove":
             if not name:
                 raise BadRequest("remove needs name: a person, a machine, or person@machine")
             result = await self.call("team_remove", idempotent=False, target=name, desktop=desktop_env(self.environ))
-            return Reply(f"Removed {', '.join(result['removed'])}. The team link was replaced; the new one:\n"
-                         f"{result['invite']['line']}", result)
+            return Reply(
+                f"Removed {', '.join(result['removed'])}. The team link was replaced; the new one:\n"
+                f"{result['invite']['line']}",
+                result,
+            )
         if action == "leave":
             result = await self.call("team_leave", idempotent=False, force=force, desktop=desktop_env(self.environ))
             return Reply(f"This machine left team {result['left']}; it is on its own again.", result)
@@ -279,19 +318,39 @@ class HiveTools:
         text = result["text"] or "No verified team lesson applies to this task and these files."
         return Reply(text, {"lessons": result["lessons"]})
 
-    async def propose_lesson(self, identity: Identity, kind: str, text: str, evidence: list[str], applicability: str,
-                             scope: str, tags: list[str] | None, quote_speaker: str | None, quote_words: str | None,
-                             supersedes: str | None) -> Reply:
-        request: dict[str, Any] = {"session": identity.key, "kind": kind, "text": text, "evidence": evidence,
-                                   "applicability": applicability, "scope": scope, "tags": tags or [],
-                                   "desktop": desktop_env(self.environ)}
+    async def propose_lesson(
+        self,
+        identity: Identity,
+        kind: str,
+        text: str,
+        evidence: list[str],
+        applicability: str,
+        scope: str,
+        tags: list[str] | None,
+        quote_speaker: str | None,
+        quote_words: str | None,
+        supersedes: str | None,
+    ) -> Reply:
+        request: dict[str, Any] = {
+            "session": identity.key,
+            "kind": kind,
+            "text": text,
+            "evidence": evidence,
+            "applicability": applicability,
+            "scope": scope,
+            "tags": tags or [],
+            "desktop": desktop_env(self.environ),
+        }
         if quote_speaker or quote_words:
             request["quote"] = {"speaker": quote_speaker or "", "words": quote_words or ""}
         if supersedes:
             request["supersedes"] = supersedes
         result = await self.call("lesson_propose", **request)  # the same lesson again is the same id: safe to retry
-        return Reply(f"Proposed lesson {result['id'][:12]}: {result['note']} It is not team knowledge until a person "
-                     "approves it; you cannot approve it yourself.", result)
+        return Reply(
+            f"Proposed lesson {result['id'][:12]}: {result['note']} It is not team knowledge until a person "
+            "approves it; you cannot approve it yourself.",
+            result,
+        )
 
     async def cite_lesson(self, identity: Identity, lesson: str, worked: bool | None) -> Reply:
         result = await self.call("lesson_cite", session=identity.key, lesson=lesson, worked=worked)
@@ -302,11 +361,15 @@ def team_text(shown: dict[str, Any]) -> str:
     """`hive team` as a tool result: people, machines, online or last seen, direct or relayed."""
     team = shown.get("team")
     if team is None:
-        return ("This machine is in no team. Found one with action init, or join one with action join and the "
-                "invite line a teammate gave your person.")
+        return (
+            "This machine is in no team. Found one with action init, or join one with action join and the "
+            "invite line a teammate gave your person."
+        )
     me = shown["me"]
-    lines = [f"Team {defang(team['name'])}; your person is {me['person']} on {me['machine']}."
-             + ("" if team["link"] else " It has no team link: action new_link makes one.")]
+    lines = [
+        f"Team {defang(team['name'])}; your person is {me['person']} on {me['machine']}."
+        + ("" if team["link"] else " It has no team link: action new_link makes one.")
+    ]
     for person in shown["people"]:
         machines = []
         for m in person["machines"]:

@@ -1,2 +1,1 @@
-"""Links to teammates' sidecars: QUIC transport, one link per peer, roster sync and remote frames.
-"""
+"""Links to teammates' sidecars: QUIC transport, one link per peer, roster sync and remote frames."""

@@ -73,8 +73,9 @@ async def dial_join(mesh: Mesh, addresses: Sequence[str], keys: Sequence[str], f
             await anyio.sleep(BACKOFF_START * attempt)
         for address in addresses:
             try:
-                async with dial(address, cert, check, alpn=ALPN_JOIN,
-                                connect_within=mesh.config.connect_timeout) as link:
+                async with dial(
+                    address, cert, check, alpn=ALPN_JOIN, connect_within=mesh.config.connect_timeout
+                ) as link:
                     await link.send(frame)
                     with anyio.fail_after(JOIN_TIMEOUT):
                         answer = await link.receive()
@@ -87,7 +88,7 @@ async def dial_join(mesh: Mesh, addresses: Sequence[str], keys: Sequence[str], f
                 errors.append(f"{address}: {exc or type(exc).__name__}")
         if not addresses:
             break
-    raise NotFound("no machine of that team answered at " + ("; ".join(errors[-len(addresses):]) or "no address"))
+    raise NotFound("no machine of that team answered at " + ("; ".join(errors[-len(addresses) :]) or "no address"))
 
 
 @asks_person
@@ -117,9 +118,13 @@ async def op_team_join(sidecar: Sidecar, conn: Connection, request: dict[str, An
     team = team_of(sidecar)
     prepared = await team.prepare_join(link.strip(), person, machine, ())
     # A link in a stranger's text must not make this machine a member of their team unasked.
-    await agent_confirms(conn, request, f"Join team {prepared['team']} as {prepared['person']} on "
-                         f"{prepared['machine']}? Its members will see this machine's sessions.",
-                         "Ask your person to run `hive join` in a terminal.")
+    await agent_confirms(
+        conn,
+        request,
+        f"Join team {prepared['team']} as {prepared['person']} on "
+        f"{prepared['machine']}? Its members will see this machine's sessions.",
+        "Ask your person to run `hive join` in a terminal.",
+    )
     answer = await dial_join(sidecar.mesh, prepared["addresses"], prepared["keys"], prepared["frame"])
     sidecar.mesh.learn(answer["peer"], [answer["address"]], front=True)
     sidecar.mesh.eager.add(answer["peer"])

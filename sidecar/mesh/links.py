@@ -118,8 +118,12 @@ class Mesh:
         self.roster_sync = RosterSync(self)
         self.remote = RemoteMail(self)
 
-    def add_frames(self, feature: str, handlers: dict[str, FrameHandler],
-                   on_link_up: Callable[[str], Awaitable[None]] | None = None) -> None:
+    def add_frames(
+        self,
+        feature: str,
+        handlers: dict[str, FrameHandler],
+        on_link_up: Callable[[str], Awaitable[None]] | None = None,
+    ) -> None:
         """Handle frame kinds of a module. ``feature`` is announced in hello and presence; send
         such frames only to peers for which :meth:`peer_has` is true (an older hive drops the link
         on nothing, but ignores what it cannot read). ``on_link_up(peer)`` runs after each link-up."""
@@ -180,8 +184,9 @@ class Mesh:
         await self.sc.store.set_kv("mesh.port", str(self.listener.port))
         self.my_addresses = list(self.config.advertise) or local_addresses(host, self.listener.port)
 
-    async def _listening(self, host: str, port: int, cert: MachineCert, *,
-                         task_status: TaskStatus[Listener] = anyio.TASK_STATUS_IGNORED) -> None:
+    async def _listening(
+        self, host: str, port: int, cert: MachineCert, *, task_status: TaskStatus[Listener] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
         with anyio.CancelScope() as scope:
             self._listen_scope = scope
             await listen(host, port, cert, self._check, self._serve_link, task_status=task_status)
@@ -231,8 +236,7 @@ class Mesh:
     def _link_info(self, key: str) -> dict[str, Any]:
         online = key in self.links
         seen = self.presence.get(key, {}).get("at")
-        return {"online": online, "last_seen": time.time() if online else seen,
-                "path": "direct" if online else None}
+        return {"online": online, "last_seen": time.time() if online else seen, "path": "direct" if online else None}
 
     async def _guarded(self, func: Any, *args: Any) -> None:
         """Run a background task of the mesh; an unexpected error is logged, never fatal to the sidecar."""
@@ -340,8 +344,9 @@ class Mesh:
             return
         current = self.addresses.get(peer, [])
         new = [a for a in addresses if valid_address(a)]
-        merged = (new + [a for a in current if a not in new]) if front else current + [a for a in new
-                                                                                          if a not in current]
+        merged = (
+            (new + [a for a in current if a not in new]) if front else current + [a for a in new if a not in current]
+        )
         merged = merged[:MAX_ADDRESSES]
         if merged != current:
             self.addresses[peer] = merged
@@ -386,8 +391,9 @@ class Mesh:
                         break
                     try:
                         assert self._cert is not None
-                        async with dial(address, self._cert, self._dial_check,
-                                        connect_within=self.config.connect_timeout) as link:
+                        async with dial(
+                            address, self._cert, self._dial_check, connect_within=self.config.connect_timeout
+                        ) as link:
                             connected = await self._run_link(link)
                     except (ConnectionError, OSError, ValueError) as exc:
                         log.debug("dial %s at %s failed: %s", peer[:12], address, exc)
@@ -413,8 +419,9 @@ class Mesh:
         while True:
             try:
                 assert self._cert is not None
-                async with dial(address, self._cert, self._dial_check,
-                                connect_within=self.config.connect_timeout) as link:
+                async with dial(
+                    address, self._cert, self._dial_check, connect_within=self.config.connect_timeout
+                ) as link:
                     self.learn(link.peer, [address])
                     if link.peer in self.links:
                         return  # already linked: the member's own dial loop owns it from now on
@@ -438,8 +445,13 @@ class Mesh:
             log.exception("serving %r failed", link)
 
     def _hello(self) -> dict[str, Any]:
-        return {"t": "hello", "team": self.team.team_id, "proto": PROTO, "features": self.features(),
-                "roster": self.roster_sync.digest()}
+        return {
+            "t": "hello",
+            "team": self.team.team_id,
+            "proto": PROTO,
+            "features": self.features(),
+            "roster": self.roster_sync.digest(),
+        }
 
     async def _run_link(self, link: Link) -> bool:
         """Greet, keep one link per peer, then read frames until the link ends.
@@ -472,7 +484,8 @@ class Mesh:
             if not link.outbound:
                 await link.send(self._hello())
             self.peer_features[peer] = frozenset(
-                f for f in (first.get("features") or [])[:MAX_FEATURES] if isinstance(f, str) and len(f) <= 32)
+                f for f in (first.get("features") or [])[:MAX_FEATURES] if isinstance(f, str) and len(f) <= 32
+            )
             if not self._adopt(link):
                 return False
         except (LinkClosed, TimeoutError, FrameError):
@@ -489,12 +502,16 @@ class Mesh:
                 except (LinkClosed, FrameError):
                     raise
                 except BadFrame as exc:  # the peer's mistake, not ours: say so and read on
-                    log.warning("a malformed %.40r frame from %s (%s): %s; ignored", frame.get("t"),
-                                member.machine, peer[:12], exc)
+                    log.warning(
+                        "a malformed %.40r frame from %s (%s): %s; ignored",
+                        frame.get("t"),
+                        member.machine,
+                        peer[:12],
+                        exc,
+                    )
                     continue
                 except Exception:  # a bug or a failing disk must not take the mesh down with it
-                    log.exception("could not handle a %.40r frame from %s; closing the link", frame.get("t"),
-                                  peer[:12])
+                    log.exception("could not handle a %.40r frame from %s; closing the link", frame.get("t"), peer[:12])
                     link.close(CLOSE_PROTOCOL, "internal error")
                     break
         except (LinkClosed, FrameError):
@@ -585,8 +602,9 @@ class Mesh:
         """A frame the transport refused for its text (see transport.Link._decode): a message
         is answered as refused (:meth:`RemoteMail.refuse_unreadable`)."""
         kind, message_id = frame.get("of"), frame.get("id")
-        log.warning("a %.40r frame from %s (%s) was refused: %s", kind, member.machine, link.peer[:12],
-                    frame.get("reason"))
+        log.warning(
+            "a %.40r frame from %s (%s) was refused: %s", kind, member.machine, link.peer[:12], frame.get("reason")
+        )
         if kind == "msg" and is_ulid(message_id):
             await self.remote.refuse_unreadable(link, message_id)
 
@@ -621,9 +639,14 @@ class Mesh:
     def is_remote(self, target: Target) -> bool:
         return target.entry is not None and target.entry.key is None
 
-    async def send(self, pairs: Sequence[tuple[Target, Message]], sender_key: str | None,
-                   notify: bool = False, copies: Mapping[str, Sequence[str]] | None = None,
-                   runs: Mapping[str, int] | None = None) -> dict[str, dict[str, Any]]:
+    async def send(
+        self,
+        pairs: Sequence[tuple[Target, Message]],
+        sender_key: str | None,
+        notify: bool = False,
+        copies: Mapping[str, Sequence[str]] | None = None,
+        runs: Mapping[str, int] | None = None,
+    ) -> dict[str, dict[str, Any]]:
         """Queue messages for teammates' sessions and mailboxes (:meth:`RemoteMail.send`)."""
         return await self.remote.send(pairs, sender_key, notify, copies, runs)
 
@@ -652,8 +675,12 @@ class Mesh:
                 statements: list[tuple[str, Sequence[Any]]] = []
                 if self._addresses_dirty:
                     self._addresses_dirty = False
-                    statements.append(("INSERT OR REPLACE INTO kv(key, value) VALUES (?, ?)",
-                                       ("mesh.addresses", json.dumps(self.addresses))))
+                    statements.append(
+                        (
+                            "INSERT OR REPLACE INTO kv(key, value) VALUES (?, ?)",
+                            ("mesh.addresses", json.dumps(self.addresses)),
+                        )
+                    )
                 statements.extend(self.presence_frames.statements())
                 if statements or self.remote.staged:
                     self.remote.staged = False
@@ -671,8 +698,14 @@ class Mesh:
         return {
             "listening": self.listener.port if self.listener else None,
             "addresses": self.my_addresses,
-            "links": {peer: {"address": link.address, "dialed": link.outbound,
-                             "age": round(time.monotonic() - link.opened_at, 1)} for peer, link in self.links.items()},
+            "links": {
+                peer: {
+                    "address": link.address,
+                    "dialed": link.outbound,
+                    "age": round(time.monotonic() - link.opened_at, 1),
+                }
+                for peer, link in self.links.items()
+            },
         }
 
 
@@ -690,5 +723,4 @@ async def op_mesh(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -
 
 OPS = {"held": op_held, "approve": op_approve, "drop": op_drop, "mesh": op_mesh, "team_join": op_team_join}
 
-__all__ = ["OPS", "Member", "Mesh", "MeshConfig", "TeamView", "load_mesh_config", "new_ulid",
-           "sanitise_presence"]
+__all__ = ["OPS", "Member", "Mesh", "MeshConfig", "TeamView", "load_mesh_config", "new_ulid", "sanitise_presence"]

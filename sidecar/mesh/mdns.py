@@ -44,8 +44,14 @@ async def run_mdns(mesh: Mesh, port: int) -> None:
     packed = [socket.inet_aton(h) for h in hosts if _is_ipv4(h)]
     if not packed and interfaces:
         packed = [socket.inet_aton(i) for i in interfaces if _is_ipv4(i)]
-    info = AsyncServiceInfo(MDNS_TYPE, f"{me[:16]}-{tag[:8]}.{MDNS_TYPE}", addresses=packed, port=port,
-                            server=f"hive-{me[:16]}.local.", properties={"tag": tag, "key": me})
+    info = AsyncServiceInfo(
+        MDNS_TYPE,
+        f"{me[:16]}-{tag[:8]}.{MDNS_TYPE}",
+        addresses=packed,
+        port=port,
+        server=f"hive-{me[:16]}.local.",
+        properties={"tag": tag, "key": me},
+    )
     found: anyio.abc.ObjectSendStream[str]
     found, names = anyio.create_memory_object_stream[str](256)
 
@@ -63,8 +69,10 @@ async def run_mdns(mesh: Mesh, port: int) -> None:
                 peer_info = AsyncServiceInfo(MDNS_TYPE, name)
                 if not await peer_info.async_request(zc.zeroconf, 3000):
                     continue
-                props = {k.decode(errors="replace"): (v or b"").decode(errors="replace")
-                         for k, v in (peer_info.properties or {}).items()}
+                props = {
+                    k.decode(errors="replace"): (v or b"").decode(errors="replace")
+                    for k, v in (peer_info.properties or {}).items()
+                }
                 key = props.get("key", "")
                 if props.get("tag") != tag or key == me or not HEX_KEY.match(key):
                     continue
@@ -85,7 +93,6 @@ async def run_mdns(mesh: Mesh, port: int) -> None:
             with contextlib.suppress(Exception):
                 await zc.async_close()
             found.close()
-
 
 
 def _is_ipv4(host: str) -> bool:

@@ -78,17 +78,19 @@ def sanitise_presence(raw: Any) -> dict[str, Any]:
             continue
         seen.add(name)
         tier = str(item.get("tier") or "pull")
-        sessions.append({
-            "name": name,
-            "agent": one_line(item.get("agent"), 32),
-            "repo": one_line(item.get("repo"), 200),
-            "branch": one_line(item.get("branch"), 200),
-            "folder": one_line(item.get("folder"), 200),
-            "doing": one_line(item.get("doing"), 200),
-            "activity": one_line(item.get("activity"), 16),
-            "tier": tier if tier in TIERS else "pull",
-            **observe.sanitise_extra(item),
-        })
+        sessions.append(
+            {
+                "name": name,
+                "agent": one_line(item.get("agent"), 32),
+                "repo": one_line(item.get("repo"), 200),
+                "branch": one_line(item.get("branch"), 200),
+                "folder": one_line(item.get("folder"), 200),
+                "doing": one_line(item.get("doing"), 200),
+                "activity": one_line(item.get("activity"), 16),
+                "tier": tier if tier in TIERS else "pull",
+                **observe.sanitise_extra(item),
+            }
+        )
     known = []
     for item in _listed(raw, "known"):
         name = slug(str(item), 64)
@@ -102,8 +104,12 @@ def sanitise_presence(raw: Any) -> dict[str, Any]:
         name = slug(str(item.get("name") or ""), 64) if isinstance(item, dict) else ""
         if name in known and name not in gone:
             tier = str(item.get("tier") or "pull")
-            gone[name] = {"agent": one_line(item.get("agent"), 32), "repo": one_line(item.get("repo"), 200),
-                          "branch": one_line(item.get("branch"), 200), "tier": tier if tier in TIERS else "pull"}
+            gone[name] = {
+                "agent": one_line(item.get("agent"), 32),
+                "repo": one_line(item.get("repo"), 200),
+                "branch": one_line(item.get("branch"), 200),
+                "tier": tier if tier in TIERS else "pull",
+            }
     features = [one_line(f, 32) for f in _listed(raw, "features")[:MAX_FEATURES] if isinstance(f, str)]
     addresses = [a for a in _listed(raw, "addresses")[:MAX_ADDRESSES] if valid_address(a)]
     peers: dict[str, list[str]] = {}
@@ -114,11 +120,15 @@ def sanitise_presence(raw: Any) -> dict[str, Any]:
                 good = [a for a in values[:MAX_ADDRESSES] if valid_address(a)]
                 if good:
                     peers[key] = good
-    return {"sessions": sessions, "known": known, "gone": gone, "features": features, "addresses": addresses,
-            "peers": peers,
-            "mailboxes": mailboxes.sanitise(raw.get("mailboxes"))}
-
-
+    return {
+        "sessions": sessions,
+        "known": known,
+        "gone": gone,
+        "features": features,
+        "addresses": addresses,
+        "peers": peers,
+        "mailboxes": mailboxes.sanitise(raw.get("mailboxes")),
+    }
 
 
 def _activity_of(key: str) -> str:
@@ -176,8 +186,12 @@ class PresenceFrames:
         statements: list[tuple[str, Sequence[Any]]] = []
         for peer in self.dirty:
             if peer in self.mesh.presence:
-                statements.append(("INSERT OR REPLACE INTO kv(key, value) VALUES (?, ?)",
-                                   (f"mesh.presence.{peer}", json.dumps(self.mesh.presence[peer]))))
+                statements.append(
+                    (
+                        "INSERT OR REPLACE INTO kv(key, value) VALUES (?, ?)",
+                        (f"mesh.presence.{peer}", json.dumps(self.mesh.presence[peer])),
+                    )
+                )
         self.dirty.clear()
         return statements
 
@@ -189,21 +203,33 @@ class PresenceFrames:
             if not discover.shared(self.sc, s):
                 continue  # found on disk, not managed: stays on this machine unless share_unmanaged
             if self.sc.sessions.is_live(s, now):
-                sessions.append({
-                    "name": s.name, "agent": s.agent, "repo": s.repo, "branch": s.branch,
-                    "folder": Path(s.cwd.rstrip("/")).name if s.cwd else "", "doing": s.doing,
-                    "activity": _activity_of(s.key), "tier": s.tier, **observe.presence_of(s.key),
-                })
+                sessions.append(
+                    {
+                        "name": s.name,
+                        "agent": s.agent,
+                        "repo": s.repo,
+                        "branch": s.branch,
+                        "folder": Path(s.cwd.rstrip("/")).name if s.cwd else "",
+                        "doing": s.doing,
+                        "activity": _activity_of(s.key),
+                        "tier": s.tier,
+                        **observe.presence_of(s.key),
+                    }
+                )
             else:
                 known.append(s.name)
                 # what teammates keep showing of a gone session (``known`` alone is what older hives read)
                 gone.append({"name": s.name, "agent": s.agent, "repo": s.repo, "branch": s.branch, "tier": s.tier})
         sessions.sort(key=lambda d: d["name"])
         gone.sort(key=lambda d: d["name"])
-        presence: dict[str, Any] = {"sessions": sessions[:MAX_SESSIONS], "known": sorted(known)[:MAX_KNOWN],
-                                    "gone": gone[:MAX_KNOWN],
-                                    "features": self.mesh.features(), "addresses": self.mesh.my_addresses,
-                                    "mailboxes": mailboxes.presence_field(self.sc)}
+        presence: dict[str, Any] = {
+            "sessions": sessions[:MAX_SESSIONS],
+            "known": sorted(known)[:MAX_KNOWN],
+            "gone": gone[:MAX_KNOWN],
+            "features": self.mesh.features(),
+            "addresses": self.mesh.my_addresses,
+            "mailboxes": mailboxes.presence_field(self.sc),
+        }
         if with_peers:
             presence["peers"] = self.peer_addresses()
         return presence
@@ -271,8 +297,13 @@ class PresenceFrames:
             if session.name in theirs:
                 old = session.name
                 await self.sc.sessions.set_status(session, None, self.sc.sessions.free_name(session))
-                log.info("renamed session %s to %s: %s's machine %s has one of that name", old, session.name,
-                         member.person, member.machine)
+                log.info(
+                    "renamed session %s to %s: %s's machine %s has one of that name",
+                    old,
+                    session.name,
+                    member.person,
+                    member.machine,
+                )
 
     def entries(self) -> list[Entry]:
         """Teammates' sessions for the directory: person and machine from the roster, never the peer."""
@@ -287,17 +318,36 @@ class PresenceFrames:
                 continue
             online = peer in self.mesh.links
             for s in presence["sessions"]:
-                out.append(Entry(
-                    person=member.person, machine=member.machine, name=s["name"], agent=s["agent"],
-                    repo=s["repo"], branch=s["branch"], folder=s["folder"], doing=s["doing"],
-                    tier=s["tier"], live=online,
-                ))
+                out.append(
+                    Entry(
+                        person=member.person,
+                        machine=member.machine,
+                        name=s["name"],
+                        agent=s["agent"],
+                        repo=s["repo"],
+                        branch=s["branch"],
+                        folder=s["folder"],
+                        doing=s["doing"],
+                        tier=s["tier"],
+                        live=online,
+                    )
+                )
             for name in presence["known"]:
                 last = presence["gone"].get(name, {})
-                out.append(Entry(person=member.person, machine=member.machine, name=name,
-                                 agent=last.get("agent", ""), repo=last.get("repo", ""),
-                                 branch=last.get("branch", ""), folder="", doing="",
-                                 tier=last.get("tier", "pull"), live=False))
+                out.append(
+                    Entry(
+                        person=member.person,
+                        machine=member.machine,
+                        name=name,
+                        agent=last.get("agent", ""),
+                        repo=last.get("repo", ""),
+                        branch=last.get("branch", ""),
+                        folder="",
+                        doing="",
+                        tier=last.get("tier", "pull"),
+                        live=False,
+                    )
+                )
         return out
 
     async def refresher(self) -> None:

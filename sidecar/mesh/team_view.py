@@ -50,15 +50,18 @@ class TeamView:
         found = None if team is None else team.member(key)
         if found is None:
             return None
-        return Member(key=key, person=found.person, machine=found.machine, active=found.active,
-                      addresses=tuple(found.addresses))
+        return Member(
+            key=key, person=found.person, machine=found.machine, active=found.active, addresses=tuple(found.addresses)
+        )
 
     def members(self) -> list[Member]:
         team = self._team()
         if team is None:
             return []
-        return [Member(key=m.key, person=m.person, machine=m.machine, active=m.active, addresses=tuple(m.addresses))
-                for m in team.members()]
+        return [
+            Member(key=m.key, person=m.person, machine=m.machine, active=m.active, addresses=tuple(m.addresses))
+            for m in team.members()
+        ]
 
     def fingerprint(self) -> Any:
         team = self._team()

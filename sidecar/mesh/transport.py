@@ -207,9 +207,15 @@ def _install_pin(quic: QuicConnection, check: PeerCheck, *, server: bool) -> Non
 class _Protocol(QuicConnectionProtocol):
     """One QUIC connection; hands its first bidirectional stream over as a :class:`Link`."""
 
-    def __init__(self, quic: QuicConnection, stream_handler: Any = None, *, check: PeerCheck,
-                 server: bool, on_stream: Callable[[_Protocol, asyncio.StreamReader, asyncio.StreamWriter], None]
-                 | None = None) -> None:
+    def __init__(
+        self,
+        quic: QuicConnection,
+        stream_handler: Any = None,
+        *,
+        check: PeerCheck,
+        server: bool,
+        on_stream: Callable[[_Protocol, asyncio.StreamReader, asyncio.StreamWriter], None] | None = None,
+    ) -> None:
         super().__init__(quic)
         _install_pin(quic, check, server=server)
         self._on_stream = on_stream
@@ -258,8 +264,16 @@ class Link:
     body is not a JSON object with a string ``t`` is logged and skipped.
     """
 
-    def __init__(self, protocol: _Protocol, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *,
-                 local_key: bytes, outbound: bool, address: str) -> None:
+    def __init__(
+        self,
+        protocol: _Protocol,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        local_key: bytes,
+        outbound: bool,
+        address: str,
+    ) -> None:
         self.protocol = protocol
         self._reader = reader
         self._writer = writer
@@ -358,8 +372,7 @@ class Link:
                 if frame is None:
                     continue
                 await self._frames_in.send(frame)
-        except (asyncio.IncompleteReadError, ConnectionError, anyio.ClosedResourceError,
-                anyio.BrokenResourceError):
+        except (asyncio.IncompleteReadError, ConnectionError, anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass
         finally:
             self.close_reason = self.close_reason or self.protocol.close_reason or "the peer closed the link"
@@ -383,8 +396,12 @@ class Link:
             log.warning("%r sent a %.40r frame with improper text; refused", self, _printable(original["t"]))
             inner = original.get("msg")
             ref = inner.get("id") if isinstance(inner, dict) else original.get("id")
-            return {"t": INVALID, "of": _printable(original["t"]),
-                    "id": ref if isinstance(ref, str) and wire.proper_text(ref) else None, "reason": exc.reason}
+            return {
+                "t": INVALID,
+                "of": _printable(original["t"]),
+                "id": ref if isinstance(ref, str) and wire.proper_text(ref) else None,
+                "reason": exc.reason,
+            }
         except wire.OverLimit as exc:
             log.warning("%r sent a frame over the limits (%s); closing", self, exc.reason)
             self.close(CLOSE_PROTOCOL, "malformed frame")
@@ -440,9 +457,16 @@ class Listener:
         self.port = port
 
 
-async def listen(host: str, port: int, cert: MachineCert, check: PeerCheck,
-                 handler: Callable[[Link], Any], *, alpns: tuple[str, ...] = (ALPN_TEAM, ALPN_JOIN),
-                 task_status: TaskStatus[Listener] = anyio.TASK_STATUS_IGNORED) -> None:
+async def listen(
+    host: str,
+    port: int,
+    cert: MachineCert,
+    check: PeerCheck,
+    handler: Callable[[Link], Any],
+    *,
+    alpns: tuple[str, ...] = (ALPN_TEAM, ALPN_JOIN),
+    task_status: TaskStatus[Listener] = anyio.TASK_STATUS_IGNORED,
+) -> None:
     """Serve until cancelled. ``task_status`` gets the :class:`Listener` (with the bound port).
 
     Each accepted link runs ``await handler(link)`` in a task of its own; the link is closed
@@ -451,7 +475,8 @@ async def listen(host: str, port: int, cert: MachineCert, check: PeerCheck,
     new_links: MemoryObjectSendStream[tuple[_Protocol, asyncio.StreamReader, asyncio.StreamWriter]]
     new_links_out: MemoryObjectReceiveStream[tuple[_Protocol, asyncio.StreamReader, asyncio.StreamWriter]]
     new_links, new_links_out = anyio.create_memory_object_stream[
-        tuple[_Protocol, asyncio.StreamReader, asyncio.StreamWriter]](64)
+        tuple[_Protocol, asyncio.StreamReader, asyncio.StreamWriter]
+    ](64)
 
     def on_stream(protocol: _Protocol, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -462,8 +487,9 @@ async def listen(host: str, port: int, cert: MachineCert, check: PeerCheck,
     def create_protocol(quic: QuicConnection, stream_handler: Any = None) -> _Protocol:
         return _Protocol(quic, check=check, server=True, on_stream=on_stream)
 
-    server = await serve(host, port, configuration=_configuration(cert, list(alpns), is_client=False),
-                         create_protocol=create_protocol)
+    server = await serve(
+        host, port, configuration=_configuration(cert, list(alpns), is_client=False), create_protocol=create_protocol
+    )
     try:
         assert server._transport is not None  # serve() returns once its socket is bound
         sockname = server._transport.get_extra_info("sockname")
@@ -472,8 +498,14 @@ async def listen(host: str, port: int, cert: MachineCert, check: PeerCheck,
             task_status.started(listener)
             async with new_links_out:
                 async for protocol, reader, writer in new_links_out:
-                    link = Link(protocol, reader, writer, local_key=cert.public_key, outbound=False,
-                                address=_remote_address(protocol))
+                    link = Link(
+                        protocol,
+                        reader,
+                        writer,
+                        local_key=cert.public_key,
+                        outbound=False,
+                        address=_remote_address(protocol),
+                    )
                     tg.start_soon(_serve_link, link, handler)
     finally:
         new_links.close()
@@ -510,8 +542,9 @@ def split_address(address: str) -> tuple[str, int]:
 
 
 @contextlib.asynccontextmanager
-async def dial(address: str, cert: MachineCert, check: PeerCheck, *, alpn: str = ALPN_TEAM,
-               connect_within: float = CONNECT_TIMEOUT) -> AsyncIterator[Link]:
+async def dial(
+    address: str, cert: MachineCert, check: PeerCheck, *, alpn: str = ALPN_TEAM, connect_within: float = CONNECT_TIMEOUT
+) -> AsyncIterator[Link]:
     """Connect to ``host:port`` and yield the link once the handshake passed both pins.
 
     Under TLS 1.3 a client the server refuses still completes its side of the handshake; the
@@ -527,8 +560,9 @@ async def dial(address: str, cert: MachineCert, check: PeerCheck, *, alpn: str =
 
     try:
         with anyio.fail_after(connect_within):
-            manager = connect(host, port, configuration=_configuration(cert, [alpn], is_client=True),
-                              create_protocol=create_protocol)
+            manager = connect(
+                host, port, configuration=_configuration(cert, [alpn], is_client=True), create_protocol=create_protocol
+            )
             protocol = await manager.__aenter__()
     except TimeoutError as exc:
         raise ConnectionError(f"no answer from {address} within {connect_within:.0f} s") from exc
@@ -555,7 +589,22 @@ async def dial(address: str, cert: MachineCert, check: PeerCheck, *, alpn: str =
 
 
 __all__ = [
-    "ALPN_JOIN", "ALPN_TEAM", "CLOSE_DUPLICATE", "CLOSE_NORMAL", "CLOSE_PROTOCOL", "CLOSE_REFUSED",
-    "MAX_FRAME", "FrameError", "Link", "LinkClosed", "Listener", "MachineCert", "PeerCheck",
-    "dial", "encode_frame", "listen", "machine_cert", "split_address",
+    "ALPN_JOIN",
+    "ALPN_TEAM",
+    "CLOSE_DUPLICATE",
+    "CLOSE_NORMAL",
+    "CLOSE_PROTOCOL",
+    "CLOSE_REFUSED",
+    "MAX_FRAME",
+    "FrameError",
+    "Link",
+    "LinkClosed",
+    "Listener",
+    "MachineCert",
+    "PeerCheck",
+    "dial",
+    "encode_frame",
+    "listen",
+    "machine_cert",
+    "split_address",
 ]

@@ -1,2 +1,1 @@
-"""The person at this machine: desktop dialogs, the one confirmation every change needs, and ``ask``.
-"""
+"""The person at this machine: desktop dialogs, the one confirmation every change needs, and ``ask``."""

@@ -133,6 +133,7 @@ def _seconds(request: Mapping[str, Any], name: str, default: float, low: float, 
 
 # ---- ask ---------------------------------------------------------------------------------
 
+
 def _asker(sidecar: Sidecar, request: Mapping[str, Any]) -> tuple[str, str, Session | None]:
     """Who asks: (key for one-question-at-a-time, address, session); no session is the person's terminal."""
     ref = request.get("session")
@@ -148,11 +149,14 @@ async def _about(sidecar: Sidecar, address: str, about: Any) -> tuple[str | None
         return None, "", None
     if not isinstance(about, str) or len(about) > 64:
         raise BadRequest("about is the id of a teammate's message to this session")
-    row = await sidecar.store.fetchone("SELECT sender, body FROM messages WHERE id = ? AND recipient = ?",
-                                       (about, address))
+    row = await sidecar.store.fetchone(
+        "SELECT sender, body FROM messages WHERE id = ? AND recipient = ?", (about, address)
+    )
     if row is None:
-        raise NotFound(f"no message {about} was sent to {address}; `about` takes the id of a teammate's "
-                       "message to this session (the id in its <hive-message> frame)")
+        raise NotFound(
+            f"no message {about} was sent to {address}; `about` takes the id of a teammate's "
+            "message to this session (the id in its <hive-message> frame)"
+        )
     sender, body = str(row[0]), str(row[1])
     return about, clip(clean(body), REQUEST_LIMIT), sender
 
@@ -183,8 +187,7 @@ async def op_ask(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) ->
     if not isinstance(raw, str) or not clean(raw):
         raise BadRequest("ask needs a non-empty 'question' for your person")
     if len(raw) > MAX_QUESTION:
-        raise BadRequest(f"a question is limited to {MAX_QUESTION} characters; "
-                         f"the pop-up shows {QUESTION_LIMIT}")
+        raise BadRequest(f"a question is limited to {MAX_QUESTION} characters; the pop-up shows {QUESTION_LIMIT}")
     wait = _seconds(request, "wait", ASK_WAIT, 0.0, ASK_WAIT)
     expire = _seconds(request, "expire", POPUP_TIME, 1.0, POPUP_TIME)
     question = clip(clean(raw), QUESTION_LIMIT)
@@ -205,10 +208,18 @@ async def op_ask(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) ->
         if (current.question, current.about) != (question, about):
             raise Conflict(
                 f"your question “{clip(current.question, 120)}” is still up on your person's screen; "
-                "wait for its answer (asking it again joins the wait) before asking another")
+                "wait for its answer (asking it again joins the wait) before asking another"
+            )
     else:
-        current = Question(key=key, asker=asker, question=question, about=about, request=shown_request,
-                           requester=requester, prompt=_prompt(asker, question, requester, shown_request, expire))
+        current = Question(
+            key=key,
+            asker=asker,
+            question=question,
+            about=about,
+            request=shown_request,
+            requester=requester,
+            prompt=_prompt(asker, question, requester, shown_request, expire),
+        )
         questions[key] = current
         sidecar.tasks.start_soon(_run_question, sidecar, current, _backend())
     with anyio.fail_after(SETTLE_TIMEOUT):
@@ -242,8 +253,10 @@ def _in_session(error: HiveError, about: str | None) -> HiveError:
     if not isinstance(error, NoDesktop):
         return error
     regarding = f" Say that it is about message {about}." if about else ""
-    return NoDesktop(f"hive cannot show your person a pop-up here ({error.message}). Ask them this question "
-                     f"yourself, in your own session, and wait for their answer.{regarding}")
+    return NoDesktop(
+        f"hive cannot show your person a pop-up here ({error.message}). Ask them this question "
+        f"yourself, in your own session, and wait for their answer.{regarding}"
+    )
 
 
 async def _run_question(sidecar: Sidecar, question: Question, backend: Backend) -> None:
@@ -286,35 +299,55 @@ NOTES = {
     Answer.DISMISSED: "Your person closed the pop-up without choosing: that is not a yes.",
     Answer.EXPIRED: "The pop-up expired without an answer: that is not a yes.",
     Answer.CLOSED: "The pop-up was taken away before your person answered (their desktop session or its "
-                   "notification service went away): that is not a yes.",
+    "notification service went away): that is not a yes.",
 }
 
 
 def _result(sidecar: Sidecar, question: Question) -> dict[str, Any]:
     answer = question.answer
     if answer is None:
-        note = (f"No answer yet. The pop-up stays up for {question.prompt.timeout / 60:g} minutes; if your person "
-                f"answers, the answer arrives as a message from {sidecar.terminal}. Asking the same question "
-                "again joins this wait; a different one is refused until this one is answered.")
+        note = (
+            f"No answer yet. The pop-up stays up for {question.prompt.timeout / 60:g} minutes; if your person "
+            f"answers, the answer arrives as a message from {sidecar.terminal}. Asking the same question "
+            "again joins this wait; a different one is refused until this one is answered."
+        )
     else:
         note = NOTES[answer]
     if question.approval.get("note"):
         note += " " + question.approval["note"]
-    return {"answer": answer.value if answer else "waiting", "question": question.question,
-            "about": question.about, "request": question.request, "from": question.requester,
-            "approval": question.approval or None, "note": note}
+    return {
+        "answer": answer.value if answer else "waiting",
+        "question": question.question,
+        "about": question.about,
+        "request": question.request,
+        "from": question.requester,
+        "approval": question.approval or None,
+        "note": note,
+    }
 
 
 async def _deliver_late(sidecar: Sidecar, question: Question) -> None:
     assert question.answer is not None
     session = sidecar.sessions.by_key.get(question.key)
     address = sidecar.sessions.address(session) if session is not None else question.asker  # renamed since
-    body = (f"Your person answered your question after your ask_user call had stopped waiting: "
-            f"{NOTES[question.answer]}\nQuestion, as shown: “{question.question}”")
+    body = (
+        f"Your person answered your question after your ask_user call had stopped waiting: "
+        f"{NOTES[question.answer]}\nQuestion, as shown: “{question.question}”"
+    )
     if question.about:
         body += f"\nIt was about message {question.about}."
-    message = Message(id=new_ulid(), sender=sidecar.terminal, sender_kind="person", sender_agent="",
-                      sender_repo="", recipient=address, reply_to=None, body=body, wake=True, sent_at=time.time())
+    message = Message(
+        id=new_ulid(),
+        sender=sidecar.terminal,
+        sender_kind="person",
+        sender_agent="",
+        sender_repo="",
+        recipient=address,
+        reply_to=None,
+        body=body,
+        wake=True,
+        sent_at=time.time(),
+    )
     await deliver_local(sidecar, message, None)
 
 
@@ -332,9 +365,16 @@ async def _send_approval(sidecar: Sidecar, question: Question) -> dict[str, Any]
     session = sidecar.sessions.by_key.get(question.key)
     live = session is not None and sidecar.sessions.is_live(session)
     sender = sidecar.sessions.address(session) if live and session is not None else sidecar.terminal
-    record = Approval(about=question.about, asker=question.requester, approver=sidecar.settings.person,
-                      decision=_decision(question.answer), request=question.request, question=question.question,
-                      note="answered in a desktop pop-up", at=int(time.time() * 1000))
+    record = Approval(
+        about=question.about,
+        asker=question.requester,
+        approver=sidecar.settings.person,
+        decision=_decision(question.answer),
+        request=question.request,
+        question=question.question,
+        note="answered in a desktop pop-up",
+        at=int(time.time() * 1000),
+    )
     body = f"{sidecar.settings.person} {record.decision} your request (message {question.about})."
     person = question.requester.split("/", 1)[0]
     remote = person != sidecar.settings.person
@@ -344,18 +384,31 @@ async def _send_approval(sidecar: Sidecar, question: Question) -> dict[str, Any]
         team = team_of(sidecar)
         team_id = team.team_id()
         if team_id is None or entry is None or not sidecar.mesh.is_remote(Target(question.requester, entry)):
-            return {"to": question.requester, "state": "not_sent", "record": record.to_dict(),
-                    "note": f"The approval could not be sent: {question.requester} is not a session this machine "
-                            "can reach. Tell them the answer yourself."}
+            return {
+                "to": question.requester,
+                "state": "not_sent",
+                "record": record.to_dict(),
+                "note": f"The approval could not be sent: {question.requester} is not a session this machine "
+                "can reach. Tell them the answer yourself.",
+            }
         approval = stored(sign_approval(await team.ensure_identity(), team_id, record))
     else:
         # On this machine the sidecar made the record itself: verified by construction, nothing to sign.
         entry = None
         approval = json.dumps({"record": record.to_dict(), "by": "", "sig": "", "verified": True}, ensure_ascii=False)
-    message = Message(id=new_ulid(), sender=sender, sender_kind="agent" if live else "person",
-                      sender_agent=session.agent if live and session else "",
-                      sender_repo=session.repo if live and session else "", recipient=question.requester,
-                      reply_to=question.about, body=body, wake=True, sent_at=time.time(), approval=approval)
+    message = Message(
+        id=new_ulid(),
+        sender=sender,
+        sender_kind="agent" if live else "person",
+        sender_agent=session.agent if live and session else "",
+        sender_repo=session.repo if live and session else "",
+        recipient=question.requester,
+        reply_to=question.about,
+        body=body,
+        wake=True,
+        sent_at=time.time(),
+        approval=approval,
+    )
     sender_key = question.key if live else None
     try:
         if remote:
@@ -366,13 +419,24 @@ async def _send_approval(sidecar: Sidecar, question: Question) -> dict[str, Any]
     except HiveError as exc:
         return {"to": question.requester, "state": "failed", "note": f"The approval was not sent: {exc.message}"}
     if state in ("refused", "failed"):
-        return {"to": question.requester, "id": message.id, "state": state, "record": record.to_dict(),
-                "note": f"The approval to {question.requester} was {state}: {detail}"}
-    return {"to": question.requester, "id": message.id, "state": state, "record": record.to_dict(),
-            "note": f"The approval went to {question.requester}."}
+        return {
+            "to": question.requester,
+            "id": message.id,
+            "state": state,
+            "record": record.to_dict(),
+            "note": f"The approval to {question.requester} was {state}: {detail}",
+        }
+    return {
+        "to": question.requester,
+        "id": message.id,
+        "state": state,
+        "record": record.to_dict(),
+        "note": f"The approval went to {question.requester}.",
+    }
 
 
 # ---- group sends -------------------------------------------------------------------------
+
 
 def group_question(to: str, count: int) -> str:
     sessions = "session" if count == 1 else "sessions"
@@ -384,22 +448,32 @@ def group_question(to: str, count: int) -> str:
     return f"Send this to {every} {count} of {to[:-2]}'s {sessions}?"
 
 
-async def confirm_group(sidecar: Sidecar, conn: Connection, request: Mapping[str, Any], question: str,
-                        body: str) -> str:
+async def confirm_group(
+    sidecar: Sidecar, conn: Connection, request: Mapping[str, Any], question: str, body: str
+) -> str:
     """Return how the person confirmed ``question`` ("desktop" or "terminal"), or raise.
 
     A group address or a loop-guard override from the person's own mailbox is confirmed in a
     pop-up, not inferred from a ``…/terminal`` sender any process can claim.
     """
-    return await confirm_by_person(conn, request, question, title="hive · confirm a send", quote=body,
-                                   outcome="not sent", refused=Refused,
-                                   hint="Send to one session at a time, or run `hive send` in a terminal.")
+    return await confirm_by_person(
+        conn,
+        request,
+        question,
+        title="hive · confirm a send",
+        quote=body,
+        outcome="not sent",
+        refused=Refused,
+        hint="Send to one session at a time, or run `hive send` in a terminal.",
+    )
 
 
 # ---- loop-guard overrides ----------------------------------------------------------------
 
-async def confirm_override(sidecar: Sidecar, conn: Connection, request: Mapping[str, Any], recipients: list[str],
-                           body: str) -> str:
+
+async def confirm_override(
+    sidecar: Sidecar, conn: Connection, request: Mapping[str, Any], recipients: list[str], body: str
+) -> str:
     """A person's reply to sessions in a run of agent messages restarts the loop guard's count, so it
     is confirmed in the same dialog as a group send (not inferred from a ``…/terminal`` sender any
     process can claim).
@@ -410,12 +484,15 @@ async def confirm_override(sidecar: Sidecar, conn: Connection, request: Mapping[
     if run == 0:
         return ""
     limit = sidecar.guards.loop_limit
-    question = (f"Reply as {sidecar.settings.person} in this thread? It restarts the loop guard, which stops agents "
-                f"after {limit} messages in a row with no person in between (now {run}).")
+    question = (
+        f"Reply as {sidecar.settings.person} in this thread? It restarts the loop guard, which stops agents "
+        f"after {limit} messages in a row with no person in between (now {run})."
+    )
     return await confirm_group(sidecar, conn, request, question, body)
 
 
 # ---- notify ------------------------------------------------------------------------------
+
 
 def _person_of(address: str) -> str:
     return address.split("/", 1)[0]
@@ -427,8 +504,13 @@ def _machine_of(sidecar: Sidecar, message: Message) -> str:
     return sidecar.mesh.peer_of(entry) or ""
 
 
-async def notify_person(sidecar: Sidecar, request: Mapping[str, Any], sender: str, messages: list[Message],
-                        remote: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+async def notify_person(
+    sidecar: Sidecar,
+    request: Mapping[str, Any],
+    sender: str,
+    messages: list[Message],
+    remote: Mapping[str, Mapping[str, Any]],
+) -> dict[str, Any]:
     """Show a sent message as a notification on every online machine of its recipient person, each
     subject to that person's gate there; say which machines were asked. ``remote``: the mesh's
     results for the messages that went to other machines, by id.
@@ -456,8 +538,15 @@ async def notify_person(sidecar: Sidecar, request: Mapping[str, Any], sender: st
     for person, sent in reached.items():
         with_message = {_machine_of(sidecar, m) for m in sent if m.id in remote}
         asked = [_machine_name(sidecar, peer) + " (with the message)" for peer in sorted(with_message)]
-        others = [m for m in mesh.team.members() if m.active and m.person == person and m.key in mesh.links
-                  and m.key not in with_message and m.key != mesh.team.my_key()]
+        others = [
+            m
+            for m in mesh.team.members()
+            if m.active
+            and m.person == person
+            and m.key in mesh.links
+            and m.key not in with_message
+            and m.key != mesh.team.my_key()
+        ]
         frame = _notify_frame(sent[0])
         for member in others:
             if not mesh.peer_has(member.key, NOTIFY_FEATURE):
@@ -469,9 +558,11 @@ async def notify_person(sidecar: Sidecar, request: Mapping[str, Any], sender: st
                 notes.append(f"{person}'s machine {member.machine} went offline before it could be asked.")
         if asked:
             one = len(asked) == 1
-            notes.append(f"Asked {person}'s machine{'' if one else 's'} to show a notification: {', '.join(asked)}. "
-                         f"{'It shows' if one else 'Each shows'} it if {person}'s gate there lets it through "
-                         "(`hive gate ledger` there).")
+            notes.append(
+                f"Asked {person}'s machine{'' if one else 's'} to show a notification: {', '.join(asked)}. "
+                f"{'It shows' if one else 'Each shows'} it if {person}'s gate there lets it through "
+                "(`hive gate ledger` there)."
+            )
         if person == me:
             local = [m for m in sent if m.id not in remote]
             shown, note = await notify_here(sidecar, (local or sent)[0], sent[0].sent_at)
@@ -498,8 +589,14 @@ def _machine_name(sidecar: Sidecar, peer: str) -> str:
 
 
 def _notify_frame(message: Message) -> dict[str, Any]:
-    return {"t": NOTIFY_FRAME, "id": message.id, "from": message.sender, "to": message.recipient,
-            "body": clip(clean(message.body), NOTIFY_BODY_LIMIT), "sent_at": message.sent_at}
+    return {
+        "t": NOTIFY_FRAME,
+        "id": message.id,
+        "from": message.sender,
+        "to": message.recipient,
+        "body": clip(clean(message.body), NOTIFY_BODY_LIMIT),
+        "sent_at": message.sent_at,
+    }
 
 
 def _notify_from_wire(sidecar: Sidecar, person: str, frame: Mapping[str, Any]) -> Message | str:
@@ -507,11 +604,21 @@ def _notify_from_wire(sidecar: Sidecar, person: str, frame: Mapping[str, Any]) -
     roster's person of the machine that sent it, the only person that machine speaks for."""
     message_id, sender, recipient = frame.get("id"), frame.get("from"), frame.get("to")
     body, sent_at = frame.get("body"), frame.get("sent_at")
-    if (not is_ulid(message_id) or not isinstance(body, str) or isinstance(sent_at, bool)
-            or not isinstance(sent_at, int | float)):
+    if (
+        not is_ulid(message_id)
+        or not isinstance(body, str)
+        or isinstance(sent_at, bool)
+        or not isinstance(sent_at, int | float)
+    ):
         return "malformed"
-    if not isinstance(sender, str) or not isinstance(recipient, str) or "/" not in sender or "/" not in recipient \
-            or len(sender) > MAX_ADDRESS or len(recipient) > MAX_ADDRESS:
+    if (
+        not isinstance(sender, str)
+        or not isinstance(recipient, str)
+        or "/" not in sender
+        or "/" not in recipient
+        or len(sender) > MAX_ADDRESS
+        or len(recipient) > MAX_ADDRESS
+    ):
         return "malformed addresses"
     sender_person, sender_name = sender.split("/", 1)
     if slug(sender_person) != person:
@@ -524,9 +631,18 @@ def _notify_from_wire(sidecar: Sidecar, person: str, frame: Mapping[str, Any]) -
         return "messages from teammates go to sessions, not to the person"
     # Peer text: cut before the work of cleaning it, and never able to open a hive frame in the ledger.
     text = defang(clip(clean(body[: NOTIFY_BODY_LIMIT * 4]), NOTIFY_BODY_LIMIT))
-    return Message(id=str(message_id), sender=f"{person}/{slug(sender_name) or 'terminal'}", sender_kind="agent",
-                   sender_agent="", sender_repo="", recipient=f"{sidecar.settings.person}/{to_name}", reply_to=None,
-                   body=text, wake=False, sent_at=float(sent_at))
+    return Message(
+        id=str(message_id),
+        sender=f"{person}/{slug(sender_name) or 'terminal'}",
+        sender_kind="agent",
+        sender_agent="",
+        sender_repo="",
+        recipient=f"{sidecar.settings.person}/{to_name}",
+        reply_to=None,
+        body=text,
+        wake=False,
+        sent_at=float(sent_at),
+    )
 
 
 def attach(mesh: Mesh) -> None:
@@ -590,11 +706,17 @@ async def notify_here(sidecar: Sidecar, message: Message, sent_at: float) -> tup
     sender, body = clean(message.sender), defang(clean(message.body))
     prompt = Prompt(title=f"hive · {sender}", body=clip(body, NOTIFY_BODY_LIMIT), timeout=NOTIFY_TIME, question=False)
     recipient = message.recipient
-    item = Item(source="notify", person=sidecar.settings.person,
-                session="" if recipient.endswith("/terminal") else recipient,
-                title=clip(f"{sender}: {body}", 200), body="",
-                evidence=(), key=f"notify:{message.id}", proposer=sender[:200],
-                data={"message": message.id})
+    item = Item(
+        source="notify",
+        person=sidecar.settings.person,
+        session="" if recipient.endswith("/terminal") else recipient,
+        title=clip(f"{sender}: {body}", 200),
+        body="",
+        evidence=(),
+        key=f"notify:{message.id}",
+        proposer=sender[:200],
+        data={"message": message.id},
+    )
 
     async def show(_item: Item, _decision: Any) -> None:
         await _show(sidecar, prompt, message.id)
@@ -604,8 +726,9 @@ async def notify_here(sidecar: Sidecar, message: Message, sent_at: float) -> tup
         return True, f"{sidecar.settings.person} was shown a desktop notification."
     if decision.rule == "deliver.failed":
         return False, f"No notification was shown: {decision.reason}"
-    return False, (f"No notification: {sidecar.settings.person}'s gate held it back "
-                   f"({decision.rule}: {decision.reason}).")
+    return False, (
+        f"No notification: {sidecar.settings.person}'s gate held it back ({decision.rule}: {decision.reason})."
+    )
 
 
 async def _show(sidecar: Sidecar, prompt: Prompt, message_id: str) -> None:

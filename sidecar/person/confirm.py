@@ -40,9 +40,19 @@ def is_person_op(handler: Any) -> bool:
     return bool(getattr(getattr(handler, "func", handler), "asks_person", False))
 
 
-async def confirm_by_person(conn: Connection, request: Mapping[str, Any], question: str, *, title: str,
-                            outcome: str, hint: str, refused: type[Refused] = NeedsPerson, quote: str = "",
-                            prompt: Prompt | None = None, agents_only: bool = False) -> str:
+async def confirm_by_person(
+    conn: Connection,
+    request: Mapping[str, Any],
+    question: str,
+    *,
+    title: str,
+    outcome: str,
+    hint: str,
+    refused: type[Refused] = NeedsPerson,
+    quote: str = "",
+    prompt: Prompt | None = None,
+    agents_only: bool = False,
+) -> str:
     """Return how the person confirmed ``question`` ("person", "desktop" or "terminal"), or raise ``refused``.
 
     ``outcome`` opens every refusal ("not sent", "not changed"); ``hint`` ends it (what the person
@@ -62,8 +72,10 @@ async def confirm_by_person(conn: Connection, request: Mapping[str, Any], questi
             answer = await popup.answer()
     except NoDesktop as exc:
         if not conn.at_terminal:
-            raise refused(f"{outcome}: “{question}” needs confirmation by the person, and there is neither a "
-                          f"desktop to ask on ({exc.message}) nor a terminal. {hint}") from exc
+            raise refused(
+                f"{outcome}: “{question}” needs confirmation by the person, and there is neither a "
+                f"desktop to ask on ({exc.message}) nor a terminal. {hint}"
+            ) from exc
         raise ConfirmOnTerminal(question) from exc
     if answer is Answer.APPROVED:
         return "desktop"

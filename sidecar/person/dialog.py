@@ -107,6 +107,7 @@ class Backend(Protocol):
 
 # ---- text ------------------------------------------------------------------------------
 
+
 def clean(text: str) -> str:
     """Text as a person may be shown it: no invisible or reordering characters, no controls."""
     out = []
@@ -136,6 +137,7 @@ def clip(text: str, limit: int) -> str:
 
 
 # ---- where the desktop is --------------------------------------------------------------
+
 
 def desktop_env(environ: Mapping[str, str]) -> dict[str, str]:
     """The desktop variables of an environment (what a sidecar's own start environment offers)."""
@@ -294,8 +296,13 @@ class _FreedesktopPopup:
             name, _old, new = body
             return Answer.CLOSED if name == NOTIFICATIONS and new != self.owner else None
         # The bus stamps the sender; anyone may emit a signal that *claims* this interface.
-        if (sender != self.owner or fields.get(HeaderFields.interface) != NOTIFICATIONS
-                or fields.get(HeaderFields.path) != NOTIFICATIONS_PATH or not body or body[0] != self.id):
+        if (
+            sender != self.owner
+            or fields.get(HeaderFields.interface) != NOTIFICATIONS
+            or fields.get(HeaderFields.path) != NOTIFICATIONS_PATH
+            or not body
+            or body[0] != self.id
+        ):
             return None
         # The server's own signals may still be malformed: an answer of the wrong type is no answer.
         if member == "ActionInvoked" and len(body) == 2 and isinstance(body[1], str):
@@ -341,10 +348,10 @@ class FreedesktopDialog:
                     await conn.close()
         if not self.desktop.buses:
             shown = self.desktop.display or self.desktop.wayland
-            problems.append("no session bus address" + (f" (the display is {shown}, but no bus was given)"
-                                                         if shown else ""))
-        raise NoDesktop("no desktop notification server with Approve/Deny buttons is reachable: "
-                        + "; ".join(problems))
+            problems.append(
+                "no session bus address" + (f" (the display is {shown}, but no bus was given)" if shown else "")
+            )
+        raise NoDesktop("no desktop notification server with Approve/Deny buttons is reachable: " + "; ".join(problems))
 
     async def available(self, question: bool = True) -> None:
         bus, _, _ = await self._open(require_actions=question)
@@ -367,8 +374,9 @@ class FreedesktopDialog:
             raise _NotHere("the notification server cannot show buttons")
         # Subscribe before Notify, or a fast click could come before the subscription.
         for member in ("ActionInvoked", "NotificationClosed"):
-            rule = MatchRule(type="signal", sender=owner, interface=NOTIFICATIONS, member=member,
-                             path=NOTIFICATIONS_PATH)
+            rule = MatchRule(
+                type="signal", sender=owner, interface=NOTIFICATIONS, member=member, path=NOTIFICATIONS_PATH
+            )
             await bus.call(message_bus.AddMatch(rule))
         gone = MatchRule(type="signal", sender=BUS_NAME, interface=BUS_NAME, member="NameOwnerChanged")
         gone.add_arg_condition(0, NOTIFICATIONS)
@@ -390,16 +398,27 @@ class FreedesktopDialog:
             hints = {"urgency": ("y", 2 if prompt.question else 1)}
             timeout_ms = min(int(prompt.timeout * 1000), 2**31 - 1)
             with anyio.fail_after(PREFLIGHT_TIMEOUT):
-                (notification_id,) = await bus.call(new_method_call(
-                    server, "Notify", "susssasa{sv}i",
-                    (APP_NAME, 0, "dialog-question" if prompt.question else "dialog-information",
-                     clean(prompt.title), body, actions, hints, timeout_ms),
-                ))
+                (notification_id,) = await bus.call(
+                    new_method_call(
+                        server,
+                        "Notify",
+                        "susssasa{sv}i",
+                        (
+                            APP_NAME,
+                            0,
+                            "dialog-question" if prompt.question else "dialog-information",
+                            clean(prompt.title),
+                            body,
+                            actions,
+                            hints,
+                            timeout_ms,
+                        ),
+                    )
+                )
             popup = _FreedesktopPopup(bus, owner, notification_id, prompt.timeout)
             yield popup
         except TimeoutError as exc:
-            raise NoDesktop("the notification server did not show the pop-up within "
-                            f"{PREFLIGHT_TIMEOUT:g} s") from exc
+            raise NoDesktop(f"the notification server did not show the pop-up within {PREFLIGHT_TIMEOUT:g} s") from exc
         finally:
             with anyio.CancelScope(shield=True):
                 if popup is not None and prompt.question and popup.answered in (None, Answer.APPROVED, Answer.DENIED):
@@ -501,8 +520,16 @@ def powershell_path(system_dir: str) -> str:
 def powershell_command(prompt: Prompt, system_dir: str) -> tuple[list[str], dict[str, str]]:
     """The exact argv (constant for a given system) and environment entries for the Windows dialog."""
     encoded = base64.b64encode(POWERSHELL_DIALOG.encode("utf-16-le")).decode("ascii")
-    argv = [powershell_path(system_dir), "-NoLogo", "-NoProfile", "-NonInteractive", "-ExecutionPolicy", "Bypass",
-            "-EncodedCommand", encoded]
+    argv = [
+        powershell_path(system_dir),
+        "-NoLogo",
+        "-NoProfile",
+        "-NonInteractive",
+        "-ExecutionPolicy",
+        "Bypass",
+        "-EncodedCommand",
+        encoded,
+    ]
     body = clean(prompt.body)
     if prompt.question:
         body = f"{body}\n\n{WINDOWS_BUTTONS}"
@@ -516,8 +543,12 @@ def child_env(entries: Mapping[str, str], base: Mapping[str, str] | None = None)
     return env
 
 
-_OUTCOMES = {"approve": Answer.APPROVED, "deny": Answer.DENIED, "expired": Answer.EXPIRED,
-             "dismissed": Answer.DISMISSED}
+_OUTCOMES = {
+    "approve": Answer.APPROVED,
+    "deny": Answer.DENIED,
+    "expired": Answer.EXPIRED,
+    "dismissed": Answer.DISMISSED,
+}
 
 
 def parse_outcome(stdout: bytes) -> Answer:
@@ -568,8 +599,9 @@ class _ProgramDialog(abc.ABC):
         with anyio.fail_after(PREFLIGHT_TIMEOUT):
             await self.preflight()
         try:
-            process = await anyio.open_process(argv, env=child_env(entries), stdin=subprocess.DEVNULL,
-                                               stderr=subprocess.DEVNULL)
+            process = await anyio.open_process(
+                argv, env=child_env(entries), stdin=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
         except OSError as exc:  # missing on this system, or not runnable
             raise NoDesktop(f"{argv[0]} could not start: {exc}") from exc
         popup = _ProcessPopup(process, prompt.timeout)
@@ -620,4 +652,3 @@ class WindowsDialog(_ProgramDialog):
             kernel32 = ctypes.windll.kernel32  # type: ignore[attr-defined]
             if kernel32.ProcessIdToSessionId(os.getpid(), ctypes.byref(session)) and session.value == 0:
                 raise NoDesktop("this sidecar runs as a service (session 0), where no one sees a dialog")
-

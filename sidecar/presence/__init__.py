@@ -1,2 +1,1 @@
-"""What each session is doing: harness events, activity, files touched, overlap and sessions found on disk.
-"""
+"""What each session is doing: harness events, activity, files touched, overlap and sessions found on disk."""

@@ -46,8 +46,19 @@ UNMANAGED: set[str] = set()
 
 # ---- the path filter -------------------------------------------------------------------------
 
-_SENSITIVE_NAMES = {".env", ".netrc", ".pgpass", ".git-credentials", "credentials", "id_rsa", "id_dsa",
-                    "id_ecdsa", "id_ed25519", ".npmrc", ".pypirc"}
+_SENSITIVE_NAMES = {
+    ".env",
+    ".netrc",
+    ".pgpass",
+    ".git-credentials",
+    "credentials",
+    "id_rsa",
+    "id_dsa",
+    "id_ecdsa",
+    "id_ed25519",
+    ".npmrc",
+    ".pypirc",
+}
 _SENSITIVE_SUFFIXES = (".pem", ".key", ".p12", ".pfx")
 
 
@@ -89,9 +100,16 @@ def presence_of(key: str) -> dict[str, Any]:
     if seen is None:
         return {"state": "", "files": [], "head": "", "unmanaged": unmanaged}
     files = recent_files(key)
-    return {"state": seen.state, "head": seen.head, "unmanaged": unmanaged,
-            "files": [{"path": p, "at": round(at, 3), "edit": bool(seen.files and seen.files[p][1])}
-                      for p, at in files.items() if not sensitive(p)]}
+    return {
+        "state": seen.state,
+        "head": seen.head,
+        "unmanaged": unmanaged,
+        "files": [
+            {"path": p, "at": round(at, 3), "edit": bool(seen.files and seen.files[p][1])}
+            for p, at in files.items()
+            if not sensitive(p)
+        ],
+    }
 
 
 def sanitise_extra(item: dict[str, Any]) -> dict[str, Any]:
@@ -106,9 +124,12 @@ def sanitise_extra(item: dict[str, Any]) -> dict[str, Any]:
         at = f.get("at")
         if path and not sensitive(path) and isinstance(at, (int, float)):
             files.append({"path": path, "at": float(at), "edit": bool(f.get("edit"))})
-    return {"state": state if state in ("busy", "idle", "waiting_approval") else "",
-            "head": head if re.fullmatch(r"[0-9a-f]{7,64}", head) else "", "files": files,
-            "unmanaged": item.get("unmanaged") is True}
+    return {
+        "state": state if state in ("busy", "idle", "waiting_approval") else "",
+        "head": head if re.fullmatch(r"[0-9a-f]{7,64}", head) else "",
+        "files": files,
+        "unmanaged": item.get("unmanaged") is True,
+    }
 
 
 # ---- the repository -----------------------------------------------------------------------

@@ -146,9 +146,17 @@ def read_running(path: Path, harness: str) -> Found | None:
         pid = int(path.stem)
     if not key or len(key) > 200 or not pid_alive(pid):
         return None
-    return Found(key=key, harness=harness, cwd=_first_str(entry, _CWD_KEYS), source=str(path),
-                 seen=stat.st_mtime, pid=pid, title=_first_str(entry, ("name", "title")),
-                 state=_state(entry.get("status")), waiting_for=_first_str(entry, ("waitingFor",))[:200])
+    return Found(
+        key=key,
+        harness=harness,
+        cwd=_first_str(entry, _CWD_KEYS),
+        source=str(path),
+        seen=stat.st_mtime,
+        pid=pid,
+        title=_first_str(entry, ("name", "title")),
+        state=_state(entry.get("status")),
+        waiting_for=_first_str(entry, ("waitingFor",))[:200],
+    )
 
 
 def read_transcript(path: Path, harness: str, now: float) -> Found | None:
@@ -208,8 +216,11 @@ def scan(home: Path, where: list[Place], now: float) -> list[Found]:
         if not place.root.is_dir():
             continue
         for path in home.glob(place.pattern):
-            found = read_running(path, place.harness) if place.kind == "running" else \
-                read_transcript(path, place.harness, now)
+            found = (
+                read_running(path, place.harness)
+                if place.kind == "running"
+                else read_transcript(path, place.harness, now)
+            )
             if found is not None:
                 out.append(found)
     return out
@@ -265,12 +276,24 @@ class Discovery:
         if found.state:  # before the session shows at all, so it never shows without its state
             seen = observe.OBSERVED.setdefault(found.key, observe.Observed(files={}))
             seen.state, seen.since = found.state, found.seen
-        transcript = found.transcript or (session.transcript if session else "") or \
-            await anyio.to_thread.run_sync(transcript_of, self.home, found.harness, found.key)
-        if (session is None or session.ended_at is not None or session.cwd != (found.cwd or session.cwd)
-                or session.transcript != transcript or (found.pid and session.pid != found.pid)):
-            info: dict[str, Any] = {"key": found.key, "agent": found.harness, "cwd": found.cwd,
-                                    "transcript": transcript}
+        transcript = (
+            found.transcript
+            or (session.transcript if session else "")
+            or await anyio.to_thread.run_sync(transcript_of, self.home, found.harness, found.key)
+        )
+        if (
+            session is None
+            or session.ended_at is not None
+            or session.cwd != (found.cwd or session.cwd)
+            or session.transcript != transcript
+            or (found.pid and session.pid != found.pid)
+        ):
+            info: dict[str, Any] = {
+                "key": found.key,
+                "agent": found.harness,
+                "cwd": found.cwd,
+                "transcript": transcript,
+            }
             if found.pid:
                 info["pid"] = found.pid
             info.update(git_facts(found.cwd))
@@ -293,10 +316,21 @@ class Discovery:
         seen = observe.OBSERVED.setdefault(session.key, observe.Observed(files={}))
         if found.state == "waiting_approval" and seen.state != found.state:
             seen.state, seen.since = found.state, found.seen
-            await observe.store_events(self.sidecar.store, [observe.Event(
-                at=time.time(), session=session.key, harness=found.harness, action="approval.requested",
-                cwd=session.cwd, method="poll", fidelity="observed",
-                detail=json.dumps({"waiting_for": found.waiting_for}))])
+            await observe.store_events(
+                self.sidecar.store,
+                [
+                    observe.Event(
+                        at=time.time(),
+                        session=session.key,
+                        harness=found.harness,
+                        action="approval.requested",
+                        cwd=session.cwd,
+                        method="poll",
+                        fidelity="observed",
+                        detail=json.dumps({"waiting_for": found.waiting_for}),
+                    )
+                ],
+            )
             self.sidecar.mesh.poke()
         elif seen.state == "waiting_approval" and found.state in ("busy", "idle"):
             seen.state, seen.since = found.state, found.seen
@@ -323,8 +357,11 @@ class Discovery:
                 observe.UNMANAGED.discard(key)  # forgotten, or an MCP server holds it now
             elif session.ended_at is None:
                 pid = self.pids.get(key) or session.pid
-                if (pid and not pid_alive(pid)) or (not pid and now - session.last_seen > RECENT) \
-                        or await folders.is_off(self.sidecar, session.cwd):
+                if (
+                    (pid and not pid_alive(pid))
+                    or (not pid and now - session.last_seen > RECENT)
+                    or await folders.is_off(self.sidecar, session.cwd)
+                ):
                     await self.gone(key)
         await self._save()  # also what hooks changed: they make sessions managed in memory
 
@@ -335,8 +372,9 @@ class Discovery:
         key = self.by_source.get(str(path))
         session = self.sidecar.sessions.by_key.get(key) if key is not None else None
         # A known transcript changing is only a sign of life: nothing else is read.
-        quick = (place.kind == "transcript" and session is not None and key in observe.UNMANAGED
-                 and session.ended_at is None)
+        quick = (
+            place.kind == "transcript" and session is not None and key in observe.UNMANAGED and session.ended_at is None
+        )
 
         def look() -> tuple[float | None, Found | None]:
             try:
@@ -383,9 +421,14 @@ async def run(sidecar: Sidecar) -> None:
             rescan = True
             # The thread watchfiles waits in cannot be cancelled; the stopping event ends its wait
             # at once instead of at its next 5 s wake-up, so `hive stop` does not wait for it.
-            async for changes in watchfiles.awatch(*watched, debounce=200, step=100, yield_on_timeout=True,
-                                                   recursive=watched != [str(discovery.home)],
-                                                   stop_event=sidecar.stopping):
+            async for changes in watchfiles.awatch(
+                *watched,
+                debounce=200,
+                step=100,
+                yield_on_timeout=True,
+                recursive=watched != [str(discovery.home)],
+                stop_event=sidecar.stopping,
+            ):
                 now = time.time()
                 if rescan:
                     # Files written between the scan above and the moment the watcher started are
@@ -415,4 +458,3 @@ def is_unmanaged(session: Session) -> bool:
 def shared(sidecar: Sidecar, session: Session) -> bool:
     """Whether the session goes into presence for teammates: unmanaged ones only if the person said so."""
     return not is_unmanaged(session) or bool(getattr(sidecar.settings, "share_unmanaged", False))
-

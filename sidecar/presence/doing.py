@@ -59,7 +59,7 @@ _TITLE_KEYS = ("aiTitle", "title", "summary", "name")
 def line(title: str, task: str) -> str:
     """``title · task`` on one line, at most 120 characters."""
     text = " · ".join(one_line(p, MAX_DOING) for p in (title, task) if p)
-    return text if len(text) <= MAX_DOING else text[:MAX_DOING - 1] + "…"
+    return text if len(text) <= MAX_DOING else text[: MAX_DOING - 1] + "…"
 
 
 _PLAN_TEXT = re.compile(r'^\s*\{.*"(?:plan|todos)"\s*:\s*\[', re.S)
@@ -445,14 +445,21 @@ class Doing:
                 # watchfiles waits on inotify (or the OS's equivalent) in a thread and wakes every 5 s
                 # anyway; that empty wake-up rereads every source, which catches bytes appended between
                 # the reads above and the moment the watcher started.
-                async for changes in watchfiles.awatch(*sorted({str(p) for p in watching.values()}),
-                                                       stop_event=Either(self.changed, stopping),
-                                                       debounce=100, step=50,
-                                                       yield_on_timeout=True, recursive=False):
+                async for changes in watchfiles.awatch(
+                    *sorted({str(p) for p in watching.values()}),
+                    stop_event=Either(self.changed, stopping),
+                    debounce=100,
+                    step=50,
+                    yield_on_timeout=True,
+                    recursive=False,
+                ):
                     touched = {Path(p) for _, p in changes}
                     near = touched | {p.parent for p in touched}
-                    due = [s for path, s in list(self.sources.items())
-                           if not changes or path in touched or watching.get(path) in near]
+                    due = [
+                        s
+                        for path, s in list(self.sources.items())
+                        if not changes or path in touched or watching.get(path) in near
+                    ]
                     await self._read(due)
                     if any(s.watched() != watching.get(path) for path, s in self.sources.items()):
                         self.changed.set()  # a folder that was missing appeared: watch it itself

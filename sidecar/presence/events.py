@@ -20,8 +20,21 @@ from .redaction import DETAIL_CAP, clean, detail_json
 if TYPE_CHECKING:
     from ..base.store import Store
 
-COLUMNS = ("at", "session", "harness", "action", "tool", "call_id", "path", "command", "exit_code", "cwd",
-           "method", "fidelity", "detail")
+COLUMNS = (
+    "at",
+    "session",
+    "harness",
+    "action",
+    "tool",
+    "call_id",
+    "path",
+    "command",
+    "exit_code",
+    "cwd",
+    "method",
+    "fidelity",
+    "detail",
+)
 
 
 MAX_ROWS = 32766 // len(COLUMNS)  # SQLite's bound on parameters in one statement
@@ -46,9 +59,21 @@ class Event:
     detail: str = ""
 
     def row(self) -> tuple[Any, ...]:
-        return (self.at, self.session, self.harness, self.action, clean(self.tool, 200), clean(self.call_id, 200),
-                clean(self.path, 1024), clean(self.command), self.exit_code, clean(self.cwd, 1024), self.method,
-                self.fidelity, _stored_detail(self.detail))
+        return (
+            self.at,
+            self.session,
+            self.harness,
+            self.action,
+            clean(self.tool, 200),
+            clean(self.call_id, 200),
+            clean(self.path, 1024),
+            clean(self.command),
+            self.exit_code,
+            clean(self.cwd, 1024),
+            self.method,
+            self.fidelity,
+            _stored_detail(self.detail),
+        )
 
 
 def _stored_detail(detail: str) -> str:
@@ -102,7 +127,7 @@ class _Writer:
     async def _insert(self, events: list[Event]) -> None:
         statements = []
         for start in range(0, len(events), MAX_ROWS):
-            chunk = events[start:start + MAX_ROWS]
+            chunk = events[start : start + MAX_ROWS]
             marks = ", ".join(["(" + ", ".join("?" * len(COLUMNS)) + ")"] * len(chunk))
             params = [value for e in chunk for value in e.row()]
             # A call already stored under the same (session, action, call id, path) is ignored: dedupe.

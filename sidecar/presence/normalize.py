@@ -113,11 +113,13 @@ def _failed_without_result(payload: dict[str, Any]) -> bool:
     none of the files it names, and its exit code is unknown, so no file or command record follows
     from it (a failed Edit is no overlap; a failed ``git commit`` is no commit)."""
     return isinstance(payload.get("error"), str) and not any(
-        k in payload for k in ("tool_response", "tool_output", "toolResult", "result"))
+        k in payload for k in ("tool_response", "tool_output", "toolResult", "result")
+    )
 
 
-def normalize(harness: str, event: str, payload: dict[str, Any], session: str, cwd: str,
-              at: float | None = None) -> list[Event]:
+def normalize(
+    harness: str, event: str, payload: dict[str, Any], session: str, cwd: str, at: float | None = None
+) -> list[Event]:
     """The records one hook call stands for."""
     action = ACTIONS.get(event)
     if action is None:
@@ -126,8 +128,9 @@ def normalize(harness: str, event: str, payload: dict[str, Any], session: str, c
     method = _method(harness)
     tool = _first_str(payload, ("tool_name", "tool", "toolName"))
     call_id = _first_str(payload, _CALL_ID) if tool else ""
-    base = Event(at=at, session=session, harness=harness, action=action, tool=tool, call_id=call_id, cwd=cwd,
-                 method=method)
+    base = Event(
+        at=at, session=session, harness=harness, action=action, tool=tool, call_id=call_id, cwd=cwd, method=method
+    )
     if not tool:
         return [base]
     tool_input = tool_input_of(payload)
@@ -139,6 +142,15 @@ def normalize(harness: str, event: str, payload: dict[str, Any], session: str, c
         out.append(Event(**{**base.__dict__, "action": kind, "path": path, "fidelity": "inferred"}))
     command = _command(tool, tool_input)
     if command:
-        out.append(Event(**{**base.__dict__, "action": "command.executed", "command": command,
-                            "exit_code": _exit_code(payload), "fidelity": "inferred"}))
+        out.append(
+            Event(
+                **{
+                    **base.__dict__,
+                    "action": "command.executed",
+                    "command": command,
+                    "exit_code": _exit_code(payload),
+                    "fidelity": "inferred",
+                }
+            )
+        )
     return out

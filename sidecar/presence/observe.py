@@ -68,8 +68,14 @@ def _relative(path: str, cwd: str, root: str) -> str:
     return full
 
 
-async def ingest(sidecar: Sidecar, harness: str, point: HookPoint, payload: dict[str, Any], session: Session,
-                 presence: Presence | None = None) -> list[Event]:
+async def ingest(
+    sidecar: Sidecar,
+    harness: str,
+    point: HookPoint,
+    payload: dict[str, Any],
+    session: Session,
+    presence: Presence | None = None,
+) -> list[Event]:
     """Store what one hook call says, update the session's presence, and look for overlaps.
 
     ``presence`` is the harness descriptor's: a point it lists under ``waiting_approval`` means an
@@ -82,9 +88,19 @@ async def ingest(sidecar: Sidecar, harness: str, point: HookPoint, payload: dict
     approval = ""
     if presence is not None and point.event in presence.waiting_approval:
         approval = "requested"
-        events.append(Event(at=events[0].at, session=session.key, harness=harness, action="approval.requested",
-                            tool=events[0].tool, call_id=events[0].call_id, cwd=session.cwd,
-                            method=events[0].method, fidelity="inferred"))
+        events.append(
+            Event(
+                at=events[0].at,
+                session=session.key,
+                harness=harness,
+                action="approval.requested",
+                tool=events[0].tool,
+                call_id=events[0].call_id,
+                cwd=session.cwd,
+                method=events[0].method,
+                fidelity="inferred",
+            )
+        )
     await store_events(sidecar.store, events)
     UNMANAGED.discard(session.key)  # a hook speaks for it: hive manages it now
     seen = OBSERVED.setdefault(session.key, Observed(files={}))
@@ -147,10 +163,21 @@ async def injected(sidecar: Sidecar, key: str, ids: Sequence[str], channel: str,
     if not ids or session is None:
         return
     now = time.time()
-    await store_events(sidecar.store, [Event(
-        at=now, session=key, harness=session.agent, action="team.message.injected", method=channel,
-        fidelity="observed", detail=json.dumps({"id": i, "tier": session.tier, "channel": channel, "point": point}))
-        for i in ids])
+    await store_events(
+        sidecar.store,
+        [
+            Event(
+                at=now,
+                session=key,
+                harness=session.agent,
+                action="team.message.injected",
+                method=channel,
+                fidelity="observed",
+                detail=json.dumps({"id": i, "tier": session.tier, "channel": channel, "point": point}),
+            )
+            for i in ids
+        ],
+    )
 
 
 # ---- who ---------------------------------------------------------------------------------------
@@ -169,10 +196,18 @@ def describe_extra(sidecar: Sidecar, key: str | None, person: str, machine: str,
             if member.person == person and member.machine == machine:
                 for s in mesh.presence.get(member.key, {}).get("sessions", []):
                     if s.get("name") == name:
-                        extra = {"state": s.get("state", ""), "files": s.get("files", []), "head": s.get("head", ""),
-                                 "unmanaged": s.get("unmanaged") is True}
-    return {"state": extra["state"], "head": extra["head"], "files": [f["path"] for f in extra["files"]],
-            "unmanaged": extra["unmanaged"]}
+                        extra = {
+                            "state": s.get("state", ""),
+                            "files": s.get("files", []),
+                            "head": s.get("head", ""),
+                            "unmanaged": s.get("unmanaged") is True,
+                        }
+    return {
+        "state": extra["state"],
+        "head": extra["head"],
+        "files": [f["path"] for f in extra["files"]],
+        "unmanaged": extra["unmanaged"],
+    }
 
 
 # ---- ops ---------------------------------------------------------------------------------------
@@ -201,8 +236,10 @@ async def op_events(sidecar: Sidecar, conn: Connection, request: dict[str, Any])
     if isinstance(action, str) and action:
         where.append("action = ?")
         params.append(action)
-    sql = (f"SELECT id, {', '.join(COLUMNS)} FROM events {'WHERE ' + ' AND '.join(where) if where else ''} "
-           "ORDER BY id DESC LIMIT ?")
+    sql = (
+        f"SELECT id, {', '.join(COLUMNS)} FROM events {'WHERE ' + ' AND '.join(where) if where else ''} "
+        "ORDER BY id DESC LIMIT ?"
+    )
     rows = await sidecar.store.fetchall(sql, (*params, limit))
     return {"events": [dict(row) for row in reversed(rows)]}
 

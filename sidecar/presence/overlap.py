@@ -92,8 +92,9 @@ async def on_peer_presence(sidecar: Sidecar, peer: str) -> None:
         log.exception("overlap check on peer presence failed")
 
 
-async def _notice(sidecar: Sidecar, session: Session, other: str, path: str, when: float, repo: str,
-                  now: float) -> None:
+async def _notice(
+    sidecar: Sidecar, session: Session, other: str, path: str, when: float, repo: str, now: float
+) -> None:
     told = _TOLD.get((session.key, other, path))
     if told is not None and now - told < WINDOW:
         return
@@ -101,11 +102,21 @@ async def _notice(sidecar: Sidecar, session: Session, other: str, path: str, whe
     address = sidecar.sessions.address(session)
     ago = max(0, int((now - when) // 60))
     title = f"{one_line(other, 80)} also modified {one_line(path, 200)} ({ago} min ago)"
-    body = (f"hive noticed that {one_line(other, 80)} modified {one_line(path, 200)} in {one_line(repo, 200)} "
-            f"{ago} min ago, and this session modified it too. Coordinate with send_message to "
-            f"\"{one_line(other, 80)}\" before the edits collide.")
-    event = Event(at=now, session=session.key, harness=session.agent, action="overlap.noticed", path=path,
-                  method="hook", fidelity="inferred", detail=json.dumps({"other": other, "repo": repo, "at": when}))
+    body = (
+        f"hive noticed that {one_line(other, 80)} modified {one_line(path, 200)} in {one_line(repo, 200)} "
+        f"{ago} min ago, and this session modified it too. Coordinate with send_message to "
+        f'"{one_line(other, 80)}" before the edits collide.'
+    )
+    event = Event(
+        at=now,
+        session=session.key,
+        harness=session.agent,
+        action="overlap.noticed",
+        path=path,
+        method="hook",
+        fidelity="inferred",
+        detail=json.dumps({"other": other, "repo": repo, "at": when}),
+    )
     await store_events(sidecar.store, [event])
     try:
         from ..gate.engine import Evidence, Item, gate_of
@@ -119,30 +130,67 @@ async def _notice(sidecar: Sidecar, session: Session, other: str, path: str, whe
     # The overlap is a record hive itself observed (both sessions' modify events), which is what
     # lets the gate rate it above info without taking the proposer's word for it.
     await gate.record("overlap", f"{repo}:{path}", "open")
-    decision = await gate.offer(Item(
-        source="overlap", person=sidecar.settings.person, session=address, title=title, body=body,
-        evidence=(Evidence("overlap", f"{repo}:{path}"), Evidence("file", f"{repo}:{path}")),
-        key=f"overlap:{repo}:{path}:{other}",
-        proposer=OVERLAP_SENDER, data={"session": session.key, "other": other, "path": path},
-    ))
-    await store_events(sidecar.store, [Event(at=time.time(), session=session.key, harness=session.agent,
-                                       action="overlap.offered", path=path, method="hook", fidelity="inferred",
-                                       detail=json.dumps({"other": other, "outcome": decision.outcome,
-                                                          "rule": decision.rule, "item": decision.item_id}))])
+    decision = await gate.offer(
+        Item(
+            source="overlap",
+            person=sidecar.settings.person,
+            session=address,
+            title=title,
+            body=body,
+            evidence=(Evidence("overlap", f"{repo}:{path}"), Evidence("file", f"{repo}:{path}")),
+            key=f"overlap:{repo}:{path}:{other}",
+            proposer=OVERLAP_SENDER,
+            data={"session": session.key, "other": other, "path": path},
+        )
+    )
+    await store_events(
+        sidecar.store,
+        [
+            Event(
+                at=time.time(),
+                session=session.key,
+                harness=session.agent,
+                action="overlap.offered",
+                path=path,
+                method="hook",
+                fidelity="inferred",
+                detail=json.dumps(
+                    {"other": other, "outcome": decision.outcome, "rule": decision.rule, "item": decision.item_id}
+                ),
+            )
+        ],
+    )
 
 
 async def _gate_deliver(sidecar: Sidecar, item: Any) -> None:
     data = dict(item.data)
-    await deliver_notice(sidecar, str(data.get("session") or ""), item.session, item.title, item.body,
-                         str(data.get("other") or ""), str(data.get("path") or ""))
+    await deliver_notice(
+        sidecar,
+        str(data.get("session") or ""),
+        item.session,
+        item.title,
+        item.body,
+        str(data.get("other") or ""),
+        str(data.get("path") or ""),
+    )
 
 
-async def deliver_notice(sidecar: Sidecar, key: str, address: str, title: str, body: str, other: str,
-                         path: str) -> None:
+async def deliver_notice(
+    sidecar: Sidecar, key: str, address: str, title: str, body: str, other: str, path: str
+) -> None:
     """Put the notice in the session's mailbox (turn tier: shown at its next hook, recorded injected then)."""
     from ..person.ask import deliver_local
 
-    message = Message(id=new_ulid(), sender=OVERLAP_SENDER, sender_kind="hive", sender_agent="hive",
-                      sender_repo="", recipient=address, reply_to=None, body=f"{title}\n{body}", wake=True,
-                      sent_at=time.time())
+    message = Message(
+        id=new_ulid(),
+        sender=OVERLAP_SENDER,
+        sender_kind="hive",
+        sender_agent="hive",
+        sender_repo="",
+        recipient=address,
+        reply_to=None,
+        body=f"{title}\n{body}",
+        wake=True,
+        sent_at=time.time(),
+    )
     await deliver_local(sidecar, message, None)

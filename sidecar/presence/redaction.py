@@ -18,13 +18,35 @@ DETAIL_CAP = 2048
 REDACTED = "[REDACTED]"
 
 # Provider token prefixes: the prefix is kept so a reader still sees what kind of secret was there.
-_PREFIXES = ("github_pat_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "glpat-", "sk-ant-", "sk-proj-", "sk-",
-             "xoxb-", "xoxp-", "xoxa-", "xoxr-", "AKIA", "ASIA", "AIza", "npm_", "hf_", "pypi-")
+_PREFIXES = (
+    "github_pat_",
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "ghr_",
+    "glpat-",
+    "sk-ant-",
+    "sk-proj-",
+    "sk-",
+    "xoxb-",
+    "xoxp-",
+    "xoxa-",
+    "xoxr-",
+    "AKIA",
+    "ASIA",
+    "AIza",
+    "npm_",
+    "hf_",
+    "pypi-",
+)
 _TOKEN = re.compile("(" + "|".join(re.escape(p) for p in _PREFIXES) + r")[A-Za-z0-9_\-]{8,}")
 _PEM = re.compile(r"-----BEGIN ([A-Z0-9 ]*)PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]*PRIVATE KEY-----|\Z)", re.S)
-_AUTH = re.compile(r"(?i)\b((?:proxy-)?authorization\s*[:=]\s*|cookie\s*:\s*)"
-                   r"(?!(?:(?:bearer|basic|token|digest|negotiate)\s+)?\[REDACTED\])"
-                   r"(?:(bearer|basic|token|digest|negotiate)\s+)?[^\s\"',;]+")
+_AUTH = re.compile(
+    r"(?i)\b((?:proxy-)?authorization\s*[:=]\s*|cookie\s*:\s*)"
+    r"(?!(?:(?:bearer|basic|token|digest|negotiate)\s+)?\[REDACTED\])"
+    r"(?:(bearer|basic|token|digest|negotiate)\s+)?[^\s\"',;]+"
+)
 _URL_CREDS = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^\s/@:]+:[^\s/@]+@")
 # A shell word as a value: quoted (kept quoted) or bare.
 _VALUE = r"(?:\"(?:[^\"\\]|\\.)*\"|'[^']*'|(?![\-\[])[^\s\"'`;&|()<>]+)"
@@ -34,14 +56,40 @@ _STRONG = r"(?:secret|token|passw(?:or)?d|passphrase|credentials?|api[_\-]?key|p
 _WEAK = {"pass", "pwd", "auth", "key", "cookie", "pw", "pin"}
 _NOT_SECRET = {"pwd", "oldpwd", "key", "pass", "auth", "pin"}  # a name alone: the shell's folder, a word
 # A last part saying the value is where a secret is, or about it, not the secret (--password-stdin).
-_ABOUT = {"stdin", "file", "path", "dir", "env", "prompt", "url", "uri", "endpoint", "host", "port", "user",
-          "username", "name", "type", "length", "len", "policy", "reset", "expiry", "expires", "ttl", "id", "count"}
+_ABOUT = {
+    "stdin",
+    "file",
+    "path",
+    "dir",
+    "env",
+    "prompt",
+    "url",
+    "uri",
+    "endpoint",
+    "host",
+    "port",
+    "user",
+    "username",
+    "name",
+    "type",
+    "length",
+    "len",
+    "policy",
+    "reset",
+    "expiry",
+    "expires",
+    "ttl",
+    "id",
+    "count",
+}
 _STRONG_RE = re.compile(f"(?i){_STRONG}(?![a-z])")
 _PARTS = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
 _NAME = r"[^\W\d][\w.\-]*"  # any letters: a look-alike that case folding reads as ASCII (ſ) counts
 # NAME=value, NAME: value, "name": "value" (JSON, YAML, env files, headers).
-_LABELLED = re.compile(r"(?<![\w\-])(" + _NAME + r")(\"?'?\s*[:=]\s*\"?'?)((?<=\")(?:[^\"\\]|\\.)*(?=\")"
-                       r"|(?<=')[^']*(?=')|[^\s\"',;&]+)")
+_LABELLED = re.compile(
+    r"(?<![\w\-])(" + _NAME + r")(\"?'?\s*[:=]\s*\"?'?)((?<=\")(?:[^\"\\]|\\.)*(?=\")"
+    r"|(?<=')[^']*(?=')|[^\s\"',;&]+)"
+)
 # --password=x, --password x, -password x, --db-token "x y".
 _OPTION = re.compile(r"(?<![\w\-])(--?" + _NAME + r")(=|\s+)(" + _VALUE + ")")
 # `aws configure set aws_secret_access_key V`, `npm config set authToken V`, `gh secret set N --body V`.
@@ -49,18 +97,43 @@ _SET = re.compile(r"(?i)\b((?:set|config:set|secret\s+set\s+\S+)\s+)(--body|-b|[
 # Programs whose short options take a password: -pPW for mysql (a separate word is a database
 # there), -p PW for sshpass and registry logins, -a PW for redis-cli, -P PW for zip.
 _SHORT = {
-    "mysql": ("p", False), "mysqldump": ("p", False), "mysqladmin": ("p", False), "mysqlimport": ("p", False),
-    "mysqlshow": ("p", False), "mysqlcheck": ("p", False), "mysqlpump": ("p", False), "mysqlsh": ("p", False),
-    "mariadb": ("p", False), "mariadb-dump": ("p", False), "mariadb-admin": ("p", False), "7z": ("p", False),
-    "7za": ("p", False), "sshpass": ("p", True), "redis-cli": ("a", True), "mongo": ("p", True),
-    "mongosh": ("p", True), "mongodump": ("p", True), "mongorestore": ("p", True), "zip": ("P", True),
-    "unzip": ("P", True), "docker login": ("p", True), "podman login": ("p", True), "buildah login": ("p", True),
-    "skopeo login": ("p", True), "helm registry login": ("p", True), "oras login": ("p", True),
+    "mysql": ("p", False),
+    "mysqldump": ("p", False),
+    "mysqladmin": ("p", False),
+    "mysqlimport": ("p", False),
+    "mysqlshow": ("p", False),
+    "mysqlcheck": ("p", False),
+    "mysqlpump": ("p", False),
+    "mysqlsh": ("p", False),
+    "mariadb": ("p", False),
+    "mariadb-dump": ("p", False),
+    "mariadb-admin": ("p", False),
+    "7z": ("p", False),
+    "7za": ("p", False),
+    "sshpass": ("p", True),
+    "redis-cli": ("a", True),
+    "mongo": ("p", True),
+    "mongosh": ("p", True),
+    "mongodump": ("p", True),
+    "mongorestore": ("p", True),
+    "zip": ("P", True),
+    "unzip": ("P", True),
+    "docker login": ("p", True),
+    "podman login": ("p", True),
+    "buildah login": ("p", True),
+    "skopeo login": ("p", True),
+    "helm registry login": ("p", True),
+    "oras login": ("p", True),
 }
-_PROGRAM = re.compile(r"(?<![\w./\-])(?:[\w./\-]*/)?(" + "|".join(re.escape(p) for p in sorted(_SHORT, key=len,
-                      reverse=True)) + r")(?![\w\-])([^|;&\n]*)")
-_USER_PASS = re.compile(r"(?<![\w\-])((?:-u|--user|--proxy-user)(?:=|\s+)[\"']?[^\s:\"']+:)(?!\[REDACTED\])"
-                        r"([^\s\"']+)")
+_PROGRAM = re.compile(
+    r"(?<![\w./\-])(?:[\w./\-]*/)?("
+    + "|".join(re.escape(p) for p in sorted(_SHORT, key=len, reverse=True))
+    + r")(?![\w\-])([^|;&\n]*)"
+)
+_USER_PASS = re.compile(
+    r"(?<![\w\-])((?:-u|--user|--proxy-user)(?:=|\s+)[\"']?[^\s:\"']+:)(?!\[REDACTED\])"
+    r"([^\s\"']+)"
+)
 _OPENSSL_PASS = re.compile(r"\bpass:(" + _VALUE + ")")
 
 
@@ -86,14 +159,17 @@ def _named(match: re.Match[str], name: int, value: int) -> str:
         return match.group(0)
     start, end = match.span(value)
     base = match.start()
-    return match.group(0)[:start - base] + _hidden(match.group(value)) + match.group(0)[end - base:]
+    return match.group(0)[: start - base] + _hidden(match.group(value)) + match.group(0)[end - base :]
 
 
 def _short_option(match: re.Match[str]) -> str:
     letter, separate = _SHORT[match.group(1)]
     rule = rf"(?<!\S)(-{letter})" + (r"(\s*)" if separate else "()") + "(" + _VALUE + ")"
-    rest = re.sub(rule, lambda m: m.group(1) + m.group(2) + _hidden(m.group(3)) if m.group(3) != REDACTED
-                  else m.group(0), match.group(2))
+    rest = re.sub(
+        rule,
+        lambda m: m.group(1) + m.group(2) + _hidden(m.group(3)) if m.group(3) != REDACTED else m.group(0),
+        match.group(2),
+    )
     # The rest of the line may run another such program (`mysql -pX; ...` has no separator in
     # `mysql -pX sshpass -p Y`): its options follow its own rule.
     rest = _PROGRAM.sub(_short_option, rest)
@@ -113,10 +189,36 @@ def _keep_prefix(value: str) -> str:
 # Plain words searched in the case-folded text: a case-insensitive alternation costs ~0.6 µs per
 # character, this about 0.03 (casefold, unlike lower, also maps the look-alikes that re's
 # IGNORECASE matches, such as "ſ" for "s").
-_WORDS = ("private_key", "private-key", "private key", "privatekey", "authorization", "://", "secret", "token",
-          "passw", "api_key", "api-key", "apikey", "access_key", "access-key", "accesskey", "credential",
-          "pass", "pwd", "auth", "key", "cookie", "pw", "pin", *_SHORT, "-u", "--user", "--proxy-user",
-          *(p.casefold() for p in _PREFIXES))
+_WORDS = (
+    "private_key",
+    "private-key",
+    "private key",
+    "privatekey",
+    "authorization",
+    "://",
+    "secret",
+    "token",
+    "passw",
+    "api_key",
+    "api-key",
+    "apikey",
+    "access_key",
+    "access-key",
+    "accesskey",
+    "credential",
+    "pass",
+    "pwd",
+    "auth",
+    "key",
+    "cookie",
+    "pw",
+    "pin",
+    *_SHORT,
+    "-u",
+    "--user",
+    "--proxy-user",
+    *(p.casefold() for p in _PREFIXES),
+)
 _MAYBE = re.compile("|".join(re.escape(w) for w in sorted(set(_WORDS), key=len, reverse=True)))
 
 
@@ -131,8 +233,14 @@ def redact(text: str) -> str:
     text = _URL_CREDS.sub(lambda m: m.group(1) + REDACTED + "@", text)
     text = _LABELLED.sub(lambda m: _named(m, 1, 3), text)
     text = _OPTION.sub(lambda m: _named(m, 1, 3), text)
-    text = _SET.sub(lambda m: _named(m, 2, 4) if m.group(2) not in ("--body", "-b") else
-                    m.group(1) + m.group(2) + m.group(3) + _hidden(m.group(4)), text)
+    text = _SET.sub(
+        lambda m: (
+            _named(m, 2, 4)
+            if m.group(2) not in ("--body", "-b")
+            else m.group(1) + m.group(2) + m.group(3) + _hidden(m.group(4))
+        ),
+        text,
+    )
     text = _PROGRAM.sub(_short_option, text)
     text = _USER_PASS.sub(lambda m: m.group(1) + _hidden(m.group(2)), text)
     text = _OPENSSL_PASS.sub(lambda m: "pass:" + _hidden(m.group(1)), text)

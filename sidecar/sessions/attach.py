@@ -32,16 +32,25 @@ MAX_PIDS = 64
 
 
 def _pids(value: Any) -> list[int]:
-    if (not isinstance(value, list) or len(value) > MAX_PIDS
-            or not all(isinstance(p, int) and not isinstance(p, bool) for p in value)):
-        raise BadRequest(f"attach needs 'pids': the caller's ancestor pids (integers), nearest first, "
-                         f"at most {MAX_PIDS}")
+    if (
+        not isinstance(value, list)
+        or len(value) > MAX_PIDS
+        or not all(isinstance(p, int) and not isinstance(p, bool) for p in value)
+    ):
+        raise BadRequest(
+            f"attach needs 'pids': the caller's ancestor pids (integers), nearest first, at most {MAX_PIDS}"
+        )
     return [p for p in value if p > 1]  # pid 1 adopts orphans: it is nobody's harness
 
 
 def _answer(sidecar: Sidecar, session: Session, via: str) -> dict[str, Any]:
-    return {"key": session.key, "name": session.name, "address": sidecar.sessions.address(session),
-            "agent": session.agent, "via": via}
+    return {
+        "key": session.key,
+        "name": session.name,
+        "address": sidecar.sessions.address(session),
+        "agent": session.agent,
+        "via": via,
+    }
 
 
 async def attach(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
@@ -63,10 +72,7 @@ async def attach(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) ->
     if hinted is not None and sidecar.sessions.is_live(hinted, now):
         return _answer(sidecar, hinted, "hint")
     distance = {pid: i for i, pid in reversed(list(enumerate(pids)))}
-    candidates = [
-        s for s in sidecar.sessions.by_key.values()
-        if s.pid in distance and sidecar.sessions.is_live(s, now)
-    ]
+    candidates = [s for s in sidecar.sessions.by_key.values() if s.pid in distance and sidecar.sessions.is_live(s, now)]
     if candidates:
         # The nearest harness ancestor first (a nested agent inside another agent's shell belongs
         # to the inner one), then a session started in the caller's folder, then the freshest.

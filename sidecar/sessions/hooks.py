@@ -166,8 +166,7 @@ def understand(request: dict[str, Any]) -> Caller:
         harness = registry.identify_caller(claimed, payload, env)
     except KeyError as exc:
         raise BadRequest(str(exc.args[0])) from exc
-    return Caller(harness, _point(harness, claimed, native, payload), payload, env,
-                  _session_key(harness, payload, env))
+    return Caller(harness, _point(harness, claimed, native, payload), payload, env, _session_key(harness, payload, env))
 
 
 def _cwd(caller: Caller, request: dict[str, Any]) -> str:
@@ -207,8 +206,11 @@ def git_facts(cwd: str) -> dict[str, str]:
             elif dotgit.is_file():  # a worktree or submodule: "gitdir: <path>"
                 gitdir = (folder / dotgit.read_text(encoding="utf-8").split(":", 1)[1].strip()).resolve()
                 commondir = gitdir / "commondir"
-                common = (gitdir / commondir.read_text(encoding="utf-8").strip()).resolve() \
-                    if commondir.is_file() else gitdir
+                common = (
+                    (gitdir / commondir.read_text(encoding="utf-8").strip()).resolve()
+                    if commondir.is_file()
+                    else gitdir
+                )
             else:
                 continue
             facts = {"repo_root": str(folder)}
@@ -241,8 +243,9 @@ async def _harness_pid(ppid: int) -> int:
     return await anyio.to_thread.run_sync(harness_pid, ppid)  # `ps` elsewhere
 
 
-async def refresh(sidecar: Sidecar, caller: Caller, request: dict[str, Any], client_pid: int | None,
-                  force: bool = False) -> Session:
+async def refresh(
+    sidecar: Sidecar, caller: Caller, request: dict[str, Any], client_pid: int | None, force: bool = False
+) -> Session:
     """Register the caller's session, or only note a sign of life when nothing changed.
 
     ``client_pid`` is the kernel's pid of the connecting process: the hook client's parent the
@@ -257,13 +260,24 @@ async def refresh(sidecar: Sidecar, caller: Caller, request: dict[str, Any], cli
     ppid = request.get("ppid")
     ppid = ppid if isinstance(ppid, int) and not isinstance(ppid, bool) and ppid > 1 else None
     # A pid still to learn is a reason to register again, but only when this request can tell it.
-    if (session is not None and not force and session.ended_at is None and (session.pid or ppid is None)
-            and session.agent == slug(caller.harness.name) and session.cwd == (cwd or session.cwd)
-            and session.transcript == (transcript or session.transcript)):
+    if (
+        session is not None
+        and not force
+        and session.ended_at is None
+        and (session.pid or ppid is None)
+        and session.agent == slug(caller.harness.name)
+        and session.cwd == (cwd or session.cwd)
+        and session.transcript == (transcript or session.transcript)
+    ):
         sidecar.sessions.seen(session)
         return session
-    info: dict[str, Any] = {"key": caller.key, "agent": caller.harness.name, "cwd": cwd, "transcript": transcript,
-                            "tier": caller.harness.tiers().default}
+    info: dict[str, Any] = {
+        "key": caller.key,
+        "agent": caller.harness.name,
+        "cwd": cwd,
+        "transcript": transcript,
+        "tier": caller.harness.tiers().default,
+    }
     if ppid is not None and procs.parent(client_pid) == ppid:  # checked here, off the common path
         info["pid"] = await _harness_pid(ppid)
     info.update(git_facts(cwd))
@@ -300,8 +314,7 @@ def _publish_env_names(sidecar: Sidecar) -> None:
     if home in _published:
         return
     _published.add(home)
-    wanted = {name for h in registry.harnesses().values()
-              for name in (*h.identity.session_env, *h.identity.caller_env)}
+    wanted = {name for h in registry.harnesses().values() for name in (*h.identity.session_env, *h.identity.caller_env)}
     extra = sorted(wanted - set(ENV_NAMES))
     path = sidecar.paths.home / ENV_FILE
     with contextlib.suppress(OSError):
@@ -352,8 +365,7 @@ async def hook(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> d
     session.harness_cwd = _cwd(caller, request) or session.harness_cwd  # what attachments are confined to
     nothing = {"stdout": point.no_opinion, "ids": [], "session": session.key}
     try:  # events, presence and overlaps; a failure there must not cost the hook its mail
-        await observe.ingest(sidecar, caller.harness.name, point, caller.payload, session,
-                             caller.harness.presence())
+        await observe.ingest(sidecar, caller.harness.name, point, caller.payload, session, caller.harness.presence())
     except Exception:
         log.exception("recording the hook's events failed")
     if point.event in PROOF:
@@ -405,8 +417,13 @@ async def hook_written(sidecar: Sidecar, conn: Connection, request: dict[str, An
     ids = request.get("ids")
     if not isinstance(ids, list):
         raise BadRequest("hook_written needs 'ids': the message ids in the reply the hook printed")
-    printed = [i for i in ids if isinstance(i, str)
-               and (showing := sidecar.mailbox.inflight.get(i)) is not None and showing.connection == conn.id]
+    printed = [
+        i
+        for i in ids
+        if isinstance(i, str)
+        and (showing := sidecar.mailbox.inflight.get(i)) is not None
+        and showing.connection == conn.id
+    ]
     held = sidecar.mailbox.written(ids, conn.id)
     if conn.hook_shown is not None:
         key, channel, point = conn.hook_shown
@@ -450,8 +467,7 @@ async def plugin_event(sidecar: Sidecar, conn: Connection, request: dict[str, An
         return nothing
     sidecar.sessions.seen(session)
     try:
-        await observe.ingest(sidecar, caller.harness.name, point, caller.payload, session,
-                             caller.harness.presence())
+        await observe.ingest(sidecar, caller.harness.name, point, caller.payload, session, caller.harness.presence())
     except Exception:
         log.exception("recording the plugin's events failed")
     _note_activity(caller, point, session.key)
@@ -579,5 +595,12 @@ def _plugin_session(sidecar: Sidecar, request: dict[str, Any]) -> Session:
     return session
 
 
-OPS = {"hook": hook, "hook_written": hook_written, "watch": watch, "hold": hold, "seen": seen, "doing": doing,
-       "plugin_event": plugin_event}
+OPS = {
+    "hook": hook,
+    "hook_written": hook_written,
+    "watch": watch,
+    "hold": hold,
+    "seen": seen,
+    "doing": doing,
+    "plugin_event": plugin_event,
+}

@@ -40,8 +40,9 @@ async def op_register(sidecar: Sidecar, conn: Connection, request: dict[str, Any
     if not isinstance(info, dict):
         raise BadRequest("register needs a 'session' object with at least 'key' and 'agent'")
     if isinstance(info.get("cwd"), str) and await folders.is_off(sidecar, info["cwd"]):
-        raise Refused(f"the person turned hive off in this folder ({info['cwd']}); `hive folder PATH on` "
-                      "turns it back on")
+        raise Refused(
+            f"the person turned hive off in this folder ({info['cwd']}); `hive folder PATH on` turns it back on"
+        )
     if isinstance(info.get("cwd"), str):
         # The repository around it, as a hook's registration finds it: a plugin's or MCP
         # server's session is then one of that repository's for overlaps and project lessons.
@@ -59,8 +60,15 @@ async def op_register(sidecar: Sidecar, conn: Connection, request: dict[str, Any
     count, senders = await sidecar.mailbox.counts(address)
     if session.key in conn.push_sessions:
         await push(sidecar, session)
-    return {"key": session.key, "name": session.name, "address": address, "tier": session.tier,
-            "new": new, "unread": count, "unread_from": senders}
+    return {
+        "key": session.key,
+        "name": session.name,
+        "address": address,
+        "tier": session.tier,
+        "new": new,
+        "unread": count,
+        "unread_from": senders,
+    }
 
 
 async def op_set_status(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
@@ -115,17 +123,22 @@ async def op_who(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) ->
     if needle:
         described = [d for d in described if any(needle in str(v).lower() for v in d.values())]
     described.sort(key=lambda d: (d["person"], d["machine"], not d["live"], d["name"]))
-    return {"person": sidecar.settings.person, "machine": sidecar.settings.machine, "me": me,
-            "sessions": described}
+    return {"person": sidecar.settings.person, "machine": sidecar.settings.machine, "me": me, "sessions": described}
 
 
 def describe(sidecar: Sidecar, entry: Entry) -> dict[str, Any]:
     return {
-        "address": entry.address, "person": entry.person, "machine": entry.machine,
-        "name": one_line(entry.name, 64), "agent": one_line(entry.agent, 32),
-        "repo": one_line(entry.repo, 200), "branch": one_line(entry.branch, 200),
-        "folder": one_line(entry.folder, 200), "doing": one_line(entry.doing, 200),
-        "tier": entry.tier, "live": entry.live,
+        "address": entry.address,
+        "person": entry.person,
+        "machine": entry.machine,
+        "name": one_line(entry.name, 64),
+        "agent": one_line(entry.agent, 32),
+        "repo": one_line(entry.repo, 200),
+        "branch": one_line(entry.branch, 200),
+        "folder": one_line(entry.folder, 200),
+        "doing": one_line(entry.doing, 200),
+        "tier": entry.tier,
+        "live": entry.live,
         **observe.describe_extra(sidecar, entry.key, entry.person, entry.machine, entry.name),
     }
 

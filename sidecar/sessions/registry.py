@@ -137,8 +137,13 @@ class Sessions:
         current = holders.get(base)
         if current is None and base not in taken:
             return base
-        if (current is not None and base not in taken and not self.is_live(current, now)
-                and current.place() == place and current.agent == agent):
+        if (
+            current is not None
+            and base not in taken
+            and not self.is_live(current, now)
+            and current.place() == place
+            and current.agent == agent
+        ):
             return base  # the same place and agent: take over the stale name and its mail
         n = 2
         while True:
@@ -251,10 +256,12 @@ class Sessions:
             if wanted != session.name:
                 old_address = self.address(session)
                 session.name = wanted
-                statements.append((
-                    "UPDATE messages SET recipient = ? WHERE recipient = ? AND read_at IS NULL",
-                    (self.address(session), old_address),
-                ))
+                statements.append(
+                    (
+                        "UPDATE messages SET recipient = ? WHERE recipient = ? AND read_at IS NULL",
+                        (self.address(session), old_address),
+                    )
+                )
         session.last_seen = time.time()
         statements.append(self._upsert(session))
         await self.store.write(statements)
@@ -284,16 +291,13 @@ class Sessions:
     async def forget_gone(self, now: float) -> list[str]:
         """Delete sessions gone longer than ``forget_after``, with their unread mail."""
         cutoff = now - self.settings.forget_after
-        gone = [
-            s for s in self.by_key.values()
-            if not self.is_live(s, now) and (s.ended_at or s.last_seen) < cutoff
-        ]
+        gone = [s for s in self.by_key.values() if not self.is_live(s, now) and (s.ended_at or s.last_seen) < cutoff]
         statements: list[tuple[str, tuple[Any, ...]]] = []
         for session in gone:
             statements.append(("DELETE FROM sessions WHERE key = ?", (session.key,)))
-            statements.append((
-                "DELETE FROM messages WHERE recipient = ? AND read_at IS NULL", (self.address(session),)
-            ))
+            statements.append(
+                ("DELETE FROM messages WHERE recipient = ? AND read_at IS NULL", (self.address(session),))
+            )
             del self.by_key[session.key]
         if statements:
             await self.store.write(statements)
@@ -310,15 +314,25 @@ async def watch_processes(sessions: Sessions, ended: Callable[[Session], Awaitab
             sessions.changed = anyio.Event()
             for key, session in sessions.by_key.items():
                 process = (session.pid, session.pid_started)
-                if session.ended_at is None and session.pid and session.pid_started is not None \
-                        and watched.get(key) != process:
+                if (
+                    session.ended_at is None
+                    and session.pid
+                    and session.pid_started is not None
+                    and watched.get(key) != process
+                ):
                     watched[key] = (session.pid, session.pid_started)
                     tg.start_soon(_follow, sessions, key, session.pid, session.pid_started, ended, watched)
             await sessions.changed.wait()
 
 
-async def _follow(sessions: Sessions, key: str, pid: int, start: float,
-                  ended: Callable[[Session], Awaitable[None]], watched: dict[str, tuple[int, float]]) -> None:
+async def _follow(
+    sessions: Sessions,
+    key: str,
+    pid: int,
+    start: float,
+    ended: Callable[[Session], Awaitable[None]],
+    watched: dict[str, tuple[int, float]],
+) -> None:
     await procs.exited(pid, start)
     if watched.get(key) == (pid, start):
         del watched[key]

@@ -1,2 +1,1 @@
-"""Who is in the team: the signed roster, identities, approvals, code owners and projects.
-"""
+"""Who is in the team: the signed roster, identities, approvals, code owners and projects."""

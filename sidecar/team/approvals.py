@@ -97,8 +97,9 @@ def check_approval(wire: Any, *, roster: Roster | None, delivered_by: str, arriv
 
 def stored(signed: Signed[Approval]) -> str:
     """What a message keeps of a verified approval (``Message.approval``): the record and its proof."""
-    return json.dumps({"record": signed.raw, "by": signed.by, "sig": signed.sig, "verified": True},
-                      ensure_ascii=False, sort_keys=True)
+    return json.dumps(
+        {"record": signed.raw, "by": signed.by, "sig": signed.sig, "verified": True}, ensure_ascii=False, sort_keys=True
+    )
 
 
 def wire_of(stored_json: str | None) -> dict[str, Any] | None:
@@ -114,8 +115,9 @@ def wire_of(stored_json: str | None) -> dict[str, Any] | None:
     return {"body": data.get("record"), "by": data.get("by"), "sig": data.get("sig")}
 
 
-def receive_approval(wire: Any, *, roster: Roster | None, delivered_by: str, arrived_at: str,
-                     body: str) -> tuple[str | None, str, str | None]:
+def receive_approval(
+    wire: Any, *, roster: Roster | None, delivered_by: str, arrived_at: str, body: str
+) -> tuple[str | None, str, str | None]:
     """For a message arriving from a teammate's machine with an ``approval`` field.
 
     Returns ``(approval to store or None, the body to store, why it did not verify or None)``:

@@ -88,7 +88,7 @@ def _tokens(line: str) -> list[str]:
     while i < len(line):
         char = line[i]
         if char == "\\" and i + 1 < len(line):
-            current.append(line[i:i + 2])  # kept escaped; the pattern compiler unescapes
+            current.append(line[i : i + 2])  # kept escaped; the pattern compiler unescapes
             i += 2
             continue
         if char.isspace():
@@ -228,8 +228,13 @@ def rules_of(repo_root: str | os.PathLike[str]) -> list[Rule]:
     return list(_rules_cached(str(found), stat.st_mtime_ns, stat.st_size))
 
 
-def owners_of(repo_root: str | os.PathLike[str], paths: Iterable[str], *, people: Iterable[str] | None = None,
-              aliases: Mapping[str, str] | None = None) -> list[str]:
+def owners_of(
+    repo_root: str | os.PathLike[str],
+    paths: Iterable[str],
+    *,
+    people: Iterable[str] | None = None,
+    aliases: Mapping[str, str] | None = None,
+) -> list[str]:
     """The owners of ``paths`` (relative to ``repo_root``) by its CODEOWNERS, first seen first, no repeats.
 
     With ``people`` (the roster's person names), an owner that stands for one of them is given as

@@ -74,8 +74,10 @@ Listener = Callable[[TeamChange], Awaitable[None]]
 
 def invite_line(ticket: Ticket, link: str) -> str:
     if ticket.own_machine:
-        return (f"To add another machine of {ticket.person}'s to the hive team {ticket.team}, run this there "
-                f"(once, before it expires): hive join '{link}'")
+        return (
+            f"To add another machine of {ticket.person}'s to the hive team {ticket.team}, run this there "
+            f"(once, before it expires): hive join '{link}'"
+        )
     if ticket.expires:
         return f"Join my hive team {ticket.team} (one use): hive join '{link}' --as <your-name>"
     return f"Join my hive team {ticket.team}: hive join '{link}' --as <your-name>"
@@ -161,8 +163,10 @@ class Team:
         if self.unavailable is not None:
             raise self.unavailable
         if self.state is None:
-            raise NotFound("this machine is in no team: `hive init <team> --as <you>` founds one, "
-                           "`hive join '<invite>' --as <you>` joins one")
+            raise NotFound(
+                "this machine is in no team: `hive init <team> --as <you>` founds one, "
+                "`hive join '<invite>' --as <you>` joins one"
+            )
         return self.state
 
     def _roster(self) -> Roster:
@@ -176,8 +180,7 @@ class Team:
         try:
             state, refused = roster_state.validated(json.loads(row[0]))
         except (ValueError, records.Malformed) as exc:
-            log.error("the stored team state is unreadable (%s); this machine is in no team until it joins again",
-                      exc)
+            log.error("the stored team state is unreadable (%s); this machine is in no team until it joins again", exc)
             return
         if refused:
             log.warning("dropped %d stored roster entries: %s", len(refused), refused[0].reason)
@@ -201,10 +204,14 @@ class Team:
         self._version += 1
 
     async def _save(self, state: TeamState) -> None:
-        await self.sc.store.write([(
-            "INSERT OR REPLACE INTO team (slot, team_id, state, updated_at) VALUES (1, ?, ?, ?)",
-            (state.id, json.dumps(state.to_wire(), separators=(",", ":")), time.time()),
-        )])
+        await self.sc.store.write(
+            [
+                (
+                    "INSERT OR REPLACE INTO team (slot, team_id, state, updated_at) VALUES (1, ?, ?, ?)",
+                    (state.id, json.dumps(state.to_wire(), separators=(",", ":")), time.time()),
+                )
+            ]
+        )
 
     async def _commit(self, state: TeamState, reason: str) -> TeamChange:
         """Keep a new state (on disk before anyone is told) and tell the subscribers."""
@@ -212,9 +219,12 @@ class Team:
         await self._save(state)
         self._set(state)
         after = self._roster().active()
-        change = TeamChange(reason=reason, state=state,
-                            removed=tuple(sorted(set(before) - set(after))),
-                            joined=tuple(sorted(set(after) - set(before))))
+        change = TeamChange(
+            reason=reason,
+            state=state,
+            removed=tuple(sorted(set(before) - set(after))),
+            joined=tuple(sorted(set(after) - set(before))),
+        )
         await self._notify(change)
         return change
 
@@ -252,14 +262,20 @@ class Team:
         old = settings.person
         settings = dataclasses.replace(settings, person=person, machine=machine)
         if old != person:
-            await self.sc.store.write([
-                ("UPDATE messages SET recipient = ? || substr(recipient, ?) "
-                 "WHERE substr(recipient, 1, ?) = ? AND read_at IS NULL",
-                 (f"{person}/", len(old) + 2, len(old) + 1, f"{old}/")),
-                # Senders too, so a reply to mail one local session sent another before the join finds it.
-                ("UPDATE messages SET sender = ? || substr(sender, ?) WHERE substr(sender, 1, ?) = ?",
-                 (f"{person}/", len(old) + 2, len(old) + 1, f"{old}/")),
-            ])
+            await self.sc.store.write(
+                [
+                    (
+                        "UPDATE messages SET recipient = ? || substr(recipient, ?) "
+                        "WHERE substr(recipient, 1, ?) = ? AND read_at IS NULL",
+                        (f"{person}/", len(old) + 2, len(old) + 1, f"{old}/"),
+                    ),
+                    # Senders too, so a reply to mail one local session sent another before the join finds it.
+                    (
+                        "UPDATE messages SET sender = ? || substr(sender, ?) WHERE substr(sender, 1, ?) = ?",
+                        (f"{person}/", len(old) + 2, len(old) + 1, f"{old}/"),
+                    ),
+                ]
+            )
         self.sc.settings = settings
         for holder in ("sessions", "mailbox"):
             part = getattr(self.sc, holder, None)
@@ -287,8 +303,13 @@ class Team:
                 log.info("ignored another team's state from %s", (peer or "?")[:12])
                 return False
             if refused:
-                log.info("refused %d roster entries from %s, e.g. %s: %s", len(refused), (peer or "?")[:12],
-                         refused[0].kind, refused[0].reason)
+                log.info(
+                    "refused %d roster entries from %s, e.g. %s: %s",
+                    len(refused),
+                    (peer or "?")[:12],
+                    refused[0].kind,
+                    refused[0].reason,
+                )
             if merged == self.state:
                 return False
             change = await self._commit(merged, "merge")
@@ -331,13 +352,26 @@ class Team:
         # Prefer machines that are online now, then the most recently changed entries.
         others.sort(key=lambda m: (m.key not in online, -m.ts, m.key))
         keys = (me.key, *(m.key for m in others[: tickets.TICKET_KEYS - 1]))
-        return Ticket(team_id=state.id, secret=secret, team=view.name, keys=keys, addresses=tuple(self._my_addresses()),
-                      expires=expires, own_machine=own_machine, person=me.person if own_machine else "")
+        return Ticket(
+            team_id=state.id,
+            secret=secret,
+            team=view.name,
+            keys=keys,
+            addresses=tuple(self._my_addresses()),
+            expires=expires,
+            own_machine=own_machine,
+            person=me.person if own_machine else "",
+        )
 
     def _invite_reply(self, ticket: Ticket, kind: str) -> dict[str, Any]:
         link = tickets.encode_ticket(ticket)
-        return {"team": ticket.team, "kind": kind, "link": link, "line": invite_line(ticket, link),
-                "expires": ticket.expires / 1000 if ticket.expires else None}
+        return {
+            "team": ticket.team,
+            "kind": kind,
+            "link": link,
+            "line": invite_line(ticket, link),
+            "expires": ticket.expires / 1000 if ticket.expires else None,
+        }
 
     def _link_reply(self) -> dict[str, Any]:
         link = self._roster().link
@@ -360,16 +394,18 @@ class Team:
             await self._apply_names()
         return {**self.show(), "invite": self._link_reply()}
 
-    async def invite(self, own_machine: bool = False, once: bool = False,
-                     ttl_hours: float | None = None) -> dict[str, Any]:
+    async def invite(
+        self, own_machine: bool = False, once: bool = False, ttl_hours: float | None = None
+    ) -> dict[str, Any]:
         async with self._lock:
             state = self._require()
             if own_machine or once:
                 hours = 24.0 * 7 if ttl_hours is None else float(ttl_hours)
                 if not 0 < hours <= MAX_TTL_HOURS:
                     raise BadRequest(f"an invite lasts more than 0 and at most {MAX_TTL_HOURS} hours")
-                state, secret = roster.new_invite(state, self.identity, own_machine=own_machine,
-                                                  ttl_ms=int(hours * HOUR_MS))
+                state, secret = roster.new_invite(
+                    state, self.identity, own_machine=own_machine, ttl_ms=int(hours * HOUR_MS)
+                )
                 await self._commit(state, "invite")
                 invite = state.invites[records.secret_hash(secret)].body
                 ticket = self._ticket(secret, invite.expires, own_machine)
@@ -405,8 +441,11 @@ class Team:
             if not found:
                 found = [m for m in active if m.machine == target or m.key == target]
                 if len(found) > 1:
-                    raise Ambiguous(f"several machines are called {target}: "
-                                    + ", ".join(sorted(m.label for m in found)) + "; name one as person@machine")
+                    raise Ambiguous(
+                        f"several machines are called {target}: "
+                        + ", ".join(sorted(m.label for m in found))
+                        + "; name one as person@machine"
+                    )
         if not found:
             raise NotFound(f"no active person or machine {target!r} in team {view.name}; see `hive team`")
         return found
@@ -423,14 +462,20 @@ class Team:
             founder = view.members.get(view.founder)
             me = view.members[self.identity.key_id]
             if founder is not None and any(m.key == founder.key for m in found) and me.person != founder.person:
-                raise Refused(f"{founder.label} founded team {view.name}: only {founder.person} removes it, "
-                              "from one of their machines")
+                raise Refused(
+                    f"{founder.label} founded team {view.name}: only {founder.person} removes it, "
+                    "from one of their machines"
+                )
             state = roster.departures(state, self.identity, [m.key for m in found])
             # The removed machines know the team link: replace it so they cannot come back with it.
             state = roster.new_link(state, self.identity)
             await self._commit(state, "remove")
-            return {"removed": sorted(m.label for m in found), "keys": sorted(m.key for m in found),
-                    "link_replaced": True, "invite": self._link_reply()}
+            return {
+                "removed": sorted(m.label for m in found),
+                "keys": sorted(m.key for m in found),
+                "link_replaced": True,
+                "invite": self._link_reply(),
+            }
 
     async def leave(self, force: bool = False) -> dict[str, Any]:
         async with self._lock:
@@ -440,8 +485,10 @@ class Team:
             others = set(view.active()) - {me}
             online = self._online()
             if others and online is not None and not (others & online) and not force:
-                raise Refused("no teammate is online to hear that this machine left; try again when one is, "
-                              "or leave anyway with --force")
+                raise Refused(
+                    "no teammate is online to hear that this machine left; try again when one is, "
+                    "or leave anyway with --force"
+                )
             name = view.name
             await self._commit(roster.departures(state, self.identity, [me]), "leave")
             await self._clear("cleared")
@@ -449,8 +496,9 @@ class Team:
 
     # ---- joins -----------------------------------------------------------------------
 
-    async def prepare_join(self, link: str, person: str | None = None, machine: str | None = None,
-                           addresses: Sequence[str] = ()) -> dict[str, Any]:
+    async def prepare_join(
+        self, link: str, person: str | None = None, machine: str | None = None, addresses: Sequence[str] = ()
+    ) -> dict[str, Any]:
         """The joiner's side, before dialing: read the ticket and sign the join frame."""
         if self.unavailable is not None:
             raise self.unavailable
@@ -471,10 +519,17 @@ class Team:
         if identity.key_id in ticket.keys:
             raise BadRequest("that invite was made on this machine; run `hive join` on the machine that should join")
         hello = roster.sign_join(identity, ticket.team_id, ticket.secret, person, machine, parse_addresses(addresses))
-        return {"team": ticket.team, "team_id": ticket.team_id, "person": person, "machine": machine,
-                "own_machine": ticket.own_machine, "addresses": list(ticket.addresses), "keys": list(ticket.keys),
-                "expires": ticket.expires / 1000 if ticket.expires else None,
-                "frame": {"t": "join", "hello": hello.to_wire()}}
+        return {
+            "team": ticket.team,
+            "team_id": ticket.team_id,
+            "person": person,
+            "machine": machine,
+            "own_machine": ticket.own_machine,
+            "addresses": list(ticket.addresses),
+            "keys": list(ticket.keys),
+            "expires": ticket.expires / 1000 if ticket.expires else None,
+            "frame": {"t": "join", "hello": hello.to_wire()},
+        }
 
     async def accept_join(self, frame: Any, peer: str | None = None) -> dict[str, Any]:
         """The inviter's side: check the join frame, admit the joiner, return the full state.
@@ -497,9 +552,15 @@ class Team:
             now = records.now_ms()
             if not now - JOIN_MAX_AGE_MS <= request.ts <= now + roster_state.MAX_SKEW_MS:
                 raise Refused("the join request is stale or from a clock far off")
-            problem = records.member_problem(records.Member(key=request.key, person=request.person,
-                                                            machine=request.machine, ts=request.ts,
-                                                            addresses=request.addresses[: records.MAX_ADDRESSES]))
+            problem = records.member_problem(
+                records.Member(
+                    key=request.key,
+                    person=request.person,
+                    machine=request.machine,
+                    ts=request.ts,
+                    addresses=request.addresses[: records.MAX_ADDRESSES],
+                )
+            )
             if problem:
                 raise Refused(problem)
             view = self._roster()
@@ -518,12 +579,15 @@ class Team:
                 if my_person != owner:
                     raise Refused(f"an own-machine invite is redeemed by one of {owner}'s machines")
             elif holders:
-                raise Conflict(f"the name {request.person} is taken in team {view.name}; join with another "
-                               f"--as name, or ask {request.person} for `hive invite --own-machine`")
+                raise Conflict(
+                    f"the name {request.person} is taken in team {view.name}; join with another "
+                    f"--as name, or ask {request.person} for `hive invite --own-machine`"
+                )
             taken = {m.machine for m in view.active().values() if m.person == request.person}
             machine = _free_name(request.machine, taken)
-            admitted = dataclasses.replace(request, machine=machine,
-                                           addresses=request.addresses[: records.MAX_ADDRESSES])
+            admitted = dataclasses.replace(
+                request, machine=machine, addresses=request.addresses[: records.MAX_ADDRESSES]
+            )
             new = roster.admit(state, me, admitted, invite_hash)
             if not roster.view(new).is_active(request.key):
                 raise Refused(roster.view(new).refused.get(request.key, "the roster does not admit that machine"))
@@ -563,9 +627,16 @@ class Team:
     def show(self) -> dict[str, Any]:
         settings = self.sc.settings
         if self.state is None or self.roster is None:
-            shown: dict[str, Any] = {"team": None, "me": {"person": settings.person, "machine": settings.machine,
-                                     "key": self._identity.key_id if self._identity else None},
-                                     "people": [], "departed": []}
+            shown: dict[str, Any] = {
+                "team": None,
+                "me": {
+                    "person": settings.person,
+                    "machine": settings.machine,
+                    "key": self._identity.key_id if self._identity else None,
+                },
+                "people": [],
+                "departed": [],
+            }
             if self.unavailable is not None:
                 shown["problem"] = self.unavailable.message
             return shown
@@ -573,26 +644,47 @@ class Team:
         me = self.identity.key_id
 
         def machine(m: MemberView) -> dict[str, Any]:
-            info: dict[str, Any] = {"key": m.key, "machine": m.machine, "role": m.role,
-                                    "addresses": list(m.addresses), "me": m.key == me,
-                                    "online": None, "last_seen": None, "path": None}
+            info: dict[str, Any] = {
+                "key": m.key,
+                "machine": m.machine,
+                "role": m.role,
+                "addresses": list(m.addresses),
+                "me": m.key == me,
+                "online": None,
+                "last_seen": None,
+                "path": None,
+            }
             if self.link_info is not None and m.key != me:
                 with contextlib.suppress(Exception):
                     extra = self.link_info(m.key) or {}
                     info.update({k: extra[k] for k in ("online", "last_seen", "path") if k in extra})
             return info
 
-        people = [{"person": person, "machines": [machine(m) for m in machines]}
-                  for person, machines in view.people().items()]
-        departed = [{"key": m.key, "person": m.person, "machine": m.machine}
-                    for m in sorted(view.members.values(), key=lambda m: (m.person, m.machine)) if not m.active]
+        people = [
+            {"person": person, "machines": [machine(m) for m in machines]} for person, machines in view.people().items()
+        ]
+        departed = [
+            {"key": m.key, "person": m.person, "machine": m.machine}
+            for m in sorted(view.members.values(), key=lambda m: (m.person, m.machine))
+            if not m.active
+        ]
         mine = view.members.get(me)
         return {
-            "team": {"id": self.state.id, "name": view.name, "founder": view.founder,
-                     "link": view.link is not None, "invites": sum(1 for i in view.invites.values() if not i.reusable)},
-            "me": {"key": me, "person": mine.person if mine else settings.person,
-                   "machine": mine.machine if mine else settings.machine, "role": mine.role if mine else None},
-            "people": people, "departed": departed,
+            "team": {
+                "id": self.state.id,
+                "name": view.name,
+                "founder": view.founder,
+                "link": view.link is not None,
+                "invites": sum(1 for i in view.invites.values() if not i.reusable),
+            },
+            "me": {
+                "key": me,
+                "person": mine.person if mine else settings.person,
+                "machine": mine.machine if mine else settings.machine,
+                "role": mine.role if mine else None,
+            },
+            "people": people,
+            "departed": departed,
         }
 
 
@@ -610,8 +702,9 @@ def parse_addresses(value: Any) -> tuple[str, ...]:
         return ()
     if not isinstance(value, list | tuple) or not all(isinstance(a, str) for a in value):
         raise BadRequest("addresses is a list of host:port strings")
-    if len(value) > records.MAX_ADDRESSES or any(not a or len(a) > records.MAX_ADDRESS_LEN or not a.isprintable()
-                                                 for a in value):
+    if len(value) > records.MAX_ADDRESSES or any(
+        not a or len(a) > records.MAX_ADDRESS_LEN or not a.isprintable() for a in value
+    ):
         raise BadRequest(f"at most {records.MAX_ADDRESSES} addresses, each one printable host:port")
     return tuple(value)
 

@@ -77,8 +77,12 @@ async def op_team_init(sidecar: Sidecar, conn: Connection, request: dict[str, An
         raise BadRequest("team_init needs 'team': the team's name (a-z, 0-9 and -)")
     person = _text(request, "person") or sidecar.settings.person
     machine = _text(request, "machine") or sidecar.settings.machine
-    await agent_confirms(conn, request, f"Found team {team} as {person} on this machine?",
-                         f"Ask your person to run `hive init {team}` in a terminal.")
+    await agent_confirms(
+        conn,
+        request,
+        f"Found team {team} as {person} on this machine?",
+        f"Ask your person to run `hive init {team}` in a terminal.",
+    )
     return await team_of(sidecar).init(team, person, machine, parse_addresses(request.get("addresses")))
 
 
@@ -100,10 +104,19 @@ async def op_team_invite(sidecar: Sidecar, conn: Connection, request: dict[str, 
     team = team_of(sidecar)
     if team.state is not None:
         # The invite is the key to the team: whoever holds it can join (friends assumption).
-        what = ("an invite for another of your machines" if own_machine else "a one-time invite" if once
-                else "the team link")
-        await agent_confirms(conn, request, f"Hand out {what} to team {team.name}? Whoever holds it can join.",
-                             "Ask your person to run `hive invite` in a terminal and pass the link on.")
+        what = (
+            "an invite for another of your machines"
+            if own_machine
+            else "a one-time invite"
+            if once
+            else "the team link"
+        )
+        await agent_confirms(
+            conn,
+            request,
+            f"Hand out {what} to team {team.name}? Whoever holds it can join.",
+            "Ask your person to run `hive invite` in a terminal and pass the link on.",
+        )
     return await team.invite(own_machine, once, ttl)
 
 
@@ -125,8 +138,15 @@ async def agent_confirms(conn: Connection, request: dict[str, Any], question: st
     second question. Raises ``needs_person`` when the person declines or cannot be asked. This is
     ``person.confirm_by_person``, the one check, with ``agents_only``.
     """
-    await confirm_by_person(conn, request, question, title="hive · confirm a team change", outcome="not changed",
-                            hint=hint, agents_only=True)
+    await confirm_by_person(
+        conn,
+        request,
+        question,
+        title="hive · confirm a team change",
+        outcome="not changed",
+        hint=hint,
+        agents_only=True,
+    )
 
 
 @asks_person
@@ -142,8 +162,12 @@ async def op_team_remove(sidecar: Sidecar, conn: Connection, request: dict[str, 
     target = _text(request, "target") or ""
     if target and conn.by_agent:
         labels = ", ".join(sorted(m.label for m in team.targets(target)))
-        await agent_confirms(conn, request, f"Remove {labels} from team {team.name}? The team link is replaced.",
-                             f"Ask your person to run `hive remove {target}` in a terminal.")
+        await agent_confirms(
+            conn,
+            request,
+            f"Remove {labels} from team {team.name}? The team link is replaced.",
+            f"Ask your person to run `hive remove {target}` in a terminal.",
+        )
     return await team.remove(target)
 
 
@@ -157,8 +181,12 @@ async def op_team_leave(sidecar: Sidecar, conn: Connection, request: dict[str, A
     """
     team = team_of(sidecar)
     if team.state is not None:
-        await agent_confirms(conn, request, f"Leave team {team.name} on this machine?",
-                             "Ask your person to run `hive leave` in a terminal.")
+        await agent_confirms(
+            conn,
+            request,
+            f"Leave team {team.name} on this machine?",
+            "Ask your person to run `hive leave` in a terminal.",
+        )
     return await team.leave(_flag(request, "force"))
 
 
@@ -171,8 +199,12 @@ async def op_team_link_new(sidecar: Sidecar, conn: Connection, request: dict[str
     """
     team = team_of(sidecar)
     if team.state is not None:
-        await agent_confirms(conn, request, f"Replace the link of team {team.name}? The old link stops working.",
-                             "Ask your person to run `hive link --new` in a terminal.")
+        await agent_confirms(
+            conn,
+            request,
+            f"Replace the link of team {team.name}? The old link stops working.",
+            "Ask your person to run `hive link --new` in a terminal.",
+        )
     return await team.link_new()
 
 
@@ -194,9 +226,12 @@ async def op_team_join_prepare(sidecar: Sidecar, conn: Connection, request: dict
     link = _text(request, "link") or ""
     person, machine = _text(request, "person"), _text(request, "machine")
     ticket = decode_link(link)
-    await agent_confirms(conn, request, join_question(ticket, person or ticket.person or sidecar.settings.person,
-                                                      machine or sidecar.settings.machine),
-                         "Ask your person to run `hive join` in a terminal.")
+    await agent_confirms(
+        conn,
+        request,
+        join_question(ticket, person or ticket.person or sidecar.settings.person, machine or sidecar.settings.machine),
+        "Ask your person to run `hive join` in a terminal.",
+    )
     return await team_of(sidecar).prepare_join(link, person, machine, parse_addresses(request.get("addresses")))
 
 
@@ -211,8 +246,12 @@ async def op_team_join_accept(sidecar: Sidecar, conn: Connection, request: dict[
     """
     team = team_of(sidecar)
     if team.state is not None:
-        await agent_confirms(conn, request, f"Admit a machine to team {team.name} by hand?",
-                             "A machine joins with `hive join '<link>'`, which this sidecar answers itself.")
+        await agent_confirms(
+            conn,
+            request,
+            f"Admit a machine to team {team.name} by hand?",
+            "A machine joins with `hive join '<link>'`, which this sidecar answers itself.",
+        )
     return {"state": await team.accept_join(request.get("frame"), _text(request, "peer"))}
 
 
@@ -228,8 +267,12 @@ async def op_team_join_finish(sidecar: Sidecar, conn: Connection, request: dict[
     """
     link = _text(request, "link") or ""
     ticket = decode_link(link)
-    await agent_confirms(conn, request, f"Join team {ticket.team} on this machine with the answer given?",
-                         "Ask your person to run `hive join` in a terminal.")
+    await agent_confirms(
+        conn,
+        request,
+        f"Join team {ticket.team} on this machine with the answer given?",
+        "Ask your person to run `hive join` in a terminal.",
+    )
     return await team_of(sidecar).finish_join(link, request.get("state"), _text(request, "peer"))
 
 

@@ -141,10 +141,16 @@ async def owner_confirms(conn: Connection, request: dict[str, Any], question: st
     """How the owner confirmed (``desktop`` or ``terminal``), or raise: the one person check
     (``person.confirm_by_person``), never an agent's tool call."""
     prompt = Prompt(title="hive · confirm a project member", body=clean(question), timeout=CONFIRM_TIME)
-    return await confirm_by_person(conn, request, question, title=prompt.title, outcome="not recorded",
-                                   refused=Refused, prompt=prompt,
-                                   hint="A project member is confirmed by its owner in person, with "
-                                        "`hive project confirm` typed at a terminal.")
+    return await confirm_by_person(
+        conn,
+        request,
+        question,
+        title=prompt.title,
+        outcome="not recorded",
+        refused=Refused,
+        prompt=prompt,
+        hint="A project member is confirmed by its owner in person, with `hive project confirm` typed at a terminal.",
+    )
 
 
 async def confirm(sidecar: Sidecar, project: str, person: str) -> dict[str, Any]:
@@ -186,8 +192,7 @@ def show(roster: Roster | None, project: str) -> dict[str, Any]:
     view = view_of(roster, project)
     if view is None:
         return {"project": project, "owner": "", "members": [], "proposed": []}
-    return {"project": project, "owner": view.owner, "members": sorted(view.members),
-            "proposed": sorted(view.proposed)}
+    return {"project": project, "owner": view.owner, "members": sorted(view.members), "proposed": sorted(view.proposed)}
 
 
 def _project_arg(request: dict[str, Any]) -> str:
@@ -253,9 +258,15 @@ async def op_project_remove(sidecar: Sidecar, conn: Connection, request: dict[st
     """
     project, person = _project_arg(request), _person_arg(request)
     # Who receives a project's lessons is the person's call, not something a teammate's text can ask for.
-    await confirm_by_person(conn, request, f"Remove {person} from project {await label_of(sidecar, project)}?",
-                            title="hive · confirm a project change", outcome="not changed",
-                            hint="Ask your person to run `hive project remove` in a terminal.", agents_only=True)
+    await confirm_by_person(
+        conn,
+        request,
+        f"Remove {person} from project {await label_of(sidecar, project)}?",
+        title="hive · confirm a project change",
+        outcome="not changed",
+        hint="Ask your person to run `hive project remove` in a terminal.",
+        agents_only=True,
+    )
     return await remove(sidecar, project, person)
 
 

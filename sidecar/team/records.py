@@ -189,8 +189,7 @@ def parse_record(cls: type[R], raw: Any) -> R:
 
 def canonical(value: Any) -> bytes:
     """Canonical JSON: sorted keys, no spaces, UTF-8, no NaN."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False).encode("utf-8")
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
 
 
 def signing_payload(team_id: str, kind: str, raw: dict[str, Any]) -> bytes:

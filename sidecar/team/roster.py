@@ -183,9 +183,16 @@ def view(state: TeamState, now: int | None = None) -> Roster:
         seen = {founder} if founder in depth and founder != skipped else set()
         frontier = list(seen)
         while frontier:
-            frontier = [adm.body.key for signer in frontier for adm in by_signer.get(signer, ())
-                        if adm.body.key not in seen and adm.body.key != skipped and adm.body.key in depth
-                        and not _departed_before(state, adm) and redeemed(adm)]
+            frontier = [
+                adm.body.key
+                for signer in frontier
+                for adm in by_signer.get(signer, ())
+                if adm.body.key not in seen
+                and adm.body.key != skipped
+                and adm.body.key in depth
+                and not _departed_before(state, adm)
+                and redeemed(adm)
+            ]
             seen.update(frontier)
         return seen
 
@@ -209,8 +216,13 @@ def view(state: TeamState, now: int | None = None) -> Roster:
         entry = state.members.get(key)
         # Its latest entry brings it back through a machine that is in only through it: it was
         # removed before that (the removal itself was overwritten), so it stays out.
-        returned_by_its_own = (entry is not None and entry.body.active and entry.by != key and entry.by in depth
-                               and not may_sign(key, entry))
+        returned_by_its_own = (
+            entry is not None
+            and entry.body.active
+            and entry.by != key
+            and entry.by in depth
+            and not may_sign(key, entry)
+        )
         if entry is not None and entry.by in depth and not _departed_before(state, entry) and may_sign(key, entry):
             candidates.append(entry)
         if not candidates:
@@ -219,8 +231,13 @@ def view(state: TeamState, now: int | None = None) -> Roster:
         standing = max(candidates, key=lambda s: s.order)
         effective = standing
         update = state.updates.get(key)
-        if (update is not None and standing.body.active and update.order > standing.order
-                and update.body.person == standing.body.person and not returned_by_its_own):
+        if (
+            update is not None
+            and standing.body.active
+            and update.order > standing.order
+            and update.body.person == standing.body.person
+            and not returned_by_its_own
+        ):
             effective = update  # its own change while active; never its own return
         body = dataclasses.replace(effective.body, active=False) if returned_by_its_own else effective.body
         if body.active and body.person in holders:
@@ -231,8 +248,15 @@ def view(state: TeamState, now: int | None = None) -> Roster:
         if body.active:
             holders.setdefault(body.person, key)
         members[key] = MemberView(
-            key=key, person=body.person, machine=body.machine, role=body.role, active=body.active,
-            addresses=body.addresses, ts=body.ts, depth=depth[key], signed_by=effective.by,
+            key=key,
+            person=body.person,
+            machine=body.machine,
+            role=body.role,
+            active=body.active,
+            addresses=body.addresses,
+            ts=body.ts,
+            depth=depth[key],
+            signed_by=effective.by,
         )
 
     def maker_active(key: str) -> bool:
@@ -257,8 +281,17 @@ def view(state: TeamState, now: int | None = None) -> Roster:
             continue
         invites[h] = inv
     name = state.meta.body.name if state.meta is not None and state.meta.by in depth else ""
-    return Roster(team_id=state.id, name=name, founder=founder, depth=depth, members=members,
-                  refused=refused, invites=invites, link=link, projects=_projects_view(state, members))
+    return Roster(
+        team_id=state.id,
+        name=name,
+        founder=founder,
+        depth=depth,
+        members=members,
+        refused=refused,
+        invites=invites,
+        link=link,
+        projects=_projects_view(state, members),
+    )
 
 
 @dataclass(frozen=True)
@@ -279,6 +312,7 @@ def _projects_view(state: TeamState, members: dict[str, MemberView]) -> dict[str
         by_project.setdefault(signed.body.project, []).append(signed)
     out: dict[str, ProjectView] = {}
     for project, records in by_project.items():
+
         def signer_person(s: Signed[ProjectMember]) -> str:
             m = members.get(s.by)
             return m.person if m is not None else ""
@@ -297,13 +331,15 @@ def _projects_view(state: TeamState, members: dict[str, MemberView]) -> dict[str
                 proposed.add(body.person)  # a claim that lost to an earlier owner asks to join
         if owner:
             confirmed.add(owner)
-        out[project] = ProjectView(project=project, owner=owner, members=frozenset(confirmed),
-                                   proposed=frozenset(proposed - confirmed))
+        out[project] = ProjectView(
+            project=project, owner=owner, members=frozenset(confirmed), proposed=frozenset(proposed - confirmed)
+        )
     return out
 
 
-def project_entry(state: TeamState, identity: Identity, project: str, person: str, role: str,
-                  now: int | None = None) -> TeamState:
+def project_entry(
+    state: TeamState, identity: Identity, project: str, person: str, role: str, now: int | None = None
+) -> TeamState:
     """A new state with a project membership entry signed by ``identity`` (it must win over the
     current one for that person, so it is stamped after it)."""
     now = now_ms() if now is None else now
@@ -331,8 +367,10 @@ def next_ts(state: TeamState, key: str, now: int) -> int:
 def _link_entries(team_id: str, identity: Identity, ts: int) -> tuple[list[Entry], str]:
     secret = secrets.token_urlsafe(16)
     invite = Invite(hash=secret_hash(secret), maker=identity.key_id, ts=ts, reusable=True)
-    return [Entry("invite", sign(identity, team_id, "invite", invite)),
-            Entry("link", sign(identity, team_id, "link", Link(secret=secret, ts=ts)))], secret
+    return [
+        Entry("invite", sign(identity, team_id, "invite", invite)),
+        Entry("link", sign(identity, team_id, "link", Link(secret=secret, ts=ts))),
+    ], secret
 
 
 def _checked(state: TeamState, made: list[Entry], now: int) -> TeamState:
@@ -342,8 +380,9 @@ def _checked(state: TeamState, made: list[Entry], now: int) -> TeamState:
     return result
 
 
-def found(identity: Identity, team: str, person: str, machine: str, addresses: Iterable[str] = (),
-          now: int | None = None) -> TeamState:
+def found(
+    identity: Identity, team: str, person: str, machine: str, addresses: Iterable[str] = (), now: int | None = None
+) -> TeamState:
     """A new team with ``identity`` as its founder and only member, and a team link."""
     now = now_ms() if now is None else now
     for label, value in (("team", team), ("person", person), ("machine", machine)):
@@ -351,8 +390,10 @@ def found(identity: Identity, team: str, person: str, machine: str, addresses: I
             raise ValueError(f"a {label} name is a-z, 0-9 and -, at most {MAX_NAME} characters")
     team_id = secrets.token_hex(16)
     me = Member(key=identity.key_id, person=person, machine=machine, ts=now, addresses=tuple(addresses))
-    made = [Entry("meta", sign(identity, team_id, "meta", Meta(name=team, ts=now))),
-            Entry("admission", sign(identity, team_id, "admission", me))]
+    made = [
+        Entry("meta", sign(identity, team_id, "meta", Meta(name=team, ts=now))),
+        Entry("admission", sign(identity, team_id, "admission", me)),
+    ]
     link_made, _ = _link_entries(team_id, identity, now)
     return _checked(TeamState(id=team_id, founder=identity.key_id), made + link_made, now)
 
@@ -365,13 +406,20 @@ def new_link(state: TeamState, identity: Identity, now: int | None = None) -> Te
     return _checked(state, made, now)
 
 
-def new_invite(state: TeamState, identity: Identity, *, own_machine: bool = False, ttl_ms: int = INVITE_TTL_MS,
-               now: int | None = None) -> tuple[TeamState, str]:
+def new_invite(
+    state: TeamState,
+    identity: Identity,
+    *,
+    own_machine: bool = False,
+    ttl_ms: int = INVITE_TTL_MS,
+    now: int | None = None,
+) -> tuple[TeamState, str]:
     """A one-time invite; returns the new state and the secret (which the state never holds)."""
     now = now_ms() if now is None else now
     secret = secrets.token_urlsafe(16)
-    invite = Invite(hash=secret_hash(secret), maker=identity.key_id, ts=now, expires=now + ttl_ms,
-                    own_machine=own_machine)
+    invite = Invite(
+        hash=secret_hash(secret), maker=identity.key_id, ts=now, expires=now + ttl_ms, own_machine=own_machine
+    )
     return _checked(state, [Entry("invite", sign(identity, state.id, "invite", invite))], now), secret
 
 
@@ -386,21 +434,28 @@ def departures(state: TeamState, identity: Identity, keys: Iterable[str], now: i
     made = []
     for key in keys:
         m = current[key]
-        body = Member(key=key, person=m.person, machine=m.machine, ts=next_ts(state, key, now), role=m.role,
-                      active=False, addresses=m.addresses)
+        body = Member(
+            key=key,
+            person=m.person,
+            machine=m.machine,
+            ts=next_ts(state, key, now),
+            role=m.role,
+            active=False,
+            addresses=m.addresses,
+        )
         made.append(Entry("member", sign(identity, state.id, "member", body)))
     return _checked(state, made, now)
 
 
-def admit(state: TeamState, identity: Identity, request: JoinRequest, invite_hash: str,
-          now: int | None = None) -> TeamState:
+def admit(
+    state: TeamState, identity: Identity, request: JoinRequest, invite_hash: str, now: int | None = None
+) -> TeamState:
     """Sign a joiner in: its admission (unless it has one), an active member entry, and, for a
     one-time invite, the mark that it is used. The caller checks the invite and the name first."""
     now = now_ms() if now is None else now
     roster = view(state, now)
     ts = next_ts(state, request.key, now)
-    body = Member(key=request.key, person=request.person, machine=request.machine, ts=ts,
-                  addresses=request.addresses)
+    body = Member(key=request.key, person=request.person, machine=request.machine, ts=ts, addresses=request.addresses)
     made = []
     if request.key not in roster.depth:
         admission = dataclasses.replace(body, redeems=invite_hash)
@@ -413,24 +468,43 @@ def admit(state: TeamState, identity: Identity, request: JoinRequest, invite_has
     return _checked(state, made, now)
 
 
-def self_update(state: TeamState, identity: Identity, *, machine: str | None = None,
-                addresses: Iterable[str] | None = None, role: str | None = None,
-                now: int | None = None) -> TeamState:
+def self_update(
+    state: TeamState,
+    identity: Identity,
+    *,
+    machine: str | None = None,
+    addresses: Iterable[str] | None = None,
+    role: str | None = None,
+    now: int | None = None,
+) -> TeamState:
     """This machine's own change to its entry (machine name, static addresses, role) while active."""
     now = now_ms() if now is None else now
     me = view(state, now).members.get(identity.key_id)
     if me is None or not me.active:
         raise ValueError("only an active member can update its own entry")
-    body = Member(key=me.key, person=me.person, machine=machine or me.machine, role=role or me.role,
-                  ts=next_ts(state, me.key, now),
-                  addresses=tuple(me.addresses if addresses is None else addresses))
+    body = Member(
+        key=me.key,
+        person=me.person,
+        machine=machine or me.machine,
+        role=role or me.role,
+        ts=next_ts(state, me.key, now),
+        addresses=tuple(me.addresses if addresses is None else addresses),
+    )
     return _checked(state, [Entry("member", sign(identity, state.id, "member", body))], now)
 
 
-def sign_join(identity: Identity, team_id: str, secret: str, person: str, machine: str,
-              addresses: Iterable[str] = (), now: int | None = None) -> Signed[JoinRequest]:
+def sign_join(
+    identity: Identity,
+    team_id: str,
+    secret: str,
+    person: str,
+    machine: str,
+    addresses: Iterable[str] = (),
+    now: int | None = None,
+) -> Signed[JoinRequest]:
     """The joiner's signed request; signing proves it holds the key it asks to admit."""
     now = now_ms() if now is None else now
-    body = JoinRequest(secret=secret, key=identity.key_id, person=person, machine=machine, ts=now,
-                       addresses=tuple(addresses))
+    body = JoinRequest(
+        secret=secret, key=identity.key_id, person=person, machine=machine, ts=now, addresses=tuple(addresses)
+    )
     return sign(identity, team_id, "join", body)

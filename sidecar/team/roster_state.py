@@ -95,13 +95,19 @@ class TeamState:
 
     def copy(self) -> TeamState:
         return dataclasses.replace(
-            self, admissions=dict(self.admissions), members=dict(self.members), updates=dict(self.updates),
-            invites=dict(self.invites), projects=dict(self.projects),
+            self,
+            admissions=dict(self.admissions),
+            members=dict(self.members),
+            updates=dict(self.updates),
+            invites=dict(self.invites),
+            projects=dict(self.projects),
         )
 
     def to_wire(self) -> dict[str, Any]:
         return {
-            "v": 1, "id": self.id, "founder": self.founder,
+            "v": 1,
+            "id": self.id,
+            "founder": self.founder,
             "meta": self.meta.to_wire() if self.meta else None,
             "admissions": {k: s.to_wire() for k, s in sorted(self.admissions.items())},
             "members": {k: s.to_wire() for k, s in sorted(self.members.items())},
@@ -146,9 +152,13 @@ def state_from_wire(obj: Any) -> TeamState:
 def _wire_entries(obj: dict[str, Any]) -> Iterator[Entry]:
     if obj.get("meta") is not None:
         yield Entry("meta", signed_from_wire(Meta, obj["meta"]))
-    for name, kind, cls in (("admissions", "admission", Member), ("members", "member", Member),
-                            ("updates", "member", Member), ("invites", "invite", Invite),
-                            ("projects", "project", ProjectMember)):
+    for name, kind, cls in (
+        ("admissions", "admission", Member),
+        ("members", "member", Member),
+        ("updates", "member", Member),
+        ("invites", "invite", Invite),
+        ("projects", "project", ProjectMember),
+    ):
         part = obj.get(name) or {}
         if not isinstance(part, dict):
             raise Malformed(f"{name} must be an object")
@@ -190,7 +200,13 @@ def without_secrets(state: TeamState) -> TeamState:
 
 
 _KIND_TYPES: dict[str, type[Meta | Member | Invite | Link | ProjectMember]] = {
-    "meta": Meta, "admission": Member, "member": Member, "invite": Invite, "link": Link, "project": ProjectMember}
+    "meta": Meta,
+    "admission": Member,
+    "member": Member,
+    "invite": Invite,
+    "link": Link,
+    "project": ProjectMember,
+}
 
 
 def _refusal(state: TeamState, entry: Entry, now: int) -> str | None:

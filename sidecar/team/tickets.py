@@ -54,9 +54,12 @@ def _unb64(text: str) -> bytes:
 def encode_ticket(ticket: Ticket) -> str:
     """``hive1:`` + base64url of compact JSON and a 4-byte checksum against copy-and-paste damage."""
     obj: dict[str, Any] = {
-        "i": _b64(bytes.fromhex(ticket.team_id)), "s": ticket.secret, "n": ticket.team,
+        "i": _b64(bytes.fromhex(ticket.team_id)),
+        "s": ticket.secret,
+        "n": ticket.team,
         "k": [_b64(bytes.fromhex(k)) for k in ticket.keys[:TICKET_KEYS]],
-        "a": list(ticket.addresses[:TICKET_ADDRESSES]), "e": ticket.expires,
+        "a": list(ticket.addresses[:TICKET_ADDRESSES]),
+        "e": ticket.expires,
     }
     if ticket.own_machine:
         obj["o"] = 1
@@ -78,7 +81,7 @@ def decode_ticket(text: str) -> Ticket:
     if found_ticket is None:
         raise Malformed(f"no hive invite found: an invite starts with {TICKET_PREFIX}")
     try:
-        blob = _unb64(found_ticket.group()[len(TICKET_PREFIX):])
+        blob = _unb64(found_ticket.group()[len(TICKET_PREFIX) :])
     except (binascii.Error, ValueError) as exc:
         raise Malformed("the invite is damaged; copy it again") from exc
     data, check = blob[:-4], blob[-4:]
@@ -88,18 +91,29 @@ def decode_ticket(text: str) -> Ticket:
         obj = json.loads(data)
         keys = tuple(_unb64(k).hex() for k in obj["k"])
         ticket = Ticket(
-            team_id=_unb64(obj["i"]).hex(), secret=obj["s"], team=obj["n"], keys=keys,
-            addresses=tuple(obj.get("a") or ()), expires=obj.get("e") or 0, own_machine=bool(obj.get("o")),
+            team_id=_unb64(obj["i"]).hex(),
+            secret=obj["s"],
+            team=obj["n"],
+            keys=keys,
+            addresses=tuple(obj.get("a") or ()),
+            expires=obj.get("e") or 0,
+            own_machine=bool(obj.get("o")),
             person=obj.get("p") or "",
         )
     except (KeyError, TypeError, ValueError, binascii.Error) as exc:
         raise Malformed("the invite is not one this hive can read") from exc
-    if (not valid_team_id(ticket.team_id) or not isinstance(ticket.secret, str) or not 0 < len(ticket.secret) <= 128
-            or not valid_name(ticket.team) or not 1 <= len(keys) <= TICKET_KEYS or not all(map(is_key_id, keys))
-            or len(ticket.addresses) > TICKET_ADDRESSES
-            or not all(isinstance(a, str) and 0 < len(a) <= MAX_ADDRESS_LEN and a.isprintable()
-                       for a in ticket.addresses)
-            or not isinstance(ticket.expires, int) or ticket.expires < 0
-            or (ticket.own_machine and not valid_name(ticket.person))):
+    if (
+        not valid_team_id(ticket.team_id)
+        or not isinstance(ticket.secret, str)
+        or not 0 < len(ticket.secret) <= 128
+        or not valid_name(ticket.team)
+        or not 1 <= len(keys) <= TICKET_KEYS
+        or not all(map(is_key_id, keys))
+        or len(ticket.addresses) > TICKET_ADDRESSES
+        or not all(isinstance(a, str) and 0 < len(a) <= MAX_ADDRESS_LEN and a.isprintable() for a in ticket.addresses)
+        or not isinstance(ticket.expires, int)
+        or ticket.expires < 0
+        or (ticket.own_machine and not valid_name(ticket.person))
+    ):
         raise Malformed("the invite is not one this hive can read")
     return ticket

@@ -57,9 +57,11 @@ from hive.sidecar.client import start_detached
 
 WARMUP = 1
 ME = "alice/terminal"  # the mailbox of the person at this machine's terminal: it needs no session
-CONFIG = ('person = "alice"\nmachine = "bench"\n[mesh]\nlisten = "127.0.0.1:0"\nmdns = false\n'
-          # one sender sends a message per sample: lift the mail guards, or later samples would time refusals
-          "rate_limit = 1000000\nloop_limit = 1000000\n")
+CONFIG = (
+    'person = "alice"\nmachine = "bench"\n[mesh]\nlisten = "127.0.0.1:0"\nmdns = false\n'
+    # one sender sends a message per sample: lift the mail guards, or later samples would time refusals
+    "rate_limit = 1000000\nloop_limit = 1000000\n"
+)
 FLOOR = 'python -I -c "import json, socket"'
 
 # The reference client: what a command talking to the sidecar must do at least, with nothing but the
@@ -117,16 +119,19 @@ def wait_until_waiting(paths: StatePaths, reader: subprocess.Popen[bytes]) -> No
         time.sleep(0.002)
 
 
-def to_waiting_reader(reader_argv: list[str], sender_argv: list[str], token: str, paths: StatePaths,
-                      env: dict[str, str]) -> float:
+def to_waiting_reader(
+    reader_argv: list[str], sender_argv: list[str], token: str, paths: StatePaths, env: dict[str, str]
+) -> float:
     """Seconds from spawning the sender until the waiting reader has printed ``token``."""
-    with subprocess.Popen(reader_argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                          stderr=subprocess.DEVNULL, env=env) as reader:
+    with subprocess.Popen(
+        reader_argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
+    ) as reader:
         assert reader.stdout is not None
         wait_until_waiting(paths, reader)
         start = time.perf_counter()
-        sender = subprocess.Popen(sender_argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL, env=env)
+        sender = subprocess.Popen(
+            sender_argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env
+        )
         while line := reader.stdout.readline():
             if token.encode() in line:
                 break
@@ -146,16 +151,21 @@ def run(paths: StatePaths, env: dict[str, str], count: int) -> None:
     print(f"hive         {' '.join(base)}")
     print(f"samples      {count} per figure, after {WARMUP} warm-up round, round-robin\n")
 
-    cold = {FLOOR: [python, "-I", "-c", "import json, socket"],
-            "hive --help": [*base, "--help"],
-            "hive --version": [*base, "--version"],
-            "hive send (one request)": [*base, "send", ME, "cold start"],
-            "hive inbox (reads that message)": [*base, "inbox"]}
+    cold = {
+        FLOOR: [python, "-I", "-c", "import json, socket"],
+        "hive --help": [*base, "--help"],
+        "hive --version": [*base, "--version"],
+        "hive send (one request)": [*base, "send", ME, "cold start"],
+        "hive inbox (reads that message)": [*base, "inbox"],
+    }
     reference = [python, "-I", "-c", REFERENCE, str(paths.socket)]
-    pairs = {"reference: stdlib client, send -> waiting inbox": (
-                 [*reference, "wait"], lambda token: [*reference, "send", ME, token]),
-             "hive send -> hive inbox --wait": (
-                 [*base, "inbox", "--wait", "60"], lambda token: [*base, "send", ME, token])}
+    pairs = {
+        "reference: stdlib client, send -> waiting inbox": (
+            [*reference, "wait"],
+            lambda token: [*reference, "send", ME, token],
+        ),
+        "hive send -> hive inbox --wait": ([*base, "inbox", "--wait", "60"], lambda token: [*base, "send", ME, token]),
+    }
     samples: dict[str, list[float]] = {name: [] for name in [*cold, *pairs]}
     for n in range(WARMUP + count):
         for name, argv in cold.items():
@@ -192,8 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     home = Path(tempfile.mkdtemp(prefix="hive-bench-", dir="/tmp"))
     (home / "config.toml").write_text(CONFIG, encoding="utf-8")
     paths = StatePaths(home)
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("HIVE_", "CLAUDE", "CODEX", "GEMINI", "CURSOR")) and k != "PYTHONDONTWRITEBYTECODE"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("HIVE_", "CLAUDE", "CODEX", "GEMINI", "CURSOR")) and k != "PYTHONDONTWRITEBYTECODE"
+    }
     env["HIVE_HOME"] = str(home)
     try:
         if not start_detached(paths):

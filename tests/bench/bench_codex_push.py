@@ -68,8 +68,11 @@ def arrival(model: ModelServer, marker: str) -> list[int]:
 
 
 async def measure(model: ModelServer, socket: Path, thread: str, count: int) -> dict[str, list[float]]:
-    results: dict[str, list[float]] = {"thread/read on a fresh connection (baseline)": [], "push accepted": [],
-                                       "push to model": []}
+    results: dict[str, list[float]] = {
+        "thread/read on a fresh connection (baseline)": [],
+        "push accepted": [],
+        "push to model": [],
+    }
     for n in range(WARMUP + count):
         start = time.perf_counter()
         await read_only(socket, thread)
@@ -103,8 +106,13 @@ def main() -> None:
         with ModelServer(Script()) as model:
             (home / "config.toml").write_text(CONFIG.replace(PORT_PLACEHOLDER, model.url), encoding="utf-8")
             env = {"HOME": str(root), "CODEX_HOME": str(home), "FAKE_OPENAI_KEY": "sk-fake", "PATH": "/usr/bin:/bin"}
-            process = subprocess.Popen([str(CODEX), "app-server", "--listen", "unix://"], env=env,
-                                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            process = subprocess.Popen(
+                [str(CODEX), "app-server", "--listen", "unix://"],
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             socket = home / app_server.SOCKET
 
             async def run() -> dict[str, list[float]]:

@@ -57,10 +57,20 @@ def cpu_seconds(pid: int) -> float:
 def entry(n: int, sid: str) -> str:
     if n % 10 == 5:
         todos = {"todos": [{"content": f"step {n}", "status": "in_progress", "activeForm": f"doing step {n}"}]}
-        return json.dumps({"type": "assistant", "sessionId": sid, "message": {"content": [
-            {"type": "tool_use", "name": "TodoWrite", "input": todos}]}})
-    return json.dumps({"type": "assistant", "sessionId": sid, "message": {"content": [
-        {"type": "text", "text": f"entry {n} " + "x" * 600}]}})
+        return json.dumps(
+            {
+                "type": "assistant",
+                "sessionId": sid,
+                "message": {"content": [{"type": "tool_use", "name": "TodoWrite", "input": todos}]},
+            }
+        )
+    return json.dumps(
+        {
+            "type": "assistant",
+            "sessionId": sid,
+            "message": {"content": [{"type": "text", "text": f"entry {n} " + "x" * 600}]},
+        }
+    )
 
 
 class Appender:
@@ -98,8 +108,11 @@ def measure(pid: int, seconds: float) -> dict[str, float]:
         samples.append(100 * (now_cpu - last_cpu) / (now - last))
         last_cpu, last = now_cpu, now
     samples.sort()
-    return {"total": 100 * (last_cpu - start_cpu) / (last - start), "p50": statistics.median(samples),
-            "p95": samples[min(len(samples) - 1, int(0.95 * len(samples)))]}
+    return {
+        "total": 100 * (last_cpu - start_cpu) / (last - start),
+        "p50": statistics.median(samples),
+        "p95": samples[min(len(samples) - 1, int(0.95 * len(samples)))],
+    }
 
 
 STARTED: list[int] = []  # sidecar pids, stopped at the end whatever happened
@@ -119,8 +132,15 @@ def sidecar(folder: Path, name: str) -> tuple[StatePaths, Path, int]:
 
 def cli(paths: StatePaths, *args: str, stdin: str | None = None) -> str:
     env = dict(os.environ, HIVE_HOME=str(paths.home))
-    return subprocess.run([sys.executable, "-m", "hive.sidecar.cli", *args], env=env, input=stdin,
-                          capture_output=True, text=True, timeout=60, check=True).stdout
+    return subprocess.run(
+        [sys.executable, "-m", "hive.sidecar.cli", *args],
+        env=env,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
 
 
 def request(paths: StatePaths, op: str, **args: object) -> dict[str, object]:
@@ -168,8 +188,11 @@ def wait_until(check: Callable[[], bool], what: str, timeout: float = 60) -> Non
 
 def phase(label: str, pid: int, seconds: float, results: dict[str, dict[str, float]]) -> None:
     results[label] = figures = measure(pid, seconds)
-    print(f"{label:<18} CPU {figures['total']:6.2f} %   per second p50 {figures['p50']:6.2f} %  "
-          f"p95 {figures['p95']:6.2f} %", flush=True)
+    print(
+        f"{label:<18} CPU {figures['total']:6.2f} %   per second p50 {figures['p50']:6.2f} %  "
+        f"p95 {figures['p95']:6.2f} %",
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -191,12 +214,27 @@ def main() -> None:
         paths, home, pid = sidecar(folder, "managed")
         files = transcripts(home)
         for path in files:
-            payload = {"session_id": path.stem, "cwd": "/work/app", "hook_event_name": "SessionStart",
-                       "source": "startup", "transcript_path": str(path)}
-            request(paths, "hook", harness="claude-code", event="SessionStart", payload=payload,
-                    env={"CLAUDECODE": "1"})
-        wait_until(lambda: sum(1 for s in request(paths, "who")["sessions"]  # type: ignore[union-attr]
-                               if str(s["doing"]).startswith("task")) == SESSIONS, "doing of all 20")
+            payload = {
+                "session_id": path.stem,
+                "cwd": "/work/app",
+                "hook_event_name": "SessionStart",
+                "source": "startup",
+                "transcript_path": str(path),
+            }
+            request(
+                paths, "hook", harness="claude-code", event="SessionStart", payload=payload, env={"CLAUDECODE": "1"}
+            )
+        wait_until(
+            lambda: (
+                sum(
+                    1
+                    for s in request(paths, "who")["sessions"]  # type: ignore[union-attr]
+                    if str(s["doing"]).startswith("task")
+                )
+                == SESSIONS
+            ),
+            "doing of all 20",
+        )
         time.sleep(settle)
         phase("managed, idle", pid, args.seconds, results)
         with Appender(files):
@@ -220,8 +258,10 @@ def main() -> None:
             extra = figures["total"] - base
             print(f"{label:<18} {figures['total']:6.2f} %  ({extra:+.2f} points over the same-run baseline)")
         idle = results["managed, idle"]["total"]
-        print(f"idle CPU with 20 followed transcripts: {idle:.2f} %   aim under {AIM_IDLE:.0f} %   "
-              f"{'met' if idle < AIM_IDLE else 'above'}")
+        print(
+            f"idle CPU with 20 followed transcripts: {idle:.2f} %   aim under {AIM_IDLE:.0f} %   "
+            f"{'met' if idle < AIM_IDLE else 'above'}"
+        )
     finally:
         for pid in STARTED:
             with contextlib.suppress(ProcessLookupError):

@@ -54,15 +54,27 @@ PATCH = "*** Begin Patch\n*** Update File: src/app.py\n@@\n-a\n+b\n*** End Patch
 
 
 def claude_edit(sid: str, n: int) -> dict[str, Any]:
-    return {"session_id": sid, "cwd": "/tmp/app", "hook_event_name": "PostToolUse", "tool_name": "Edit",
-            "tool_use_id": f"toolu_{n}", "tool_input": {"file_path": f"/tmp/app/src/f{n % 40}.py",
-                                                      "old_string": "a", "new_string": "b"},
-            "transcript_path": f"/tmp/{sid}.jsonl"}
+    return {
+        "session_id": sid,
+        "cwd": "/tmp/app",
+        "hook_event_name": "PostToolUse",
+        "tool_name": "Edit",
+        "tool_use_id": f"toolu_{n}",
+        "tool_input": {"file_path": f"/tmp/app/src/f{n % 40}.py", "old_string": "a", "new_string": "b"},
+        "transcript_path": f"/tmp/{sid}.jsonl",
+    }
 
 
 def codex_patch(sid: str, n: int) -> dict[str, Any]:
-    return {"session_id": sid, "cwd": "/tmp/app", "hook_event_name": "PostToolUse", "tool_name": "apply_patch",
-            "tool_use_id": f"call_{n}", "tool_input": {"command": ["apply_patch", PATCH]}, "turn_id": "t"}
+    return {
+        "session_id": sid,
+        "cwd": "/tmp/app",
+        "hook_event_name": "PostToolUse",
+        "tool_name": "apply_patch",
+        "tool_use_id": f"call_{n}",
+        "tool_input": {"command": ["apply_patch", PATCH]},
+        "turn_id": "t",
+    }
 
 
 async def bench_store(folder: Path, calls: int, writers: int) -> float:
@@ -74,8 +86,9 @@ async def bench_store(folder: Path, calls: int, writers: int) -> float:
         nonlocal stored
         async with limit:
             payload = claude_edit("s1", n) if n % 2 else codex_patch("s2", n)
-            events = normalize("claude-code" if n % 2 else "codex", "tool.after", payload, payload["session_id"],
-                               "/tmp/app")
+            events = normalize(
+                "claude-code" if n % 2 else "codex", "tool.after", payload, payload["session_id"], "/tmp/app"
+            )
             await store_events(store, events)
             stored += len(events)
 
@@ -101,12 +114,19 @@ async def bench_hooks(paths: StatePaths, calls: int, in_flight: int, label: str 
     pid = int(paths.lock.read_text().strip())
     latencies: list[float] = []
     async with Client.open(paths) as client:
+
         async def one(n: int) -> None:
             async with limit:
                 # As the hook client sends it: with its parent's pid, the harness.
                 sent = time.perf_counter()
-                await client.call("hook", harness="claude-code", event="PostToolUse", payload=claude_edit("h1", n),
-                                  env={"CLAUDECODE": "1"}, ppid=os.getppid())
+                await client.call(
+                    "hook",
+                    harness="claude-code",
+                    event="PostToolUse",
+                    payload=claude_edit("h1", n),
+                    env={"CLAUDECODE": "1"},
+                    ppid=os.getppid(),
+                )
                 latencies.append((time.perf_counter() - sent) * 1000)
 
         await one(-1)  # registers the session, so the figure is the steady state
@@ -124,9 +144,11 @@ async def bench_hooks(paths: StatePaths, calls: int, in_flight: int, label: str 
     rate = rows[0] / elapsed
     per_hook = 1000 * cpu / calls
     cuts = statistics.quantiles(latencies, n=100)
-    print(f"{label}: {rows[0]} events from {calls} hooks, {in_flight} in flight: {elapsed:.2f} s, "
-          f"{rate:,.0f} events/s, sidecar CPU {per_hook:.3f} ms per hook; "
-          f"hook round trip p50 {cuts[49]:.1f} ms, p90 {cuts[89]:.1f} ms, p99 {cuts[98]:.1f} ms")
+    print(
+        f"{label}: {rows[0]} events from {calls} hooks, {in_flight} in flight: {elapsed:.2f} s, "
+        f"{rate:,.0f} events/s, sidecar CPU {per_hook:.3f} ms per hook; "
+        f"hook round trip p50 {cuts[49]:.1f} ms, p90 {cuts[89]:.1f} ms, p99 {cuts[98]:.1f} ms"
+    )
     return rate, per_hook
 
 
@@ -148,8 +170,12 @@ def checkout(ref: str, folder: Path) -> Path:
         subprocess.run(["tar", "-x", "-C", str(target), "--strip-components=1"], input=archive, check=True)
     if ref.startswith("-"):
         commit, _, only = ref[1:].partition(":")
-        diff = subprocess.run(["git", "show", "--format=", commit, "--", *(only.split(",") if only else PARTS)],
-                              check=True, capture_output=True, cwd=REPO).stdout
+        diff = subprocess.run(
+            ["git", "show", "--format=", commit, "--", *(only.split(",") if only else PARTS)],
+            check=True,
+            capture_output=True,
+            cwd=REPO,
+        ).stdout
         subprocess.run(["patch", "-R", "-p1", "-s", "-d", str(root / "hive")], input=diff, check=True)
     return root
 
@@ -182,9 +208,11 @@ def compare_hooks(folder: Path, ref: str, calls: int, rounds: int) -> None:
     mine = statistics.median(r for r, _ in figures["this tree"])
     base_cpu = statistics.median(c for _, c in figures["baseline"])
     mine_cpu = statistics.median(c for _, c in figures["this tree"])
-    print(f"hook op, median of {rounds}: baseline {ref} {base:,.0f} events/s ({base_cpu:.3f} ms CPU/hook), "
-          f"this tree {mine:,.0f} events/s ({mine_cpu:.3f} ms CPU/hook): x{mine / base:.2f} events/s, "
-          f"x{base_cpu / mine_cpu:.2f} less CPU per hook")
+    print(
+        f"hook op, median of {rounds}: baseline {ref} {base:,.0f} events/s ({base_cpu:.3f} ms CPU/hook), "
+        f"this tree {mine:,.0f} events/s ({mine_cpu:.3f} ms CPU/hook): x{mine / base:.2f} events/s, "
+        f"x{base_cpu / mine_cpu:.2f} less CPU per hook"
+    )
 
 
 MESH = '[mesh]\nlisten = "127.0.0.1:0"\nmdns = false\n'
@@ -192,8 +220,14 @@ MESH = '[mesh]\nlisten = "127.0.0.1:0"\nmdns = false\n'
 
 def cli(home: Path, *args: str) -> str:
     env = dict(os.environ, HIVE_HOME=str(home), HIVE_KEYRING="off")
-    done = subprocess.run([sys.executable, "-m", "hive.sidecar.cli", *args], env=env, capture_output=True,
-                          text=True, timeout=60, check=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "hive.sidecar.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     return done.stdout
 
 
@@ -210,6 +244,7 @@ async def bench_presence(folder: Path, samples: int) -> float:
     cli(bob, "join", json.loads(cli(alice, "invite", "--json"))["link"], "--as", "bob")
     latencies = []
     async with Client.open(StatePaths(alice)) as a, Client.open(StatePaths(bob)) as b:
+
         async def state_at_bob() -> str:
             sessions = (await b.call("who"))["sessions"]
             return next((s["state"] for s in sessions if s["person"] == "alice"), "")
@@ -236,8 +271,11 @@ async def bench_presence(folder: Path, samples: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--baseline", metavar="REF", help="only the hook op, this tree against the code at REF "
-                        "(-COMMIT: this tree without that commit)")
+    parser.add_argument(
+        "--baseline",
+        metavar="REF",
+        help="only the hook op, this tree against the code at REF (-COMMIT: this tree without that commit)",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     if args.baseline:
@@ -262,12 +300,18 @@ def main() -> None:
         print("== 3. presence latency: hook on one machine -> who on a teammate's")
         presence_p50 = anyio.run(bench_presence, folder, 10 if args.quick else 50)
         print("== summary ==")
-        print(f"events/s durable, store    {store_rate:>10,.0f}   aim {AIM:,.0f}   "
-              f"{'met' if store_rate >= AIM else 'below'}")
-        print(f"events/s durable, hook op  {hook_rate:>10,.0f}   aim {AIM:,.0f}   "
-              f"{'met' if hook_rate >= AIM else 'below'}")
-        print(f"presence latency p50 (ms)  {presence_p50:>10,.1f}   aim {100:,}   "
-              f"{'met' if presence_p50 <= 100 else 'above'}")
+        print(
+            f"events/s durable, store    {store_rate:>10,.0f}   aim {AIM:,.0f}   "
+            f"{'met' if store_rate >= AIM else 'below'}"
+        )
+        print(
+            f"events/s durable, hook op  {hook_rate:>10,.0f}   aim {AIM:,.0f}   "
+            f"{'met' if hook_rate >= AIM else 'below'}"
+        )
+        print(
+            f"presence latency p50 (ms)  {presence_p50:>10,.1f}   aim {100:,}   "
+            f"{'met' if presence_p50 <= 100 else 'above'}"
+        )
     finally:
         shutil.rmtree(folder, ignore_errors=True)
         print(f"removed {folder}")

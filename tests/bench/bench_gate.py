@@ -66,9 +66,23 @@ class Clock:
 
 
 def config(people: int) -> str:
-    lines = ["[gate]", "window = 86400", "hold_attention = 3600", "budget = 1000", 'timezone = "UTC"',
-             'quiet = "22:00-07:00"', 'live = ["overlap", "lesson", "review", "notify"]', 'mute = ["mail"]', "",
-             "[gate.shares]", "overlap = 0.3", "lesson = 0.3", "review = 0.3", "notify = 0.3", ""]
+    lines = [
+        "[gate]",
+        "window = 86400",
+        "hold_attention = 3600",
+        "budget = 1000",
+        'timezone = "UTC"',
+        'quiet = "22:00-07:00"',
+        'live = ["overlap", "lesson", "review", "notify"]',
+        'mute = ["mail"]',
+        "",
+        "[gate.shares]",
+        "overlap = 0.3",
+        "lesson = 0.3",
+        "review = 0.3",
+        "notify = 0.3",
+        "",
+    ]
     for n in range(0, people, 10):  # a tenth of the people have their own table, as people would
         lines += [f"[gate.people.p{n:03d}]", "budget = 900", 'timezone = "Europe/Berlin"', ""]
     return "\n".join(lines)
@@ -80,11 +94,22 @@ def item(person: int, n: int, kind: str, facts: int) -> Item:
     if kind == "info":
         return Item(source=source, person=who, title=f"note {n} for {who}", key=f"info-{n}")
     if kind == "muted":
-        return Item(source="mail", person=who, title=f"held mail {n}", key=f"mail-{n}",
-                    evidence=(Evidence("ci", f"repo{n % facts}@main"),))
-    return Item(source=source, person=who, title=f"{source} item {n} for {who}", key=f"{kind}-{n}",
-                session=f"{who}/s{n % 3}", proposer=f"{who}/w{n % 5}",
-                evidence=(Evidence("ci", f"repo{n % facts}@main"), Evidence("file", f"repo/src/f{n}.py")))
+        return Item(
+            source="mail",
+            person=who,
+            title=f"held mail {n}",
+            key=f"mail-{n}",
+            evidence=(Evidence("ci", f"repo{n % facts}@main"),),
+        )
+    return Item(
+        source=source,
+        person=who,
+        title=f"{source} item {n} for {who}",
+        key=f"{kind}-{n}",
+        session=f"{who}/s{n % 3}",
+        proposer=f"{who}/w{n % 5}",
+        evidence=(Evidence("ci", f"repo{n % facts}@main"), Evidence("file", f"repo/src/f{n}.py")),
+    )
 
 
 def rate(count: int, seconds: float) -> str:
@@ -111,28 +136,39 @@ def python_baseline(count: int) -> float:
     start = time.perf_counter()
     for n in range(count):
         key = hashlib.blake2b(f"overlap/p{n % 100:03d}/key-{n}".encode(), digest_size=8).hexdigest()
-        seen[key] = (key, json.dumps([{"kind": "ci", "ref": f"repo{n % 50}@main"}], separators=(",", ":")),
-                     f"attention: ci repo{n % 50}@main is failing")
+        seen[key] = (
+            key,
+            json.dumps([{"kind": "ci", "ref": f"repo{n % 50}@main"}], separators=(",", ":")),
+            f"attention: ci repo{n % 50}@main is failing",
+        )
     return count / (time.perf_counter() - start)
 
 
 async def sqlite_baseline(store: Store, count: int) -> float:
     """Decisions' worth of durable rows per second: two rows each, 1,000 decisions to a commit."""
     db = store.db
-    await db.execute("CREATE TABLE IF NOT EXISTS bench_items (id TEXT PRIMARY KEY, person TEXT, state TEXT, "
-                     "evidence TEXT, at REAL)")
-    await db.execute("CREATE TABLE IF NOT EXISTS bench_ledger (seq INTEGER PRIMARY KEY, item TEXT, person TEXT, "
-                     "at REAL, rule TEXT, reason TEXT)")
+    await db.execute(
+        "CREATE TABLE IF NOT EXISTS bench_items (id TEXT PRIMARY KEY, person TEXT, state TEXT, evidence TEXT, at REAL)"
+    )
+    await db.execute(
+        "CREATE TABLE IF NOT EXISTS bench_ledger (seq INTEGER PRIMARY KEY, item TEXT, person TEXT, "
+        "at REAL, rule TEXT, reason TEXT)"
+    )
     base = int(time.time() * 1e6)
     start = time.perf_counter()
     for k in range(0, count, 1000):
         rows = range(k, min(count, k + 1000))
-        await db.executemany("INSERT INTO bench_items VALUES (?, ?, ?, ?, ?)",
-                             [(f"{base}-{n}", f"p{n % 100:03d}", "pending",
-                               f'[{{"kind":"ci","ref":"repo{n % 50}@main"}}]', START) for n in rows])
-        await db.executemany("INSERT INTO bench_ledger (item, person, at, rule, reason) VALUES (?, ?, ?, ?, ?)",
-                             [(f"{base}-{n}", f"p{n % 100:03d}", START, "wait", "attention: ci failing")
-                              for n in rows])
+        await db.executemany(
+            "INSERT INTO bench_items VALUES (?, ?, ?, ?, ?)",
+            [
+                (f"{base}-{n}", f"p{n % 100:03d}", "pending", f'[{{"kind":"ci","ref":"repo{n % 50}@main"}}]', START)
+                for n in rows
+            ],
+        )
+        await db.executemany(
+            "INSERT INTO bench_ledger (item, person, at, rule, reason) VALUES (?, ?, ?, ?, ?)",
+            [(f"{base}-{n}", f"p{n % 100:03d}", START, "wait", "attention: ci failing") for n in rows],
+        )
         await store.write([])  # the commit, as the gate's group commit does it
     took = time.perf_counter() - start
     await db.execute("DELETE FROM bench_items")
@@ -165,8 +201,10 @@ async def bench(quick: bool) -> None:
         await gate.load()
         for f in range(facts):
             await gate.record("ci", f"repo{f}@main", "failing")
-        print(f"gate benchmark: {people} people, {waiting:,} waiting items, python {sys.version.split()[0]}, "
-              f"{os.cpu_count()} CPUs, database in {folder}")
+        print(
+            f"gate benchmark: {people} people, {waiting:,} waiting items, python {sys.version.split()[0]}, "
+            f"{os.cpu_count()} CPUs, database in {folder}"
+        )
 
         print(f"\n== 1. fill: {waiting:,} attention items, all left waiting ==")
         n = 0
@@ -180,8 +218,10 @@ async def bench(quick: bool) -> None:
         summary.append(("fill, batches of 100", rate(waiting, fill)))
 
         py_first, sql_first = python_baseline(mixed), await sqlite_baseline(store, mixed)
-        print(f"\n== baselines (before section 2): python bookkeeping {py_first:,.0f}/s, "
-              f"durable SQLite rows for {sql_first:,.0f} decisions/s ==")
+        print(
+            f"\n== baselines (before section 2): python bookkeeping {py_first:,.0f}/s, "
+            f"durable SQLite rows for {sql_first:,.0f} decisions/s =="
+        )
 
         print(f"\n== 2. decisions with {len(gate.open):,} waiting ==")
         rng = random.Random(7)
@@ -204,14 +244,14 @@ async def bench(quick: bool) -> None:
         items = mix(mixed)
         start = time.perf_counter()
         for k in range(0, len(items), 100):
-            await gate.offer_many(items[k:k + 100])
+            await gate.offer_many(items[k : k + 100])
         batched = time.perf_counter() - start
         print(f"(a) batches of 100:             {rate(len(items), batched)}")
 
         items = mix(mixed)
         start = time.perf_counter()
         for k in range(0, len(items), 1000):
-            await gate.offer_many(items[k:k + 1000])
+            await gate.offer_many(items[k : k + 1000])
         batched_1000 = time.perf_counter() - start
         print(f"    batches of 1,000:           {rate(len(items), batched_1000)}")
 
@@ -258,25 +298,33 @@ async def bench(quick: bool) -> None:
             to_sql.append(gate_rate / sql_rate)
             to_py.append(gate_rate / py_rate)
         low, mid, high = (sorted(gate_rates)[i] for i in (0, len(gate_rates) // 2, -1))
-        print(f"(e) {rounds} rounds of 1,000, each between its baselines: decisions/s min {low:,.0f}, "
-              f"p50 {mid:,.0f}, max {high:,.0f}; per round / durable SQLite rows p50 {statistics.median(to_sql):.2f}, "
-              f"/ python bookkeeping p50 {statistics.median(to_py):.2f}")
+        print(
+            f"(e) {rounds} rounds of 1,000, each between its baselines: decisions/s min {low:,.0f}, "
+            f"p50 {mid:,.0f}, max {high:,.0f}; per round / durable SQLite rows p50 {statistics.median(to_sql):.2f}, "
+            f"/ python bookkeeping p50 {statistics.median(to_py):.2f}"
+        )
         py_after, sql_after = python_baseline(mixed), await sqlite_baseline(store, mixed)
         py_base, sql_base = max(py_first, py_after), max(sql_first, sql_after)
-        print(f"baselines again (after section 2): python {py_after:,.0f}/s, SQLite {sql_after:,.0f}/s; "
-              f"kept: {py_base:,.0f}/s and {sql_base:,.0f}/s")
-        ratios = [("interleaved rounds / durable SQLite rows (p50)", statistics.median(to_sql)),
-                  ("interleaved rounds / python bookkeeping (p50)", statistics.median(to_py)),
-                  ("batches of 1,000 / durable SQLite rows", (mixed / batched_1000) / sql_base),
-                  ("batches of 1,000 / python bookkeeping", (mixed / batched_1000) / py_base),
-                  ("procedure in memory / python bookkeeping", (mixed / in_memory) / py_base),
-                  ("64 concurrent callers / durable SQLite rows", (mixed / concurrent) / sql_base)]
-        summary += [("decisions, interleaved rounds p50", f"{mid:>10,.0f}/s"),
-                    ("decisions, batches of 100", rate(mixed, batched)),
-                    ("decisions, batches of 1,000", rate(mixed, batched_1000)),
-                    ("decisions, 64 concurrent callers", rate(mixed, concurrent)),
-                    ("decisions, one at a time", rate(single, sequential)),
-                    ("decision procedure in memory", rate(mixed, in_memory))]
+        print(
+            f"baselines again (after section 2): python {py_after:,.0f}/s, SQLite {sql_after:,.0f}/s; "
+            f"kept: {py_base:,.0f}/s and {sql_base:,.0f}/s"
+        )
+        ratios = [
+            ("interleaved rounds / durable SQLite rows (p50)", statistics.median(to_sql)),
+            ("interleaved rounds / python bookkeeping (p50)", statistics.median(to_py)),
+            ("batches of 1,000 / durable SQLite rows", (mixed / batched_1000) / sql_base),
+            ("batches of 1,000 / python bookkeeping", (mixed / batched_1000) / py_base),
+            ("procedure in memory / python bookkeeping", (mixed / in_memory) / py_base),
+            ("64 concurrent callers / durable SQLite rows", (mixed / concurrent) / sql_base),
+        ]
+        summary += [
+            ("decisions, interleaved rounds p50", f"{mid:>10,.0f}/s"),
+            ("decisions, batches of 100", rate(mixed, batched)),
+            ("decisions, batches of 1,000", rate(mixed, batched_1000)),
+            ("decisions, 64 concurrent callers", rate(mixed, concurrent)),
+            ("decisions, one at a time", rate(single, sequential)),
+            ("decision procedure in memory", rate(mixed, in_memory)),
+        ]
 
         print("\n== 3. breakpoints: one per person ==")
         clock.now += 120
@@ -286,8 +334,10 @@ async def bench(quick: bool) -> None:
         for person in range(people):
             released += len(await gate.breakpoint(f"p{person:03d}", f"p{person:03d}/s{person % 3}", "commit"))
         took = time.perf_counter() - start
-        print(f"{people} breakpoints released {released:,} of {before:,} waiting: {rate(released, took)} decisions, "
-              f"{took / people * 1000:.2f} ms per breakpoint")
+        print(
+            f"{people} breakpoints released {released:,} of {before:,} waiting: {rate(released, took)} decisions, "
+            f"{took / people * 1000:.2f} ms per breakpoint"
+        )
         summary.append(("breakpoint releases", rate(released, took)))
 
         print("\n== 4. wake-ups: every remaining wait reaches its bound ==")

@@ -114,9 +114,12 @@ def main(argv: list[str] | None = None) -> int:
     count = 30 if args.quick else 300
     home = Path(tempfile.mkdtemp(prefix="hive-bench-", dir="/tmp"))
     # One pair of sessions sends hundreds of messages: lift the mail guards, or it would time their refusals.
-    (home / "config.toml").write_text('person = "alice"\nmachine = "bench"\n'
-                                      '[mesh]\nlisten = "127.0.0.1:0"\nmdns = false\n'
-                                      'rate_limit = 1000000\nloop_limit = 1000000\n', encoding="utf-8")
+    (home / "config.toml").write_text(
+        'person = "alice"\nmachine = "bench"\n'
+        '[mesh]\nlisten = "127.0.0.1:0"\nmdns = false\n'
+        "rate_limit = 1000000\nloop_limit = 1000000\n",
+        encoding="utf-8",
+    )
     paths = StatePaths(home)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HIVE_", "CLAUDE", "CODEX", "GEMINI", "CURSOR"))}
     env["HIVE_HOME"] = str(home)
@@ -141,12 +144,19 @@ def run(paths: StatePaths, env: dict[str, str], count: int) -> int:
     argv = shlex.split(command)
     python = argv[0]
     cwd = str(paths.home)
-    payload = json.dumps({
-        "session_id": SESSION, "transcript_path": f"/home/alice/.claude/projects/-bench/{SESSION}.jsonl",
-        "cwd": cwd, "hook_event_name": "PostToolUse", "tool_name": "mcp__test__ping",
-        "tool_input": {"message": "hi"}, "tool_use_id": "toolu_01", "tool_response": '{"result":"PONG:hi"}',
-        "duration_ms": 12,
-    }).encode()
+    payload = json.dumps(
+        {
+            "session_id": SESSION,
+            "transcript_path": f"/home/alice/.claude/projects/-bench/{SESSION}.jsonl",
+            "cwd": cwd,
+            "hook_event_name": "PostToolUse",
+            "tool_name": "mcp__test__ping",
+            "tool_input": {"message": "hi"},
+            "tool_use_id": "toolu_01",
+            "tool_response": '{"result":"PONG:hi"}',
+            "duration_ms": 12,
+        }
+    ).encode()
     hook_env = {**env, "CLAUDECODE": "1", "CLAUDE_CODE_SESSION_ID": SESSION, "CLAUDE_PROJECT_DIR": cwd}
     hive = shutil.which("hive", path=os.path.dirname(sys.executable)) or "hive"
     print(f"interpreter   {python} (Python {sys.version.split()[0]})")
@@ -157,8 +167,10 @@ def run(paths: StatePaths, env: dict[str, str], count: int) -> int:
 
     def spawn(cmd: list[str], extra_env: dict[str, str] | None = None) -> Callable[[], bytes]:
         def once() -> bytes:
-            return subprocess.run(cmd, input=payload, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                  env=extra_env or env, check=True).stdout
+            return subprocess.run(
+                cmd, input=payload, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=extra_env or env, check=True
+            ).stdout
+
         return once
 
     spawn(argv, hook_env)()  # registers the session
@@ -172,9 +184,18 @@ def run(paths: StatePaths, env: dict[str, str], count: int) -> int:
         shutil.rmtree(hung, ignore_errors=True)
 
 
-def measure(paths: StatePaths, env: dict[str, str], count: int, python: str, argv: list[str],
-            hook_env: dict[str, str], hive: str, spawn: Callable[..., Callable[[], bytes]],
-            absent: Path, hung: Path) -> int:
+def measure(
+    paths: StatePaths,
+    env: dict[str, str],
+    count: int,
+    python: str,
+    argv: list[str],
+    hook_env: dict[str, str],
+    hive: str,
+    spawn: Callable[..., Callable[[], bytes]],
+    absent: Path,
+    hung: Path,
+) -> int:
     hook = spawn(argv, hook_env)
     address = request(paths, {"op": "who", "session": SESSION})["me"]
     figures: dict[str, Callable[[], bytes]] = {

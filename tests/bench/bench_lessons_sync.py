@@ -59,7 +59,8 @@ class Machine:
         self.home.mkdir(mode=0o700)
         (self.home / "config.toml").write_text(
             f'person = "{self.person}"\nmachine = "m{index}"\n[mesh]\nlisten = "127.0.0.1:0"\nmdns = false\n',
-            encoding="utf-8")
+            encoding="utf-8",
+        )
         self.paths = StatePaths(self.home)
 
     def start(self) -> None:
@@ -91,20 +92,27 @@ async def wait_until(check: Callable[[], Awaitable[bool]], within: float, interv
     return time.perf_counter() - start
 
 
-def make_batches(identity: Identity, person: str, team_id: str, first_seq: int, count: int
-                 ) -> list[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
+def make_batches(
+    identity: Identity, person: str, team_id: str, first_seq: int, count: int
+) -> list[tuple[list[dict[str, Any]], list[dict[str, Any]]]]:
     batches = []
     seq = first_seq
     for start in range(0, count, BATCH):
         entries, blobs = [], []
         for _ in range(start, min(start + BATCH, count)):
             body = L.new_lesson(
-                kind="gotcha", scope="team", author_person=person, author_machine=identity.key_id,
-                author_session=f"{person}/bench", created_at=1_700_000_000_000 + seq,
+                kind="gotcha",
+                scope="team",
+                author_person=person,
+                author_machine=identity.key_id,
+                author_session=f"{person}/bench",
+                created_at=1_700_000_000_000 + seq,
                 text=f"Lesson {seq}: the integration suite needs the local queue running before the api starts; "
-                     "start it with make queue, or the first test times out after 30 seconds.",
-                applicability="when running the integration tests", tags=("tests", f"t{seq % 50}"),
-                evidence=[L.Evidence("file", f"tests/integration/test_{seq % 200}.py")])
+                "start it with make queue, or the first test times out after 30 seconds.",
+                applicability="when running the integration tests",
+                tags=("tests", f"t{seq % 50}"),
+                evidence=[L.Evidence("file", f"tests/integration/test_{seq % 200}.py")],
+            )
             entries.append(L.make_entry(identity, team_id, "team", seq, body).to_wire())
             blobs.append(body.blob())
             seq += 1
@@ -131,6 +139,7 @@ async def run(count: int) -> None:
 
         async def linked() -> bool:
             return len((await a.call("mesh"))["links"]) == 1 and len((await b.call("mesh"))["links"]) == 1
+
         await wait_until(linked, 60, 0.05)
         status = await a.call("lesson_sync_status")
         team_id, author = status["team_id"], status["me"]
@@ -152,8 +161,10 @@ async def run(count: int) -> None:
             per_batch.append(time.perf_counter() - t1)
             assert set(result["entries"]) == {"added"} and set(result["blobs"]) == {"added"}, result
         local = time.perf_counter() - t0
-        print(f"local: {local:.2f} s ({count / local:.0f} entries/s); per batch p50 "
-              f"{percentile(per_batch, 50) * 1000:.1f} ms, p99 {percentile(per_batch, 99) * 1000:.1f} ms")
+        print(
+            f"local: {local:.2f} s ({count / local:.0f} entries/s); per batch p50 "
+            f"{percentile(per_batch, 50) * 1000:.1f} ms, p99 {percentile(per_batch, 99) * 1000:.1f} ms"
+        )
 
         section(f"2. catch-up: B starts and syncs {count} entries and bodies from A")
         t0 = time.perf_counter()
@@ -162,12 +173,15 @@ async def run(count: int) -> None:
 
         async def b_linked() -> bool:
             return len((await b.call("mesh"))["links"]) == 1
+
         linked_at = await wait_until(b_linked, 120, 0.01) + started
         catch_up = await wait_until(lambda: holds(b, author, count, count), 900, 0.05) + linked_at
         moving = catch_up - linked_at
-        print(f"catch-up: {catch_up:.2f} s from B's start (started {started:.2f} s, linked {linked_at:.2f} s, "
-              f"then {moving:.2f} s moving entries: {count / moving:.0f} entries/s, "
-              f"{moving / local:.2f}x the local baseline)")
+        print(
+            f"catch-up: {catch_up:.2f} s from B's start (started {started:.2f} s, linked {linked_at:.2f} s, "
+            f"then {moving:.2f} s moving entries: {count / moving:.0f} entries/s, "
+            f"{moving / local:.2f}x the local baseline)"
+        )
 
         section(f"3. live: {live_count} more entries on A in batches of {BATCH}, lag until B holds each batch")
         lags = []
@@ -180,12 +194,16 @@ async def run(count: int) -> None:
             await wait_until(lambda h=held: holds(b, author, h, h), 120)
             lags.append(time.perf_counter() - sent)
         total = time.perf_counter() - t0
-        print(f"live: {live_count} entries in {total:.2f} s ({live_count / total:.0f} entries/s end to end); "
-              f"lag per batch p50 {percentile(lags, 50) * 1000:.1f} ms, p99 {percentile(lags, 99) * 1000:.1f} ms")
+        print(
+            f"live: {live_count} entries in {total:.2f} s ({live_count / total:.0f} entries/s end to end); "
+            f"lag per batch p50 {percentile(lags, 50) * 1000:.1f} ms, p99 {percentile(lags, 99) * 1000:.1f} ms"
+        )
 
         section("summary")
-        print(f"replication of {count} entries between two machines: {moving:.2f} s once linked, {catch_up:.2f} s "
-              f"from a cold start (local insert of the same entries: {local:.2f} s; ratio {moving / local:.2f})")
+        print(
+            f"replication of {count} entries between two machines: {moving:.2f} s once linked, {catch_up:.2f} s "
+            f"from a cold start (local insert of the same entries: {local:.2f} s; ratio {moving / local:.2f})"
+        )
     finally:
         for machine in (a, b):
             try:

@@ -76,9 +76,13 @@ async def measure(home: Path, count: int) -> dict[str, list[float]]:
 
     params = StdioServerParameters(command=HIVE[0], args=[*HIVE[1:], "mcp"], env={"HIVE_HOME": str(home)}, cwd=home)
     with open(home / "mcp.stderr", "a", encoding="utf-8") as errlog:  # noqa: ASYNC230 (set-up, not timed)
-        client = Client(stdio_client(params, errlog=errlog), mode="legacy",
-                        client_info=Implementation(name="codex-mcp-client", version="bench"))
+        client = Client(
+            stdio_client(params, errlog=errlog),
+            mode="legacy",
+            client_info=Implementation(name="codex-mcp-client", version="bench"),
+        )
         async with client:
+
             async def with_meta() -> object:
                 result = await client.call_tool("list_team", {}, meta={"sessionId": "bench-codex"})
                 assert not result.is_error, result
@@ -107,8 +111,10 @@ def report(results: dict[str, list[float]]) -> None:
     print(f"{'round trip':32} {'calls':>6} {'p50 ms':>8} {'p99 ms':>8} {'p50 ratio':>10} {'p99 ratio':>10}")
     for name, samples in results.items():
         p50, p99 = percentile(samples, 50), percentile(samples, 99)
-        print(f"{name:32} {len(samples):>6} {p50 * 1000:>8.3f} {p99 * 1000:>8.3f} "
-              f"{p50 / base50:>9.1f}x {p99 / base99:>9.1f}x")
+        print(
+            f"{name:32} {len(samples):>6} {p50 * 1000:>8.3f} {p99 * 1000:>8.3f} "
+            f"{p50 / base50:>9.1f}x {p99 / base99:>9.1f}x"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,8 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     count = args.calls or (50 if args.quick else 1000)
 
     home = Path(tempfile.mkdtemp(prefix="hive-bench-mcp-", dir="/tmp"))
-    (home / "config.toml").write_text('person = "bench"\nmachine = "bench"\n[mesh]\nlisten = "127.0.0.1:0"\n'
-                                      'mdns = false\n', encoding="utf-8")
+    (home / "config.toml").write_text(
+        'person = "bench"\nmachine = "bench"\n[mesh]\nlisten = "127.0.0.1:0"\nmdns = false\n', encoding="utf-8"
+    )
     env = {**os.environ, "HIVE_HOME": str(home)}
     try:
         if not start_detached(StatePaths(home)):

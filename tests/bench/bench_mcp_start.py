@@ -45,8 +45,16 @@ from hive.sidecar.base.paths import StatePaths
 from hive.sidecar.client import start_detached
 
 WARMUP = 1
-INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-    "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "claude-code", "version": "bench"}}}
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "claude-code", "version": "bench"},
+    },
+}
 INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
 TOOLS_LIST = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
 
@@ -67,8 +75,7 @@ def _reply(stream: IO[bytes], wanted: int) -> dict[str, Any]:
 def time_mcp(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
     """Seconds from spawn to the initialize reply and to the tools/list reply."""
     start = time.perf_counter()
-    process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                               env=env)
+    process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
     assert process.stdin is not None and process.stdout is not None
     try:
         _write(process.stdin, INITIALIZE)
@@ -105,8 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     count = args.n or (3 if args.quick else 20)
     home = Path(tempfile.mkdtemp(prefix="hive-bench-", dir="/tmp"))
-    (home / "config.toml").write_text('person = "alice"\nmachine = "bench"\n'
-                                      '[mesh]\nlisten = "127.0.0.1:0"\nmdns = false\n', encoding="utf-8")
+    (home / "config.toml").write_text(
+        'person = "alice"\nmachine = "bench"\n[mesh]\nlisten = "127.0.0.1:0"\nmdns = false\n', encoding="utf-8"
+    )
     paths = StatePaths(home)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HIVE_", "CLAUDE", "CODEX", "GEMINI", "CURSOR"))}
     env["HIVE_HOME"] = str(home)

@@ -58,10 +58,8 @@ class Plan:
     join_batch: int
 
 
-FULL = Plan(latency_rounds=500, throughput_messages=2_000, in_flight=16, presence_rounds=100, machines=50,
-            join_batch=6)
-QUICK = Plan(latency_rounds=50, throughput_messages=200, in_flight=8, presence_rounds=20, machines=6,
-             join_batch=3)
+FULL = Plan(latency_rounds=500, throughput_messages=2_000, in_flight=16, presence_rounds=100, machines=50, join_batch=6)
+QUICK = Plan(latency_rounds=50, throughput_messages=200, in_flight=8, presence_rounds=20, machines=6, join_batch=3)
 
 
 def percentile(samples: list[float], pct: float) -> float:
@@ -101,8 +99,9 @@ class Machine:
             # The benchmark sends far more than a person's agents would: lift the rate limits (60 a
             # minute by default) and the loop guard, or most of it would measure their refusals.
             f'person = "{self.person}"\nmachine = "m{index}"\n[mesh]\nlisten = "127.0.0.1:0"\nmdns = false\n'
-            'rate_limit = 1000000\nloop_limit = 1000000\n',
-            encoding="utf-8")
+            "rate_limit = 1000000\nloop_limit = 1000000\n",
+            encoding="utf-8",
+        )
         self.paths = StatePaths(self.home)
         self.client: Client
 
@@ -132,27 +131,33 @@ async def form_team(machines: list[Machine], batch: int) -> tuple[float, float]:
     started = time.perf_counter()
     for offset in range(1, len(machines), batch):
         async with anyio.create_task_group() as tg:
-            for machine in machines[offset:offset + batch]:
+            for machine in machines[offset : offset + batch]:
                 tg.start_soon(lambda m=machine: m.client.call("team_join", link=link, person=m.person))
     return time.perf_counter() - started, started
 
 
 async def register(machine: Machine, name: str) -> None:
-    await machine.client.call("register", session={"key": f"{machine.person}-{name}", "agent": "codex",
-                                                   "cwd": f"/src/{name}", "name": name}, hold=True)
+    await machine.client.call(
+        "register",
+        session={"key": f"{machine.person}-{name}", "agent": "codex", "cwd": f"/src/{name}", "name": name},
+        hold=True,
+    )
 
 
-async def latency(sender: Client, reader: Client, target: str, session: str, rounds: int,
-                  **extra: Any) -> tuple[list[float], list[float]]:
+async def latency(
+    sender: Client, reader: Client, target: str, session: str, rounds: int, **extra: Any
+) -> tuple[list[float], list[float]]:
     """``rounds`` sends to ``target``, each taken by a long poll already parked on ``session``'s mailbox:
     the times from just before ``send`` until the poll returns it, and of the ``send`` calls."""
     waits, sends = [], []
     for _ in range(rounds):
         got: dict[str, Any] = {}
         async with anyio.create_task_group() as tg:
+
             async def poll(got: dict[str, Any] = got) -> None:
                 got.update(await reader.call("inbox", session=session, wait=30))
                 got["at"] = time.perf_counter()
+
             tg.start_soon(poll)
             await anyio.sleep(0.005)  # let the poll park, so the figure is the wake-up path
             t0 = time.perf_counter()
@@ -169,6 +174,7 @@ async def bench_pair(a: Machine, b: Machine, plan: Plan, results: dict[str, floa
 
     async def visible() -> bool:
         return any(s["address"] == target and s["live"] for s in (await a.client.call("who"))["sessions"])
+
     await wait_until(visible, 30)
 
     section("1. send -> inbox latency between two machines, against a one-machine baseline")
@@ -179,8 +185,7 @@ async def bench_pair(a: Machine, b: Machine, plan: Plan, results: dict[str, floa
     (project / ".git").mkdir(parents=True, exist_ok=True)
     attachment = project / "trace.txt"
     attachment.write_text("log line of a trace\n" * 800)  # 16 KB: a typical attached log or diff
-    async with Client.open(a.paths, autostart=False) as local_reader, \
-            Client.open(b.paths, autostart=False) as reader:
+    async with Client.open(a.paths, autostart=False) as local_reader, Client.open(b.paths, autostart=False) as reader:
         local = await latency(a.client, local_reader, f"{a.person}/local", f"{a.person}-local", plan.latency_rounds)
         remote = await latency(a.client, reader, target, f"{b.person}-api", plan.latency_rounds)
         # Files leave as a person's script sends them (this process, no terminal): confined to
@@ -188,28 +193,37 @@ async def bench_pair(a: Machine, b: Machine, plan: Plan, results: dict[str, floa
         before = os.getcwd()
         os.chdir(project)
         try:
-            files = await latency(a.client, reader, target, f"{b.person}-api", max(plan.latency_rounds // 5, 10),
-                                  files=[attachment.name])
+            files = await latency(
+                a.client, reader, target, f"{b.person}-api", max(plan.latency_rounds // 5, 10), files=[attachment.name]
+            )
         finally:
             os.chdir(before)
-    for label, (waits, sends) in (("baseline, one machine", local), ("across the mesh", remote),
-                                  ("across the mesh, 16 KB file", files)):
-        print(f"{label:<28} {len(waits):>4} rounds: send -> inbox p50 {ms(percentile(waits, 50))}, "
-              f"p99 {ms(percentile(waits, 99))}; send call p50 {ms(percentile(sends, 50))}, "
-              f"p99 {ms(percentile(sends, 99))}")
+    for label, (waits, sends) in (
+        ("baseline, one machine", local),
+        ("across the mesh", remote),
+        ("across the mesh, 16 KB file", files),
+    ):
+        print(
+            f"{label:<28} {len(waits):>4} rounds: send -> inbox p50 {ms(percentile(waits, 50))}, "
+            f"p99 {ms(percentile(waits, 99))}; send call p50 {ms(percentile(sends, 50))}, "
+            f"p99 {ms(percentile(sends, 99))}"
+        )
     results["latency_p50"], results["latency_p99"] = percentile(remote[0], 50), percentile(remote[0], 99)
     results["baseline_p50"], results["baseline_p99"] = percentile(local[0], 50), percentile(local[0], 99)
     results["files_p50"], results["files_p99"] = percentile(files[0], 50), percentile(files[0], 99)
-    print(f"mesh / baseline: p50 x{results['latency_p50'] / results['baseline_p50']:.2f}, "
-          f"p99 x{results['latency_p99'] / results['baseline_p99']:.2f}; with a 16 KB file / without: "
-          f"p50 x{results['files_p50'] / results['latency_p50']:.2f}")
+    print(
+        f"mesh / baseline: p50 x{results['latency_p50'] / results['baseline_p50']:.2f}, "
+        f"p99 x{results['latency_p99'] / results['baseline_p99']:.2f}; with a 16 KB file / without: "
+        f"p50 x{results['files_p50'] / results['latency_p50']:.2f}"
+    )
 
     section("2. throughput between two machines")
     count = plan.throughput_messages
     cpu_a, cpu_b = cpu_seconds(a.pid), cpu_seconds(b.pid)
     async with AsyncExitStack() as stack:
-        senders = [await stack.enter_async_context(Client.open(a.paths, autostart=False))
-                   for _ in range(plan.in_flight)]
+        senders = [
+            await stack.enter_async_context(Client.open(a.paths, autostart=False)) for _ in range(plan.in_flight)
+        ]
         remaining = iter(range(count))
         states: dict[str, int] = {}
 
@@ -225,9 +239,11 @@ async def bench_pair(a: Machine, b: Machine, plan: Plan, results: dict[str, floa
                 tg.start_soon(pump, client)
         elapsed = time.perf_counter() - t0
     results["throughput"] = count / elapsed
-    print(f"{count} messages, {plan.in_flight} in flight: {results['throughput']:.0f} msg/s acknowledged "
-          f"({elapsed:.2f} s); states {states}; CPU sender {cpu_seconds(a.pid) - cpu_a:.2f} s, "
-          f"recipient {cpu_seconds(b.pid) - cpu_b:.2f} s")
+    print(
+        f"{count} messages, {plan.in_flight} in flight: {results['throughput']:.0f} msg/s acknowledged "
+        f"({elapsed:.2f} s); states {states}; CPU sender {cpu_seconds(a.pid) - cpu_a:.2f} s, "
+        f"recipient {cpu_seconds(b.pid) - cpu_b:.2f} s"
+    )
 
     section("3. presence propagation")
     samples = []
@@ -236,13 +252,16 @@ async def bench_pair(a: Machine, b: Machine, plan: Plan, results: dict[str, floa
 
         async def shows(doing: str = doing) -> bool:
             return any(s["doing"] == doing for s in (await a.client.call("who"))["sessions"])
+
         t0 = time.perf_counter()
         await b.client.call("set_status", session=f"{b.person}-api", doing=doing)
         await wait_until(shows, 10)
         samples.append(time.perf_counter() - t0)
     results["presence_p50"], results["presence_p99"] = percentile(samples, 50), percentile(samples, 99)
-    print(f"{plan.presence_rounds} changes: visible on the other machine p50 {ms(results['presence_p50'])}, "
-          f"p99 {ms(results['presence_p99'])} (polled every 1 ms)")
+    print(
+        f"{plan.presence_rounds} changes: visible on the other machine p50 {ms(results['presence_p50'])}, "
+        f"p99 {ms(results['presence_p99'])} (polled every 1 ms)"
+    )
 
 
 async def bench_mesh(machines: list[Machine], plan: Plan, results: dict[str, float]) -> None:
@@ -270,12 +289,17 @@ async def bench_mesh(machines: list[Machine], plan: Plan, results: dict[str, flo
     rss = [status_kb(m.pid, "VmRSS") / 1024 for m in machines]
     results["rss_mean"], results["rss_max"] = sum(rss) / n, max(rss)
     cpu = sum(cpu_seconds(m.pid) for m in machines)
-    print(f"{n} machines, {n * (n - 1) // 2} links, {n} sessions; joins ({plan.join_batch} at a time) took "
-          f"{joins:.2f} s")
-    print(f"every machine linked to every other and listing every session: {results['mesh_after_joins']:.2f} s "
-          f"after the last join and registration, {results['mesh_total']:.2f} s after the first join")
-    print(f"RSS per sidecar: mean {results['rss_mean']:.1f} MB, max {results['rss_max']:.1f} MB; "
-          f"CPU of all sidecars so far {cpu:.1f} s")
+    print(
+        f"{n} machines, {n * (n - 1) // 2} links, {n} sessions; joins ({plan.join_batch} at a time) took {joins:.2f} s"
+    )
+    print(
+        f"every machine linked to every other and listing every session: {results['mesh_after_joins']:.2f} s "
+        f"after the last join and registration, {results['mesh_total']:.2f} s after the first join"
+    )
+    print(
+        f"RSS per sidecar: mean {results['rss_mean']:.1f} MB, max {results['rss_max']:.1f} MB; "
+        f"CPU of all sidecars so far {cpu:.1f} s"
+    )
 
 
 async def started(machines: list[Machine]) -> AsyncExitStack:
@@ -328,8 +352,10 @@ def main() -> int:
         plan = Plan(**{**plan.__dict__, "machines": max(args.machines, 2)})
     os.environ["HIVE_KEYRING"] = "off"  # many machines on one host: keys in their state folders
     root = Path(tempfile.mkdtemp(prefix="hive-mesh-bench-", dir="/tmp"))
-    print(f"hive mesh benchmark on {platform.node()}: {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-          f"{plan}; load average {os.getloadavg()[0]:.1f} (other work on this host skews every figure)")
+    print(
+        f"hive mesh benchmark on {platform.node()}: {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"{plan}; load average {os.getloadavg()[0]:.1f} (other work on this host skews every figure)"
+    )
     try:
         results = anyio.run(run, plan, root)
     finally:
@@ -339,16 +365,28 @@ def main() -> int:
     rows = [
         ("send -> inbox p50", ms(results.get("latency_p50", math.nan)), "< 5 ms"),
         ("send -> inbox p99", ms(results.get("latency_p99", math.nan)), ""),
-        ("  baseline (one machine) p50/p99", f"{ms(results.get('baseline_p50', math.nan))} / "
-         f"{ms(results.get('baseline_p99', math.nan))}", "same run"),
-        ("  with a 16 KB file p50/p99", f"{ms(results.get('files_p50', math.nan))} / "
-         f"{ms(results.get('files_p99', math.nan))}", ""),
+        (
+            "  baseline (one machine) p50/p99",
+            f"{ms(results.get('baseline_p50', math.nan))} / {ms(results.get('baseline_p99', math.nan))}",
+            "same run",
+        ),
+        (
+            "  with a 16 KB file p50/p99",
+            f"{ms(results.get('files_p50', math.nan))} / {ms(results.get('files_p99', math.nan))}",
+            "",
+        ),
         ("throughput", f"{results.get('throughput', math.nan):.0f} msg/s", ""),
         ("presence p50", ms(results.get("presence_p50", math.nan)), "< 50 ms"),
-        (f"{plan.machines}-machine mesh converged", f"{results.get('mesh_after_joins', math.nan):.2f} s",
-         "< 10 s (50 machines)"),
-        ("RSS per sidecar (mean/max)", f"{results.get('rss_mean', math.nan):.1f} / "
-         f"{results.get('rss_max', math.nan):.1f} MB", "< 80 MB"),
+        (
+            f"{plan.machines}-machine mesh converged",
+            f"{results.get('mesh_after_joins', math.nan):.2f} s",
+            "< 10 s (50 machines)",
+        ),
+        (
+            "RSS per sidecar (mean/max)",
+            f"{results.get('rss_mean', math.nan):.1f} / {results.get('rss_max', math.nan):.1f} MB",
+            "< 80 MB",
+        ),
     ]
     for name, value, aim in rows:
         print(f"{name:<32} {value:>20}   {aim}")

@@ -65,9 +65,10 @@ def compile_template(harness: str, folder: Path) -> Path:
 def running_sidecar(base: Path) -> Iterator[Sidecar]:
     home = Path(tempfile.mkdtemp(prefix="hb-", dir="/tmp"))  # short: the socket path must fit
     # Many sends between one pair of sessions: lift the mail guards, which would refuse most of them.
-    (home / "config.toml").write_text(loopback_config('person = "alice"\nmachine = "m1"\n'
-                                                      '[mesh]\nrate_limit = 1000000\nloop_limit = 1000000\n'),
-                                      encoding="utf-8")
+    (home / "config.toml").write_text(
+        loopback_config('person = "alice"\nmachine = "m1"\n[mesh]\nrate_limit = 1000000\nloop_limit = 1000000\n'),
+        encoding="utf-8",
+    )
     machine = Sidecar(home)
     try:
         machine.json("status")
@@ -91,24 +92,38 @@ def opencode_rows(plugin: Path, env: dict[str, str], folder: Path, n: int, label
         driver.call(do="load", directory=str(folder))
         driver.call(do="event", instance=0, event=created("ses_bench"))
         rows = {
-            f"opencode tool.execute.after, {label}": timed(n, lambda: after_hook(
-                driver, 0, "ses_bench", {"title": "t", "output": "o", "metadata": {}})),
-            f"opencode chat.message, {label}": timed(n, lambda: driver.call(
-                do="hook", instance=0, name="chat.message", input={"sessionID": "ses_bench"},
-                output={"message": {"id": "msg_1", "sessionID": "ses_bench"}, "parts": []})),
+            f"opencode tool.execute.after, {label}": timed(
+                n, lambda: after_hook(driver, 0, "ses_bench", {"title": "t", "output": "o", "metadata": {}})
+            ),
+            f"opencode chat.message, {label}": timed(
+                n,
+                lambda: driver.call(
+                    do="hook",
+                    instance=0,
+                    name="chat.message",
+                    input={"sessionID": "ses_bench"},
+                    output={"message": {"id": "msg_1", "sessionID": "ses_bench"}, "parts": []},
+                ),
+            ),
         }
         if label == "sidecar running":
-            rows["baseline: tool.execute.before, not hive's tool"] = timed(n, lambda: driver.call(
-                do="hook", instance=0, name="tool.execute.before",
-                input={"tool": "bash", "sessionID": "ses_bench", "callID": "c"}, output={"args": {}}))
+            rows["baseline: tool.execute.before, not hive's tool"] = timed(
+                n,
+                lambda: driver.call(
+                    do="hook",
+                    instance=0,
+                    name="tool.execute.before",
+                    input={"tool": "bash", "sessionID": "ses_bench", "callID": "c"},
+                    output={"args": {}},
+                ),
+            )
         return rows
     finally:
         driver.close()
 
 
 def pi_wake_rows(extension: Path, sidecar: Sidecar, folder: Path, n: int) -> dict[str, list[float]]:
-    driver = Driver("pi_driver.mjs", [str(extension), "019a0000-0000-7000-8000-00000000beef", str(folder)],
-                    sidecar.env)
+    driver = Driver("pi_driver.mjs", [str(extension), "019a0000-0000-7000-8000-00000000beef", str(folder)], sidecar.env)
     samples: list[float] = []
     try:
         driver.call(do="emit", event="session_start", payload={"reason": "startup"})
@@ -155,8 +170,11 @@ def main() -> None:
             rows.update(pi_wake_rows(extension, sidecar, project, wakes))
         blocker = base / "not-a-folder"
         blocker.write_text("")  # HIVE_HOME under a file: no sidecar can start
-        rows.update(opencode_rows(plugin, {**os.environ, "HIVE_HOME": str(blocker / "home")}, project,
-                                  max(n // 10, 3), "no sidecar"))
+        rows.update(
+            opencode_rows(
+                plugin, {**os.environ, "HIVE_HOME": str(blocker / "home")}, project, max(n // 10, 3), "no sidecar"
+            )
+        )
     floor = percentile(rows["baseline: tool.execute.before, not hive's tool"], 50)
     print(f"{'row':<52} {'n':>4} {'p50 ms':>9} {'p99 ms':>9} {'p50/floor':>10}")
     for name, samples in rows.items():

@@ -25,8 +25,28 @@ from skills_ref import validate
 
 from hive.sidecar.lessons.promote import SkillSource, render, skill_name, write_skill
 
-WORDS = ("staging", "database", "vpn", "retry", "idempotency", "migration", "cache", "token", "refresh", "deploy",
-         "fixture", "timezone", "queue", "worker", "schema", "lock", "build", "release", "flag", "payments")
+WORDS = (
+    "staging",
+    "database",
+    "vpn",
+    "retry",
+    "idempotency",
+    "migration",
+    "cache",
+    "token",
+    "refresh",
+    "deploy",
+    "fixture",
+    "timezone",
+    "queue",
+    "worker",
+    "schema",
+    "lock",
+    "build",
+    "release",
+    "flag",
+    "payments",
+)
 
 
 def percentiles(samples: list[float]) -> tuple[float, float]:
@@ -38,11 +58,24 @@ def lessons(count: int) -> list[SkillSource]:
     out = []
     for i in range(count):
         words = [WORDS[(i * 7 + k * 3) % len(WORDS)] for k in range(5)]
-        text = (f"Lesson {i}: when the {words[0]} {words[1]} fails, check the {words[2]} first; the {words[3]} "
-                f"path needs the {words[4]} set. " * 3).strip()
-        out.append(SkillSource(id=f"{i:064x}", kind="gotcha", text=text, applicability=f"working on {words[0]}",
-                               scope="project", reviewer="bob", author="alice/api-claude", tags=(words[0], words[1]),
-                               project="sha256:" + "a" * 64, evidence=(f"file: src/{words[0]}.py",)))
+        text = (
+            f"Lesson {i}: when the {words[0]} {words[1]} fails, check the {words[2]} first; the {words[3]} "
+            f"path needs the {words[4]} set. " * 3
+        ).strip()
+        out.append(
+            SkillSource(
+                id=f"{i:064x}",
+                kind="gotcha",
+                text=text,
+                applicability=f"working on {words[0]}",
+                scope="project",
+                reviewer="bob",
+                author="alice/api-claude",
+                tags=(words[0], words[1]),
+                project="sha256:" + "a" * 64,
+                evidence=(f"file: src/{words[0]}.py",),
+            )
+        )
     return out
 
 
@@ -89,10 +122,14 @@ def main() -> None:
         r50, r99 = percentiles(rewrite)
         b50, b99 = percentiles(base)
         print(f"baseline: render + one plain file write   p50 {b50:7.3f} ms  p99 {b99:7.3f} ms")
-        print(f"promote {count} skills (new)               p50 {p50:7.3f} ms  p99 {p99:7.3f} ms  "
-              f"{p50 / b50:5.2f}x baseline; {total:.2f} s in all")
-        print(f"promote again (re-render, digest check)   p50 {r50:7.3f} ms  p99 {r99:7.3f} ms  "
-              f"{r50 / b50:5.2f}x baseline")
+        print(
+            f"promote {count} skills (new)               p50 {p50:7.3f} ms  p99 {p99:7.3f} ms  "
+            f"{p50 / b50:5.2f}x baseline; {total:.2f} s in all"
+        )
+        print(
+            f"promote again (re-render, digest check)   p50 {r50:7.3f} ms  p99 {r99:7.3f} ms  "
+            f"{r50 / b50:5.2f}x baseline"
+        )
         print(f"reference validator on all {count}: {validating:.2f} s, {problems} problems")
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -71,30 +71,74 @@ async def fill(store: Store, count: int, rng: random.Random) -> None:
     for i in range(count):
         lesson_id = f"{i:064x}"
         text = " ".join(word(rng) for _ in range(rng.randint(*WORDS_PER_LESSON)))
-        files = [{"kind": "file", "ref": f"src/m{rng.randrange(2000)}/f{rng.randrange(50)}.py"},
-                 {"kind": "file", "ref": "README.md"} if i % 10 == 0 else {"kind": "file", "ref": f"docs/d{i}.md"}]
+        files = [
+            {"kind": "file", "ref": f"src/m{rng.randrange(2000)}/f{rng.randrange(50)}.py"},
+            {"kind": "file", "ref": "README.md"} if i % 10 == 0 else {"kind": "file", "ref": f"docs/d{i}.md"},
+        ]
         scope = rng.choice(("team", "project", "personal"))
-        header = {"id": lesson_id, "kind": "gotcha", "scope": scope, "evidence": files, "tags": [],
-                  "author_person": "alice", "author_session": "alice/api", "created_at": now_ms}
+        header = {
+            "id": lesson_id,
+            "kind": "gotcha",
+            "scope": scope,
+            "evidence": files,
+            "tags": [],
+            "author_person": "alice",
+            "author_session": "alice/api",
+            "created_at": now_ms,
+        }
         applicability = f"when {word(rng)} {word(rng)}"
         body_hash = f"{i:064x}"[::-1]
-        blobs.append((body_hash, lesson_id, json.dumps({"lesson": lesson_id, "role": "body", "text": text,
-                                                        "applicability": applicability, "quote": None})))
-        rows.append((i + 1, lesson_id, "k" * 64, "alice", scope, PROJECT if scope == "project" else "", "gotcha",
-                     json.dumps(header), body_hash, now_ms - rng.randrange(365) * 86_400_000, time.time(), time.time(),
-                     "verified", scope, PROJECT if scope == "project" else "", "bob", rng.randrange(5),
-                     rng.randrange(3)))
+        blobs.append(
+            (
+                body_hash,
+                lesson_id,
+                json.dumps(
+                    {"lesson": lesson_id, "role": "body", "text": text, "applicability": applicability, "quote": None}
+                ),
+            )
+        )
+        rows.append(
+            (
+                i + 1,
+                lesson_id,
+                "k" * 64,
+                "alice",
+                scope,
+                PROJECT if scope == "project" else "",
+                "gotcha",
+                json.dumps(header),
+                body_hash,
+                now_ms - rng.randrange(365) * 86_400_000,
+                time.time(),
+                time.time(),
+                "verified",
+                scope,
+                PROJECT if scope == "project" else "",
+                "bob",
+                rng.randrange(5),
+                rng.randrange(3),
+            )
+        )
         fts.append((i + 1, lesson_id, text, applicability, ""))
     statements = []
     for start in range(0, count, 5_000):
-        statements += [(
-            "INSERT INTO lessons (rowid, id, author, author_person, scope, project, kind, header, body_hash, "
-            "created_at, received_at, asked_at, state, eff_scope, eff_project, reviewer, citations, successes) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row) for row in rows[start:start + 5_000]]
-        statements += [("INSERT INTO lesson_fts (rowid, id, text, applicability, tags) VALUES (?, ?, ?, ?, ?)", row)
-                       for row in fts[start:start + 5_000]]
-        statements += [("INSERT INTO lesson_blobs (hash, lesson, blob) VALUES (?, ?, ?)", row)
-                       for row in blobs[start:start + 5_000]]
+        statements += [
+            (
+                "INSERT INTO lessons (rowid, id, author, author_person, scope, project, kind, header, body_hash, "
+                "created_at, received_at, asked_at, state, eff_scope, eff_project, reviewer, citations, successes) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                row,
+            )
+            for row in rows[start : start + 5_000]
+        ]
+        statements += [
+            ("INSERT INTO lesson_fts (rowid, id, text, applicability, tags) VALUES (?, ?, ?, ?, ?)", row)
+            for row in fts[start : start + 5_000]
+        ]
+        statements += [
+            ("INSERT INTO lesson_blobs (hash, lesson, blob) VALUES (?, ?, ?)", row)
+            for row in blobs[start : start + 5_000]
+        ]
         await store.write(statements)
         statements = []
 
@@ -119,14 +163,19 @@ async def bench(quick: bool) -> None:
         print(f"filled {count:,} verified lessons in {time.perf_counter() - started:.1f} s")
         queries = [" ".join(word(rng) for _ in range(rng.choice((2, 3)))) for _ in range(QUERIES)]
         # a session's files: two source files, and in one query of four the README a tenth of the lessons name
-        files = [(f"src/m{rng.randrange(2000)}/f{rng.randrange(50)}.py", f"src/m{rng.randrange(2000)}/f1.py")
-                 + (("README.md",) if n % 4 == 0 else ()) for n in range(QUERIES)]
+        files = [
+            (f"src/m{rng.randrange(2000)}/f{rng.randrange(50)}.py", f"src/m{rng.randrange(2000)}/f1.py")
+            + (("README.md",) if n % 4 == 0 else ())
+            for n in range(QUERIES)
+        ]
         origins = {"k" * 64: "alice@m1"}
         viewer = recall.Viewer("bob", (PROJECT,))  # alice's personal lessons, a third, are not bob's to see
 
         async def baseline(q: object) -> None:
-            await store.fetchall("SELECT id FROM lesson_fts WHERE lesson_fts MATCH ? ORDER BY bm25(lesson_fts) "
-                                 "LIMIT 20", (relevance.fts_query(str(q)),))
+            await store.fetchall(
+                "SELECT id FROM lesson_fts WHERE lesson_fts MATCH ? ORDER BY bm25(lesson_fts) LIMIT 20",
+                (relevance.fts_query(str(q)),),
+            )
 
         pairs = list(zip(queries, files, strict=True))
 
@@ -138,8 +187,14 @@ async def bench(quick: bool) -> None:
             await recall.search(store, viewer, text=str(q), project=PROJECT, origins=origins, limit=20)
 
         async def by_files(f: object) -> None:
-            await recall.for_turn(store, viewer, words="", files=f, project=PROJECT,  # type: ignore[arg-type]
-                                  origins=origins)
+            await recall.for_turn(
+                store,
+                viewer,
+                words="",
+                files=f,
+                project=PROJECT,  # type: ignore[arg-type]
+                origins=origins,
+            )
 
         # search runs first for each query, so it is the one that meets a word first and reads its lessons
         runs = {"base": baseline, "search": search, "files": by_files, "text": by_text}
@@ -160,21 +215,37 @@ async def bench(quick: bool) -> None:
         warm = await timed(pairs, search)
         w50, w99 = percentiles(warm)
         print(f"baseline: bare FTS5 MATCH, bm25 top 20   p50 {b50:7.3f} ms  p99 {b99:7.3f} ms")
-        print(f"recall p50/p99: search (text+files+rank)  p50 {s50:7.3f} ms  p99 {s99:7.3f} ms  "
-              f"{s50 / b50:5.2f}x / {s99 / b99:5.2f}x baseline  (each word met for the first time once)")
+        print(
+            f"recall p50/p99: search (text+files+rank)  p50 {s50:7.3f} ms  p99 {s99:7.3f} ms  "
+            f"{s50 / b50:5.2f}x / {s99 / b99:5.2f}x baseline  (each word met for the first time once)"
+        )
         print(f"recall by text alone                     p50 {x50:7.3f} ms  p99 {x99:7.3f} ms")
         print(f"recall by files (turn tier)              p50 {t50:7.3f} ms  p99 {t99:7.3f} ms")
         print(f"search again, every word met before      p50 {w50:7.3f} ms  p99 {w99:7.3f} ms")
-        print(f"aim: recall p50 under {AIM_MS:g} ms, p99 under {AIM_P99_MS:g} ms: "
-              f"{'met' if s50 < AIM_MS and s99 < AIM_P99_MS else 'NOT met'} ({count:,} lessons, {QUERIES} queries)")
+        print(
+            f"aim: recall p50 under {AIM_MS:g} ms, p99 under {AIM_P99_MS:g} ms: "
+            f"{'met' if s50 < AIM_MS and s99 < AIM_P99_MS else 'NOT met'} ({count:,} lessons, {QUERIES} queries)"
+        )
         # What the scoring budget costs in results: the same searches with every word and lesson scored.
-        capped = [[r.lesson.id for r in await recall.search(store, viewer, text=q, files=f, project=PROJECT,
-                                                               origins=origins, limit=5)] for q, f in pairs]
+        capped = [
+            [
+                r.lesson.id
+                for r in await recall.search(store, viewer, text=q, files=f, project=PROJECT, origins=origins, limit=5)
+            ]
+            for q, f in pairs
+        ]
         budget = relevance.SCORE_BUDGET
         relevance.SCORE_BUDGET = count + 1
         try:
-            whole = [[r.lesson.id for r in await recall.search(store, viewer, text=q, files=f, project=PROJECT,
-                                                                  origins=origins, limit=5)] for q, f in pairs]
+            whole = [
+                [
+                    r.lesson.id
+                    for r in await recall.search(
+                        store, viewer, text=q, files=f, project=PROJECT, origins=origins, limit=5
+                    )
+                ]
+                for q, f in pairs
+            ]
         finally:
             relevance.SCORE_BUDGET = budget
         first = sum(a[:1] == b[:1] for a, b in zip(capped, whole, strict=True)) / len(pairs)

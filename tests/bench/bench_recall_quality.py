@@ -62,7 +62,8 @@ async def fill(store: Store, corpus: dict[str, Any], projects: dict[str, str], n
     rng = random.Random(20)
     ids: dict[str, str] = {}
     statements: list[tuple[str, tuple[Any, ...]]] = [
-        ("CREATE VIRTUAL TABLE baseline_fts USING fts5(id UNINDEXED, text, applicability, tags)", ())]
+        ("CREATE VIRTUAL TABLE baseline_fts USING fts5(id UNINDEXED, text, applicability, tags)", ())
+    ]
     for n, item in enumerate(corpus["lessons"], start=1):
         lesson_id = f"{n:064x}"
         ids[item["key"]] = lesson_id
@@ -70,25 +71,60 @@ async def fill(store: Store, corpus: dict[str, Any], projects: dict[str, str], n
         scope = "project" if project else "team"
         created = now_ms - rng.randrange(0, 180) * DAY_MS
         evidence = [{"kind": "file", "ref": f} for f in item.get("files") or []]
-        header = {"id": lesson_id, "kind": item["kind"], "scope": scope, "project": project, "evidence": evidence,
-                  "tags": item.get("tags") or [], "author_person": PERSON, "author_session": f"{PERSON}/api",
-                  "created_at": created}
-        body = {"lesson": lesson_id, "role": "body", "text": item["text"], "applicability": item["applicability"],
-                "quote": None}
+        header = {
+            "id": lesson_id,
+            "kind": item["kind"],
+            "scope": scope,
+            "project": project,
+            "evidence": evidence,
+            "tags": item.get("tags") or [],
+            "author_person": PERSON,
+            "author_session": f"{PERSON}/api",
+            "created_at": created,
+        }
+        body = {
+            "lesson": lesson_id,
+            "role": "body",
+            "text": item["text"],
+            "applicability": item["applicability"],
+            "quote": None,
+        }
         body_hash = lesson_id[::-1]
         tags = " ".join(item.get("tags") or [])
         statements += [
-            ("INSERT INTO lessons (rowid, id, author, author_person, scope, project, kind, header, body_hash, "
-             "created_at, received_at, asked_at, state, eff_scope, eff_project, reviewer) "
-             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'verified', ?, ?, 'bob')",
-             (n, lesson_id, "k" * 64, PERSON, scope, project, item["kind"], json.dumps(header), body_hash, created,
-              time.time(), time.time(), scope, project)),
-            ("INSERT INTO lesson_blobs (hash, lesson, blob) VALUES (?, ?, ?)",
-             (body_hash, lesson_id, json.dumps(body))),
-            ("INSERT INTO lesson_fts (rowid, id, text, applicability, tags) VALUES (?, ?, ?, ?, ?)",
-             (n, lesson_id, item["text"], item["applicability"], tags)),
-            ("INSERT INTO baseline_fts (rowid, id, text, applicability, tags) VALUES (?, ?, ?, ?, ?)",
-             (n, lesson_id, item["text"], item["applicability"], tags)),
+            (
+                "INSERT INTO lessons (rowid, id, author, author_person, scope, project, kind, header, body_hash, "
+                "created_at, received_at, asked_at, state, eff_scope, eff_project, reviewer) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'verified', ?, ?, 'bob')",
+                (
+                    n,
+                    lesson_id,
+                    "k" * 64,
+                    PERSON,
+                    scope,
+                    project,
+                    item["kind"],
+                    json.dumps(header),
+                    body_hash,
+                    created,
+                    time.time(),
+                    time.time(),
+                    scope,
+                    project,
+                ),
+            ),
+            (
+                "INSERT INTO lesson_blobs (hash, lesson, blob) VALUES (?, ?, ?)",
+                (body_hash, lesson_id, json.dumps(body)),
+            ),
+            (
+                "INSERT INTO lesson_fts (rowid, id, text, applicability, tags) VALUES (?, ?, ?, ?, ?)",
+                (n, lesson_id, item["text"], item["applicability"], tags),
+            ),
+            (
+                "INSERT INTO baseline_fts (rowid, id, text, applicability, tags) VALUES (?, ?, ?, ?, ?)",
+                (n, lesson_id, item["text"], item["applicability"], tags),
+            ),
         ]
     await store.write(statements)
     return ids
@@ -97,8 +133,11 @@ async def fill(store: Store, corpus: dict[str, Any], projects: dict[str, str], n
 def scores(ranks: list[int | None]) -> dict[str, float]:
     """hit@1, hit@3 and MRR from the expected lesson's 1-based place in each answer (None: absent)."""
     count = len(ranks) or 1
-    return {"hit@1": sum(r == 1 for r in ranks) / count, "hit@3": sum(r is not None and r <= 3 for r in ranks) / count,
-            "mrr": sum(1 / r for r in ranks if r) / count}
+    return {
+        "hit@1": sum(r == 1 for r in ranks) / count,
+        "hit@3": sum(r is not None and r <= 3 for r in ranks) / count,
+        "mrr": sum(1 / r for r in ranks if r) / count,
+    }
 
 
 def place(found: list[str], wanted: str) -> int | None:
@@ -116,21 +155,38 @@ async def evaluate(corpus: dict[str, Any]) -> dict[str, Any]:
         origins = {"k" * 64: f"{PERSON}@m1"}
 
         async def pull(task: dict[str, Any], files: list[str]) -> list[str]:
-            ranked = await recall.search(store, viewer, text=task["task"], files=files,
-                                         project=projects[task["project"]], origins=origins, limit=10, now_ms=now_ms)
+            ranked = await recall.search(
+                store,
+                viewer,
+                text=task["task"],
+                files=files,
+                project=projects[task["project"]],
+                origins=origins,
+                limit=10,
+                now_ms=now_ms,
+            )
             return [r.lesson.id for r in ranked]
 
         async def turn(task: dict[str, Any], doing: bool = True) -> list[str]:
             words = "\n".join(w for w in (task["prompt"], task["task"] if doing else "") if w)
-            ranked = await recall.for_turn(store, viewer, words=words, error=task.get("error") or "",
-                                           files=task["files"], project=projects[task["project"]],
-                                           origins=origins, now_ms=now_ms)
+            ranked = await recall.for_turn(
+                store,
+                viewer,
+                words=words,
+                error=task.get("error") or "",
+                files=task["files"],
+                project=projects[task["project"]],
+                origins=origins,
+                now_ms=now_ms,
+            )
             return [r.lesson.id for r, _ in ranked]
 
         async def baseline(task: dict[str, Any]) -> list[str]:
             words = dict.fromkeys(w for w in re.findall(r"[^\W_]+", task["task"].lower()))
-            rows = await store.fetchall("SELECT id FROM baseline_fts WHERE baseline_fts MATCH ? "
-                                        "ORDER BY bm25(baseline_fts) LIMIT 10", (" OR ".join(f'"{w}"' for w in words),))
+            rows = await store.fetchall(
+                "SELECT id FROM baseline_fts WHERE baseline_fts MATCH ? ORDER BY bm25(baseline_fts) LIMIT 10",
+                (" OR ".join(f'"{w}"' for w in words),),
+            )
             return [r[0] for r in rows]
 
         runs: dict[str, Callable[[dict[str, Any]], Awaitable[list[str]]]] = {
@@ -149,7 +205,8 @@ async def evaluate(corpus: dict[str, Any]) -> dict[str, Any]:
                 if ranks[-1] != 1:
                     by_id = {v: k for k, v in ids.items()}
                     out["misses"].setdefault(name, []).append(
-                        f"{task['id']}: wanted {task['expect']}, got {by_id.get(found[0], '-') if found else '-'}")
+                        f"{task['id']}: wanted {task['expect']}, got {by_id.get(found[0], '-') if found else '-'}"
+                    )
             out["rows"][name] = scores(ranks)
         return out
     finally:

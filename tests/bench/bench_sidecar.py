@@ -78,10 +78,18 @@ class Plan:
     idle_seconds: float
 
 
-FULL = Plan(pings=5_000, sends=10_000, sequential_sends=1_000, in_flight=64, connections=4,
-            latency_rounds=1_000, idle_seconds=60.0)
-QUICK = Plan(pings=500, sends=1_000, sequential_sends=100, in_flight=64, connections=4,
-             latency_rounds=100, idle_seconds=5.0)
+FULL = Plan(
+    pings=5_000,
+    sends=10_000,
+    sequential_sends=1_000,
+    in_flight=64,
+    connections=4,
+    latency_rounds=1_000,
+    idle_seconds=60.0,
+)
+QUICK = Plan(
+    pings=500, sends=1_000, sequential_sends=100, in_flight=64, connections=4, latency_rounds=100, idle_seconds=5.0
+)
 
 
 @dataclass
@@ -165,8 +173,12 @@ def start_sidecar(home: Path) -> subprocess.Popen[bytes]:
     with open(home / "sidecar.stderr", "ab") as stderr:
         process = subprocess.Popen(
             [sys.executable, "-m", "hive.sidecar", "--ready-fd", str(write_fd)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
-            pass_fds=(write_fd,), env=env, cwd=home,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            pass_fds=(write_fd,),
+            env=env,
+            cwd=home,
         )
     os.close(write_fd)
     try:
@@ -184,7 +196,9 @@ def start_sidecar(home: Path) -> subprocess.Popen[bytes]:
 def start_echo_server(folder: Path) -> subprocess.Popen[str]:
     process = subprocess.Popen(
         [sys.executable, __file__, "--echo-server", str(folder)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, text=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert process.stdout is not None
     ready, _, _ = select.select([process.stdout], [], [], START_TIMEOUT)
@@ -261,8 +275,7 @@ async def send_rate(connections: list[Client], to: str, count: int, in_flight: i
     return count / (time.perf_counter() - start)
 
 
-async def delivery_latencies(reader: Client, sender: Client, session: str, address: str,
-                             rounds: int) -> list[float]:
+async def delivery_latencies(reader: Client, sender: Client, session: str, address: str, rounds: int) -> list[float]:
     async def poll(polled: dict[str, Any]) -> None:
         reply = await reader.call("inbox", session=session, wait=30)
         polled["at"] = time.perf_counter()
@@ -297,8 +310,10 @@ async def measure(plan: Plan, paths: StatePaths, echo_paths: StatePaths, pid: in
     results.echo_p50, results.echo_p99 = percentile(echo_pings, 50), percentile(echo_pings, 99)
     print(f"sidecar ping     p50 {ms(results.ping_p50)}   p99 {ms(results.ping_p99)}")
     print(f"echo baseline    p50 {ms(results.echo_p50)}   p99 {ms(results.echo_p99)}")
-    print(f"ratio            p50 {results.ping_p50 / results.echo_p50:.2f}x   "
-          f"p99 {results.ping_p99 / results.echo_p99:.2f}x")
+    print(
+        f"ratio            p50 {results.ping_p50 / results.echo_p50:.2f}x   "
+        f"p99 {results.ping_p99 / results.echo_p99:.2f}x"
+    )
 
     section(f"2. durable send throughput ({plan.sends:,} messages)")
     async with clients(paths, plan.connections) as conns:
@@ -307,19 +322,25 @@ async def measure(plan: Plan, paths: StatePaths, echo_paths: StatePaths, pid: in
         results.pipelined_rate = await send_rate(conns, sink, plan.sends, plan.in_flight)
         results.burst_cpu = 100 * (cpu_seconds(pid) - before_cpu) / (time.perf_counter() - before_wall)
         results.sequential_rate = await send_rate(conns[:1], sink, plan.sequential_sends, 1)
-    print(f"pipelined        {results.pipelined_rate:,.0f} messages/s   "
-          f"({plan.in_flight} in flight over {plan.connections} connections; "
-          f"sidecar CPU {results.burst_cpu:.0f}% of one core)")
-    print(f"sequential       {results.sequential_rate:,.0f} messages/s   "
-          f"(1 in flight, {plan.sequential_sends:,} messages: one commit each)")
+    print(
+        f"pipelined        {results.pipelined_rate:,.0f} messages/s   "
+        f"({plan.in_flight} in flight over {plan.connections} connections; "
+        f"sidecar CPU {results.burst_cpu:.0f}% of one core)"
+    )
+    print(
+        f"sequential       {results.sequential_rate:,.0f} messages/s   "
+        f"(1 in flight, {plan.sequential_sends:,} messages: one commit each)"
+    )
 
     section(f"3. send -> inbox latency ({plan.latency_rounds:,} messages, one at a time)")
     async with clients(paths, 2) as (reader, sender):
         address = await register(reader, "bench-reader", paths.home / "reader")
         latencies = await delivery_latencies(reader, sender, "bench-reader", address, plan.latency_rounds)
     results.latency_p50, results.latency_p99 = percentile(latencies, 50), percentile(latencies, 99)
-    print(f"send -> inbox    p50 {ms(results.latency_p50)}   p99 {ms(results.latency_p99)}   "
-          f"max {ms(max(latencies))}   (reader long-polls with wait=30; includes the durable commit)")
+    print(
+        f"send -> inbox    p50 {ms(results.latency_p50)}   p99 {ms(results.latency_p99)}   "
+        f"max {ms(max(latencies))}   (reader long-polls with wait=30; includes the durable commit)"
+    )
     # The first delivery is the sidecar's first rendering of mail; one-time costs show up here.
     print(f"first delivery   {ms(latencies[0])}")
 
@@ -346,8 +367,12 @@ def print_summary(results: Results) -> None:
         ("ping p50", ms(results.ping_p50), "< 0.5 ms", verdict(results.ping_p50 < 0.0005)),
         ("ping p99", ms(results.ping_p99), "", ""),
         ("ping p50 / echo baseline", f"{results.ping_p50 / results.echo_p50:.2f}x", "", ""),
-        ("durable sends, pipelined", f"{results.pipelined_rate:,.0f} msg/s", ">= 3,000 msg/s",
-         verdict(results.pipelined_rate >= 3000)),
+        (
+            "durable sends, pipelined",
+            f"{results.pipelined_rate:,.0f} msg/s",
+            ">= 3,000 msg/s",
+            verdict(results.pipelined_rate >= 3000),
+        ),
         ("durable sends, sequential", f"{results.sequential_rate:,.0f} msg/s", "", ""),
         ("send -> inbox p50", ms(results.latency_p50), "", ""),
         ("send -> inbox p99", ms(results.latency_p99), "", ""),
@@ -391,13 +416,13 @@ def main(argv: list[str] | None = None) -> int:
     home = Path(tempfile.mkdtemp(prefix="hive-bench-", dir="/tmp"))
     # The mesh on loopback and no mDNS: a benchmark has no teammates to find. Its sessions send far
     # more than agents would: the mail guards are lifted, or it would time their refusals.
-    (home / "config.toml").write_text('[mesh]\nlisten = "127.0.0.1:0"\nmdns = false\n'
-                                      'rate_limit = 1000000\nloop_limit = 1000000\n', encoding="utf-8")
+    (home / "config.toml").write_text(
+        '[mesh]\nlisten = "127.0.0.1:0"\nmdns = false\nrate_limit = 1000000\nloop_limit = 1000000\n', encoding="utf-8"
+    )
     echo_home = home / "echo"
     echo_home.mkdir(mode=0o700)
     print(f"hive {__version__} sidecar benchmark{' (quick)' if args.quick else ''}")
-    print(f"python {platform.python_version()}, {os.cpu_count()} cores, HIVE_HOME {home} "
-          f"on {filesystem_of(home)}")
+    print(f"python {platform.python_version()}, {os.cpu_count()} cores, HIVE_HOME {home} on {filesystem_of(home)}")
     results = Results()
     sidecar = start_sidecar(home)
     echo = start_echo_server(echo_home)

@@ -53,8 +53,14 @@ def percentile(samples: list[float], pct: float) -> float:
 def cli(env: dict[str, str], *args: str) -> float:
     """Wall time of one ``hive`` CLI call, which must succeed."""
     began = time.perf_counter()
-    completed = subprocess.run([sys.executable, "-m", "hive.sidecar.cli", *args], env=env,
-                               capture_output=True, text=True, timeout=60, check=False)
+    completed = subprocess.run(
+        [sys.executable, "-m", "hive.sidecar.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     took = time.perf_counter() - began
     if completed.returncode != 0:
         raise SystemExit(f"hive {' '.join(args)} exited {completed.returncode}: {completed.stderr}")
@@ -65,19 +71,27 @@ def harness_home(folder: Path, pid: int) -> None:
     """What Claude Code leaves on disk while a session runs: its running-session file and transcript."""
     sessions = folder / ".claude" / "sessions"
     sessions.mkdir(parents=True)
-    (sessions / f"{pid}.json").write_text(json.dumps(
-        {"pid": pid, "sessionId": SID, "cwd": str(folder), "status": "busy", "name": "stop benchmark"}))
+    (sessions / f"{pid}.json").write_text(
+        json.dumps({"pid": pid, "sessionId": SID, "cwd": str(folder), "status": "busy", "name": "stop benchmark"})
+    )
     project = folder / ".claude" / "projects" / "bench"
     project.mkdir(parents=True)
-    (project / f"{SID}.jsonl").write_text(json.dumps(
-        {"type": "user", "sessionId": SID, "cwd": str(folder), "message": {"content": "hi"}}) + "\n")
+    (project / f"{SID}.jsonl").write_text(
+        json.dumps({"type": "user", "sessionId": SID, "cwd": str(folder), "message": {"content": "hi"}}) + "\n"
+    )
 
 
 def wait_for_session(env: dict[str, str]) -> None:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        listed = subprocess.run([sys.executable, "-m", "hive.sidecar.cli", "who", "--all", "--json"], env=env,
-                                capture_output=True, text=True, timeout=60, check=False)
+        listed = subprocess.run(
+            [sys.executable, "-m", "hive.sidecar.cli", "who", "--all", "--json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         if "stop benchmark" in listed.stdout:  # its title from the running-session file
             return
         time.sleep(0.1)
@@ -117,8 +131,10 @@ def cycle(period: float) -> tuple[float, float, list[str]]:
 
 
 def row(name: str, samples: list[float]) -> str:
-    return (f"{name:<26} p50 {percentile(samples, 50) * 1000:7.0f} ms   p90 {percentile(samples, 90) * 1000:7.0f} ms"
-            f"   max {max(samples) * 1000:7.0f} ms")
+    return (
+        f"{name:<26} p50 {percentile(samples, 50) * 1000:7.0f} ms   p90 {percentile(samples, 90) * 1000:7.0f} ms"
+        f"   max {max(samples) * 1000:7.0f} ms"
+    )
 
 
 def main() -> int:
@@ -133,8 +149,11 @@ def main() -> int:
         floor, stop, woken = cycle(period)
         floors.append(floor)
         stops.append(stop)
-        print(f"cycle {number + 1:2d}: hive status {floor * 1000:6.0f} ms, hive stop {stop * 1000:6.0f} ms, "
-              f"watchers ended by the stopping event: {', '.join(woken) or 'none'}", flush=True)
+        print(
+            f"cycle {number + 1:2d}: hive status {floor * 1000:6.0f} ms, hive stop {stop * 1000:6.0f} ms, "
+            f"watchers ended by the stopping event: {', '.join(woken) or 'none'}",
+            flush=True,
+        )
     print("== summary ==")
     print(row("hive status (floor)", floors))
     print(row("hive stop", stops))

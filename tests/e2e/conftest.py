@@ -136,9 +136,11 @@ def claude_cli(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
         binary = CURRENT_NPM_BIN / "claude"
         if not binary.exists():
             package = CLIS["claude-code"][1]
-            pytest.fail(f"claude-code: {package}@{current_pin(package)} is not installed ({binary} missing); "
-                        "run `bash .ci/run`, or `grep -v '^#' .ci/npm-packages-current | xargs npm install "
-                        "--prefix .cache/npm-current`")
+            pytest.fail(
+                f"claude-code: {package}@{current_pin(package)} is not installed ({binary} missing); "
+                "run `bash .ci/run`, or `grep -v '^#' .ci/npm-packages-current | xargs npm install "
+                "--prefix .cache/npm-current`"
+            )
     monkeypatch.setitem(SELECTED, "claude-code", binary)
     return binary
 
@@ -146,8 +148,14 @@ def claude_cli(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
 @cache
 def _version_of(binary: Path) -> str:
     try:
-        done = subprocess.run([str(binary), "--version"], capture_output=True, text=True, timeout=60,
-                              env={**os.environ, "NO_COLOR": "1"}, start_new_session=True)
+        done = subprocess.run(
+            [str(binary), "--version"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "NO_COLOR": "1"},
+            start_new_session=True,
+        )
         printed = (done.stdout or done.stderr).strip().splitlines()
         return printed[0] if printed else f"(exit {done.returncode}, nothing printed)"
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -197,8 +205,14 @@ class HarnessMachine(Machine):
 
     def session_of(self, agent: str) -> dict[str, Any] | None:
         """The live session of ``agent`` on this machine, as ``who`` shows it."""
-        return next((s for s in self.ok("who", all=True)["sessions"]
-                     if s["agent"] == agent and s["machine"] == "m1" and s["live"]), None)
+        return next(
+            (
+                s
+                for s in self.ok("who", all=True)["sessions"]
+                if s["agent"] == agent and s["machine"] == "m1" and s["live"]
+            ),
+            None,
+        )
 
 
 @dataclass
@@ -219,12 +233,18 @@ class Team:
 
     def send_from_bob(self, to: str, body: str, fyi: bool = False) -> dict[str, Any]:
         """bob's session sends ``body`` to ``to`` (an address bob's sidecar sees)."""
-        wait_for(lambda: any(s["address"] == to for s in self.bob_ok("who")["sessions"]), timeout=30,
-                 what=f"bob's sidecar to see {to}")
+        wait_for(
+            lambda: any(s["address"] == to for s in self.bob_ok("who")["sessions"]),
+            timeout=30,
+            what=f"bob's sidecar to see {to}",
+        )
         result = self.bob_ok("send", to=to, body=body, fyi=fyi, **{"from": TEAMMATE_KEY})["results"][0]
         # Across the mesh: the message is in alice's mailbox once her sidecar acked it.
-        wait_for(lambda: not self.bob_ok("sent", ids=[result["id"]])["messages"][0].get("in_outbox"),
-                 timeout=30, what="alice's sidecar to take the message")
+        wait_for(
+            lambda: not self.bob_ok("sent", ids=[result["id"]])["messages"][0].get("in_outbox"),
+            timeout=30,
+            what="alice's sidecar to take the message",
+        )
         return result
 
     def bob_state(self, message_id: str) -> str:
@@ -245,8 +265,10 @@ def _new_machine() -> HarnessMachine:
     machine = HarnessMachine(root, with_clis=True)
     machine.project.mkdir(parents=True)
     machine.state.mkdir(parents=True, mode=0o700)
-    (machine.state / "config.toml").write_text(loopback_config(
-        f'person = "alice"\nmachine = "m1"\n{MESH}\n[sidecar]\ninflight_timeout = {INFLIGHT}\n'), encoding="utf-8")
+    (machine.state / "config.toml").write_text(
+        loopback_config(f'person = "alice"\nmachine = "m1"\n{MESH}\n[sidecar]\ninflight_timeout = {INFLIGHT}\n'),
+        encoding="utf-8",
+    )
     sidecar_logs(machine.state)
     return machine
 
@@ -271,8 +293,9 @@ def opencode_plugin() -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def harness_team(harness: str, before_setup: Callable[[HarnessMachine], None] | None = None,
-                 opencode_plugin: Path | None = None) -> Iterator[Team]:
+def harness_team(
+    harness: str, before_setup: Callable[[HarnessMachine], None] | None = None, opencode_plugin: Path | None = None
+) -> Iterator[Team]:
     """alice's machine wired for ``harness`` by ``hive setup``, and bob's machine, in one team.
 
     ``before_setup`` writes the person's own harness configuration, which setup must keep;
@@ -298,8 +321,11 @@ def harness_team(harness: str, before_setup: Callable[[HarnessMachine], None] | 
         team = Team(machine, bob)
         for side in (team.machine.ok, team.bob_ok):
             wait_for(lambda side=side: len(side("mesh")["links"]) == 1, timeout=30, what="the two sidecars to link")
-        team.bob_ok("register", session={"key": TEAMMATE_KEY, "agent": "codex", "cwd": "/src/web",
-                                         "repo": "acme/web", "branch": "main"}, hold=False)
+        team.bob_ok(
+            "register",
+            session={"key": TEAMMATE_KEY, "agent": "codex", "cwd": "/src/web", "repo": "acme/web", "branch": "main"},
+            hold=False,
+        )
         yield team
     finally:
         _stop(machine.hive)

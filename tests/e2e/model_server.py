@@ -45,6 +45,7 @@ JsonObject = dict[str, Any]
 
 WAIT_FOR_MCP = "WaitForMcpServers"  # Claude Code's stand-in tool while MCP servers connect
 
+
 @dataclass(frozen=True)
 class Turn:
     """One entry of a conversation: ``role`` is user, assistant, tool or system."""
@@ -121,8 +122,13 @@ class Step:
     delay: float = 0.0  # seconds to wait before answering (a slow model)
 
 
-def call(tool: str, args: JsonObject | Callable[[Request], JsonObject] | None = None, *,
-         before: Hook | None = None, also: Iterable[Call] = ()) -> Step:
+def call(
+    tool: str,
+    args: JsonObject | Callable[[Request], JsonObject] | None = None,
+    *,
+    before: Hook | None = None,
+    also: Iterable[Call] = (),
+) -> Step:
     return Step(calls=(Call(tool, args or {}), *also), before=before)
 
 
@@ -147,8 +153,11 @@ class Script:
             if key is None:
                 continue
             # Rounds spent waiting for MCP servers (see _answer) are not steps of the script.
-            rounds = sum(1 for t in request.turns[index + 1:]
-                         if t.role == "assistant" and t.calls and set(t.calls) != {WAIT_FOR_MCP})
+            rounds = sum(
+                1
+                for t in request.turns[index + 1 :]
+                if t.role == "assistant" and t.calls and set(t.calls) != {WAIT_FOR_MCP}
+            )
             steps = self.conversations[key]
             return steps[rounds] if rounds < len(steps) else Step(text=self.fallback)
         return None
@@ -265,8 +274,9 @@ def _parse_gemini(body: JsonObject) -> tuple[list[Turn], list[Tool]]:
         text = "\n".join(p["text"] for p in parts if isinstance(p.get("text"), str))
         if text or calls:
             turns.append(Turn("assistant" if content.get("role") == "model" else "user", text, calls))
-    tools = [Tool(d["name"]) for t in body.get("tools") or [] for d in t.get("functionDeclarations") or []
-             if d.get("name")]
+    tools = [
+        Tool(d["name"]) for t in body.get("tools") or [] for d in t.get("functionDeclarations") or [] if d.get("name")
+    ]
     return turns, tools
 
 
@@ -318,27 +328,67 @@ def _anthropic(answer: Answer, request: Request, serial: int) -> tuple[str, list
     for n, (tool, args) in enumerate(answer.calls):
         blocks.append({"type": "tool_use", "id": f"toolu_{serial:04d}_{n}", "name": tool.full, "input": args})
     stop = "tool_use" if answer.calls else "end_turn"
-    message = {"id": f"msg_{serial:04d}", "type": "message", "role": "assistant", "model": model,
-               "content": blocks, "stop_reason": stop, "stop_sequence": None, "usage": usage}
+    message = {
+        "id": f"msg_{serial:04d}",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": blocks,
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": usage,
+    }
     if not request.stream:
         return "application/json", message
-    events = [_sse("message_start", {"type": "message_start", "message": {**message, "content": [],
-                                                                          "stop_reason": None}})]
+    events = [
+        _sse("message_start", {"type": "message_start", "message": {**message, "content": [], "stop_reason": None}})
+    ]
     for index, block in enumerate(blocks):
         if block["type"] == "text":
-            events.append(_sse("content_block_start", {"type": "content_block_start", "index": index,
-                                                       "content_block": {"type": "text", "text": ""}}))
-            events.append(_sse("content_block_delta", {"type": "content_block_delta", "index": index,
-                                                       "delta": {"type": "text_delta", "text": block["text"]}}))
+            events.append(
+                _sse(
+                    "content_block_start",
+                    {"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}},
+                )
+            )
+            events.append(
+                _sse(
+                    "content_block_delta",
+                    {
+                        "type": "content_block_delta",
+                        "index": index,
+                        "delta": {"type": "text_delta", "text": block["text"]},
+                    },
+                )
+            )
         else:
-            events.append(_sse("content_block_start", {"type": "content_block_start", "index": index,
-                                                       "content_block": {**block, "input": {}}}))
-            events.append(_sse("content_block_delta", {"type": "content_block_delta", "index": index, "delta": {
-                "type": "input_json_delta", "partial_json": json.dumps(block["input"])}}))
+            events.append(
+                _sse(
+                    "content_block_start",
+                    {"type": "content_block_start", "index": index, "content_block": {**block, "input": {}}},
+                )
+            )
+            events.append(
+                _sse(
+                    "content_block_delta",
+                    {
+                        "type": "content_block_delta",
+                        "index": index,
+                        "delta": {"type": "input_json_delta", "partial_json": json.dumps(block["input"])},
+                    },
+                )
+            )
         events.append(_sse("content_block_stop", {"type": "content_block_stop", "index": index}))
-    events.append(_sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop,
-                                                                            "stop_sequence": None},
-                                         "usage": {"output_tokens": 5}}))
+    events.append(
+        _sse(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop, "stop_sequence": None},
+                "usage": {"output_tokens": 5},
+            },
+        )
+    )
     events.append(_sse("message_stop", {"type": "message_stop"}))
     return "text/event-stream", events
 
@@ -347,40 +397,84 @@ def _responses(answer: Answer, request: Request, serial: int) -> tuple[str, list
     rid = f"resp_{serial:04d}"
     items: list[JsonObject] = []
     if answer.text:
-        items.append({"type": "message", "id": f"msg_{serial:04d}", "role": "assistant", "status": "completed",
-                      "content": [{"type": "output_text", "text": answer.text, "annotations": []}]})
+        items.append(
+            {
+                "type": "message",
+                "id": f"msg_{serial:04d}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": answer.text, "annotations": []}],
+            }
+        )
     for n, (tool, args) in enumerate(answer.calls):
-        item = {"type": "function_call", "id": f"fc_{serial:04d}_{n}", "call_id": f"call_{serial:04d}_{n}",
-                "name": tool.name, "arguments": json.dumps(args), "status": "completed"}
+        item = {
+            "type": "function_call",
+            "id": f"fc_{serial:04d}_{n}",
+            "call_id": f"call_{serial:04d}_{n}",
+            "name": tool.name,
+            "arguments": json.dumps(args),
+            "status": "completed",
+        }
         if tool.namespace:
             item["namespace"] = tool.namespace
         items.append(item)
-    usage = {"input_tokens": 10, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 5,
-             "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": 15}
+    usage = {
+        "input_tokens": 10,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens": 5,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": 15,
+    }
     base = {"id": rid, "object": "response", "created_at": int(time.time()), "model": request.body.get("model")}
     done = {**base, "status": "completed", "output": items, "usage": usage}
     if not request.stream:
         return "application/json", done
-    events = [_sse("response.created", {"type": "response.created",
-                                        "response": {**base, "status": "in_progress", "output": []}})]
+    events = [
+        _sse(
+            "response.created",
+            {"type": "response.created", "response": {**base, "status": "in_progress", "output": []}},
+        )
+    ]
     for index, item in enumerate(items):
-        events.append(_sse("response.output_item.added", {"type": "response.output_item.added",
-                                                          "output_index": index, "item": item}))
+        events.append(
+            _sse(
+                "response.output_item.added",
+                {"type": "response.output_item.added", "output_index": index, "item": item},
+            )
+        )
         if item["type"] == "message":
-            events.append(_sse("response.output_text.delta", {
-                "type": "response.output_text.delta", "item_id": item["id"], "output_index": index,
-                "content_index": 0, "delta": answer.text}))
-        events.append(_sse("response.output_item.done", {"type": "response.output_item.done",
-                                                         "output_index": index, "item": item}))
+            events.append(
+                _sse(
+                    "response.output_text.delta",
+                    {
+                        "type": "response.output_text.delta",
+                        "item_id": item["id"],
+                        "output_index": index,
+                        "content_index": 0,
+                        "delta": answer.text,
+                    },
+                )
+            )
+        events.append(
+            _sse(
+                "response.output_item.done", {"type": "response.output_item.done", "output_index": index, "item": item}
+            )
+        )
     events.append(_sse("response.completed", {"type": "response.completed", "response": done}))
     return "text/event-stream", events
 
 
 def _chat(answer: Answer, request: Request, serial: int) -> tuple[str, list[bytes] | JsonObject]:
     model = request.body.get("model") or "fake-model"
-    calls = [{"index": n, "id": f"call_{serial:04d}_{n}", "type": "function",
-              "function": {"name": tool.full, "arguments": json.dumps(args)}}
-             for n, (tool, args) in enumerate(answer.calls)]
+    calls = [
+        {
+            "index": n,
+            "id": f"call_{serial:04d}_{n}",
+            "type": "function",
+            "function": {"name": tool.full, "arguments": json.dumps(args)},
+        }
+        for n, (tool, args) in enumerate(answer.calls)
+    ]
     finish = "tool_calls" if calls else "stop"
     usage = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
     head = {"id": f"chatcmpl-{serial:04d}", "created": int(time.time()), "model": model}
@@ -388,16 +482,30 @@ def _chat(answer: Answer, request: Request, serial: int) -> tuple[str, list[byte
         message: JsonObject = {"role": "assistant", "content": answer.text or None}
         if calls:
             message["tool_calls"] = [{k: v for k, v in c.items() if k != "index"} for c in calls]
-        return "application/json", {**head, "object": "chat.completion", "usage": usage,
-                                    "choices": [{"index": 0, "message": message, "finish_reason": finish}]}
+        return "application/json", {
+            **head,
+            "object": "chat.completion",
+            "usage": usage,
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        }
     delta: JsonObject = {"role": "assistant"}
     if answer.text:
         delta["content"] = answer.text
     if calls:
         delta["tool_calls"] = calls
     chunks = [{"index": 0, "delta": delta, "finish_reason": None}, {"index": 0, "delta": {}, "finish_reason": finish}]
-    events = [_sse(None, {**head, "object": "chat.completion.chunk", "choices": [chunk],
-                          **({"usage": usage} if chunk["finish_reason"] else {})}) for chunk in chunks]
+    events = [
+        _sse(
+            None,
+            {
+                **head,
+                "object": "chat.completion.chunk",
+                "choices": [chunk],
+                **({"usage": usage} if chunk["finish_reason"] else {}),
+            },
+        )
+        for chunk in chunks
+    ]
     return "text/event-stream", [*events, _sse(None, "[DONE]")]
 
 
@@ -408,9 +516,12 @@ def _gemini(answer: Answer, request: Request, serial: int) -> tuple[str, list[by
     elif answer.text:
         parts.append({"text": answer.text})
     parts += [{"functionCall": {"name": tool.full, "args": args}} for tool, args in answer.calls]
-    reply = {"candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}],
-             "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 15},
-             "modelVersion": "gemini-fake", "responseId": f"r{serial:04d}"}
+    reply = {
+        "candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}],
+        "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 5, "totalTokenCount": 15},
+        "modelVersion": "gemini-fake",
+        "responseId": f"r{serial:04d}",
+    }
     if not request.stream:
         return "application/json", reply
     return "text/event-stream", [_sse(None, reply)]
@@ -492,8 +603,9 @@ class ModelServer:
                     return value
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; "
-                                         f"the model saw:\n{self.transcript()}")
+                    raise AssertionError(
+                        f"timed out after {timeout:g} s waiting for {what}; the model saw:\n{self.transcript()}"
+                    )
                 self._lock.wait(min(remaining, 0.2))
 
     def transcript(self, width: int = 160) -> str:
@@ -592,8 +704,15 @@ class ModelServer:
                 turns, tools = PARSERS[api](body)
                 config = body.get("generationConfig") or {}
                 schema = config.get("responseJsonSchema") or config.get("responseSchema")
-                request = Request(api=api, path=self.path, body=body, turns=turns, tools=tools,
-                                  stream=streaming or bool(body.get("stream")), schema=schema)
+                request = Request(
+                    api=api,
+                    path=self.path,
+                    body=body,
+                    turns=turns,
+                    tools=tools,
+                    stream=streaming or bool(body.get("stream")),
+                    schema=schema,
+                )
                 with server._lock:
                     server.requests.append(request)
                     serial = len(server.requests)
@@ -604,8 +723,9 @@ class ModelServer:
                     request.reply = f"error: {exc}"
                     self._json(500, {"error": {"type": "api_error", "message": f"script failed: {exc}"}})
                     return
-                request.reply = (f"calls {[t.full for t, _ in answer.calls]}" if answer.calls
-                                 else f"text {answer.text[:40]!r}")
+                request.reply = (
+                    f"calls {[t.full for t, _ in answer.calls]}" if answer.calls else f"text {answer.text[:40]!r}"
+                )
                 content_type, payload = RENDERERS[api](answer, request, serial)
                 if isinstance(payload, dict):
                     self._json(200, payload)

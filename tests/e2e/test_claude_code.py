@@ -34,11 +34,24 @@ def runner() -> Runner:
     session = str(uuid.uuid4())  # fixed, so the next turn can resume it
 
     def start(machine: HarnessMachine, model: ModelServer, prompt: str, resume: bool) -> Run:
-        env = machine.env(ANTHROPIC_BASE_URL=model.url, ANTHROPIC_API_KEY="sk-ant-fake",
-                          ANTHROPIC_MODEL="claude-fake", MCP_CONNECT_TIMEOUT_MS=MCP_CONNECT_MS)
+        env = machine.env(
+            ANTHROPIC_BASE_URL=model.url,
+            ANTHROPIC_API_KEY="sk-ant-fake",
+            ANTHROPIC_MODEL="claude-fake",
+            MCP_CONNECT_TIMEOUT_MS=MCP_CONNECT_MS,
+        )
         # --allowedTools is the test's stand-in for the person allowing hive's tools once.
-        argv = [str(cli(HARNESS)), "-p", prompt, "--output-format", "json", "--allowedTools", *ALLOWED,
-                "--resume" if resume else "--session-id", session]
+        argv = [
+            str(cli(HARNESS)),
+            "-p",
+            prompt,
+            "--output-format",
+            "json",
+            "--allowedTools",
+            *ALLOWED,
+            "--resume" if resume else "--session-id",
+            session,
+        ]
         return spawn(machine, argv, env, "claude")
 
     return Runner(HARNESS, "claude-code", start, Call("Bash", {"command": "sleep 8", "description": "wait"}))
@@ -51,27 +64,32 @@ def team(model: ModelServer, keys_in_files: None, claude_cli: Path) -> Iterator[
 
 
 def test_claude_code_calls_hive_tools_and_sees_a_teammates_message_at_the_next_tool_result(
-        model: ModelServer, team: Team) -> None:
+    model: ModelServer, team: Team
+) -> None:
     measured = round_trip(runner(), team, model)
     # The descriptor's tier; a headless run has no idle time, so its mail comes at the next tool result.
     assert measured["tier"] == "push", f"{contract(HARNESS)}: the session registered as {measured}"
     # Offered whole, not deferred behind ToolSearch (2.1.332 defers MCP tools unless the server
     # entry says alwaysLoad), and the cost of that in the model's context.
     offered = hive_tools(model.main()[-1])
-    assert {"mcp__hive__list_team", "mcp__hive__send_message", "mcp__hive__check_inbox"} <= set(offered), \
+    assert {"mcp__hive__list_team", "mcp__hive__send_message", "mcp__hive__check_inbox"} <= set(offered), (
         f"{contract(HARNESS)}: hive's tools as the model saw them: {sorted(offered)}"
+    )
     deferred = [name for name, tool in offered.items() if tool.get("defer_loading") or "input_schema" not in tool]
     assert not deferred, f"{contract(HARNESS)}: deferred or without a schema: {deferred}"
     tools_chars = len(json.dumps(list(offered.values())))
     rules = behaviour_rules()
     shown = model.main()[-1].text.count(rules.strip().splitlines()[0])
-    print(f"{contract(HARNESS)}: {len(offered)} hive tools, {tools_chars} chars of tool JSON "
-          f"(~{tools_chars // 4} tokens at 4 chars a token); instructions {len(rules)} chars "
-          f"(~{len(rules) // 4} tokens), in the system prompt {shown} time(s)")
+    print(
+        f"{contract(HARNESS)}: {len(offered)} hive tools, {tools_chars} chars of tool JSON "
+        f"(~{tools_chars // 4} tokens at 4 chars a token); instructions {len(rules)} chars "
+        f"(~{len(rules) // 4} tokens), in the system prompt {shown} time(s)"
+    )
 
 
 def test_claude_code_shows_a_teammates_message_delivered_at_the_stop_hook_to_the_model_exactly_once(
-        model: ModelServer, team: Team) -> None:
+    model: ModelServer, team: Team
+) -> None:
     # The Stop hook's block: 2.1.332 shows a {"decision": "block"} reason twice, exit 2 with the
     # text on stderr once, as 2.1.197 shows either.
     who = contract(HARNESS)
@@ -93,15 +111,19 @@ def test_claude_code_shows_a_teammates_message_delivered_at_the_stop_hook_to_the
     for request in carriers:
         assert request.text.count(body) == 1, f"{who}: the model saw the message more than once:\n{request.text}"
     assert f'id="{sent["message"]["id"]}"' in carriers[0].text, f"{who}: not framed:\n{carriers[0].text}"
-    wait_for(lambda: team.bob_state(sent["message"]["id"]) == "read", timeout=30,
-             what=f"{who}: bob's read receipt once the model answered after seeing it")
+    wait_for(
+        lambda: team.bob_state(sent["message"]["id"]) == "read",
+        timeout=30,
+        what=f"{who}: bob's read receipt once the model answered after seeing it",
+    )
 
 
 def hive_tools(request: Request) -> dict[str, dict[str, Any]]:
     """hive's tool definitions exactly as the request offered them, by name."""
     tools = request.body.get("tools") or []
-    return {str(t["name"]): t for t in tools
-            if isinstance(t, dict) and str(t.get("name", "")).startswith("mcp__hive__")}
+    return {
+        str(t["name"]): t for t in tools if isinstance(t, dict) and str(t.get("name", "")).startswith("mcp__hive__")
+    }
 
 
 def test_claude_code_hooks_answer_a_hung_sidecar_without_holding_up_the_turn(model: ModelServer, team: Team) -> None:

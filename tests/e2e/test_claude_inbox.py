@@ -65,18 +65,23 @@ def session_file(home: Path) -> dict[str, object] | None:
 
 
 def test_claude_codes_own_inbox_wakes_an_idle_session_but_calls_hives_mail_another_claude_sessions(
-        model: ModelServer, claude_team: Team) -> None:
+    model: ModelServer, claude_team: Team
+) -> None:
     who = contract("claude-code")
     machine = claude_team.machine
     tui = Tui(machine.root / "tmux.sock")
-    env = machine.env(ANTHROPIC_BASE_URL=model.url, ANTHROPIC_API_KEY=CLAUDE_KEY, ANTHROPIC_MODEL="claude-fake",
-                      TERM="xterm-256color")
+    env = machine.env(
+        ANTHROPIC_BASE_URL=model.url, ANTHROPIC_API_KEY=CLAUDE_KEY, ANTHROPIC_MODEL="claude-fake", TERM="xterm-256color"
+    )
     model.script = Script({"PUSHMARK": [say("ok")], "INBOXMARK": [say("ok")]})
     tui.start([str(cli("claude-code")), "--allowedTools", "Bash(sleep:*)"], machine.project, env)
     try:
         me = wait_for(lambda: machine.session_of("claude-code"), timeout=60, what=f"{who}: the TUI's session")
-        wait_for(lambda: me["address"] in machine.ok("status")["waiting"], timeout=30,
-                 what=f"{who}: the push watcher to wait for mail")
+        wait_for(
+            lambda: me["address"] in machine.ok("status")["waiting"],
+            timeout=30,
+            what=f"{who}: the push watcher to wait for mail",
+        )
         record = wait_for(lambda: session_file(machine.home), timeout=30, what=f"{who}: its session file")
         inbox = record.get("messagingSocketPath")
         if version() < INBOX_SINCE:
@@ -88,43 +93,66 @@ def test_claude_codes_own_inbox_wakes_an_idle_session_but_calls_hives_mail_anoth
         sent_at = time.monotonic()
         pushed = machine.ok("send", **{"from": "peer", "to": me["address"], "body": "PUSHMARK are you free?"})
         assert pushed["results"][0]["state"] == "delivered", f"{who}: {pushed}"
-        carried = model.wait_for(lambda: model.seen("PUSHMARK are you free?"), timeout=30,
-                                 what=f"{who}: the watcher's wake")
+        carried = model.wait_for(
+            lambda: model.seen("PUSHMARK are you free?"), timeout=30, what=f"{who}: the watcher's wake"
+        )
         watcher_wake = model.requests[carried[0]].at - sent_at
-        wait_for(lambda: (session_file(machine.home) or {}).get("status") == "idle", timeout=60,
-                 what=f"{who}: idle again after the woken turn")
+        wait_for(
+            lambda: (session_file(machine.home) or {}).get("status") == "idle",
+            timeout=60,
+            what=f"{who}: idle again after the woken turn",
+        )
 
         # Claude Code's route: the same kind of frame, posted to its inbox socket.
         assert isinstance(inbox, str) and Path(inbox).exists(), f"{who}: no inbox socket: {record}"
         assert Path(inbox).stat().st_mode & 0o777 == 0o600
-        body = ('<hive-message from="bob/web-codex" agent="codex" repo="acme/web" id="INBOXMARK">'
-                "INBOXMARK is the build green?</hive-message>")
+        body = (
+            '<hive-message from="bob/web-codex" agent="codex" repo="acme/web" id="INBOXMARK">'
+            "INBOXMARK is the build green?</hive-message>"
+        )
         posted_at = time.monotonic()
         post(inbox, json.dumps({"type": "user", "message": {"role": "user", "content": body}}))
-        carried = model.wait_for(lambda: model.seen("INBOXMARK is the build green?"), timeout=30,
-                                 what=f"{who}: the inbox's wake")
+        carried = model.wait_for(
+            lambda: model.seen("INBOXMARK is the build green?"), timeout=30, what=f"{who}: the inbox's wake"
+        )
         woken = model.requests[carried[0]]
         inbox_wake = woken.at - posted_at
 
         # Mid-turn: posted while a slow tool runs, it reaches the model with that tool's result.
-        wait_for(lambda: (session_file(machine.home) or {}).get("status") == "idle", timeout=60,
-                 what=f"{who}: idle again after the inbox's turn")
+        wait_for(
+            lambda: (session_file(machine.home) or {}).get("status") == "idle",
+            timeout=60,
+            what=f"{who}: idle again after the inbox's turn",
+        )
         busy_line = json.dumps({"type": "user", "message": {"role": "user", "content": "INBOXBUSY the port is 8443"}})
-        model.script = Script({"E2E-SLOW": [call("Bash", {"command": "sleep 6", "description": "slow"},
-                                                 before=lambda _: later(2.0, lambda: post(inbox, busy_line))),
-                                            say("slow done")]})
+        model.script = Script(
+            {
+                "E2E-SLOW": [
+                    call(
+                        "Bash",
+                        {"command": "sleep 6", "description": "slow"},
+                        before=lambda _: later(2.0, lambda: post(inbox, busy_line)),
+                    ),
+                    say("slow done"),
+                ]
+            }
+        )
         tui.type("E2E-SLOW run the slow check")
-        carried = model.wait_for(lambda: model.seen("INBOXBUSY the port is 8443"), timeout=45,
-                                 what=f"{who}: the inbox's mid-turn message")
+        carried = model.wait_for(
+            lambda: model.seen("INBOXBUSY the port is 8443"), timeout=45, what=f"{who}: the inbox's mid-turn message"
+        )
         mid_turn = model.requests[carried[0]]
     finally:
         tui.stop()
     shown = woken.text
     assert 'id="INBOXMARK"' in shown, f"{who}: hive's frame did not survive the inbox:\n{shown[-2000:]}"
     assert "not typed by your user" in shown or "Another Claude session" in shown, (
-        f"{who}: Claude Code no longer wraps inbox mail as another session's; revisit the push route:\n"
-        f"{shown[-2000:]}")
+        f"{who}: Claude Code no longer wraps inbox mail as another session's; revisit the push route:\n{shown[-2000:]}"
+    )
     assert "INBOXBUSY the port is 8443" in after_last_call(mid_turn), (
-        f"{who}: the inbox's mid-turn message did not come with the tool's result:\n{model.transcript()}")
-    print(f"claude-code idle wake: watcher {watcher_wake:.2f} s (a local send to the model request), "
-          f"inbox {inbox_wake:.2f} s (post to the model request), inbox/watcher {inbox_wake / watcher_wake:.2f}")
+        f"{who}: the inbox's mid-turn message did not come with the tool's result:\n{model.transcript()}"
+    )
+    print(
+        f"claude-code idle wake: watcher {watcher_wake:.2f} s (a local send to the model request), "
+        f"inbox {inbox_wake:.2f} s (post to the model request), inbox/watcher {inbox_wake / watcher_wake:.2f}"
+    )

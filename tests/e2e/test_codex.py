@@ -82,7 +82,8 @@ def team(model: ModelServer, keys_in_files: None) -> Iterator[Team]:
 
 
 def test_codex_calls_hive_tools_and_sees_a_teammates_message_at_the_next_tool_result(
-        model: ModelServer, team: Team) -> None:
+    model: ModelServer, team: Team
+) -> None:
     measured = round_trip(runner(), team, model)
     # The descriptor's tier. `codex exec` runs its thread in-process, not on the TUI's app-server, so
     # the first push fails: the mail waits for the next tool result, and the session is told as turn.
@@ -92,7 +93,8 @@ def test_codex_calls_hive_tools_and_sees_a_teammates_message_at_the_next_tool_re
 
 
 def test_codex_mail_shown_to_a_harness_killed_before_its_next_model_call_comes_back(
-        model: ModelServer, team: Team) -> None:
+    model: ModelServer, team: Team
+) -> None:
     """Holds twice over for Codex: the hook's mail is only held until a later hook confirms it, and
     Codex writes the hook's developer message into the session's rollout at once, so ``codex exec
     resume`` hands it to the model in the next turn."""
@@ -137,8 +139,11 @@ def sandbox_helpers(root: int) -> list[list[str]]:
     for process in below:
         try:
             argv = process.cmdline()
-            if argv and os.path.basename(argv[0]) == SANDBOX_HELPER \
-                    and any(child.cmdline()[:1] == ["sleep"] for child in process.children()):
+            if (
+                argv
+                and os.path.basename(argv[0]) == SANDBOX_HELPER
+                and any(child.cmdline()[:1] == ["sleep"] for child in process.children())
+            ):
                 found.append(argv)
         except psutil.Error:
             continue
@@ -146,7 +151,8 @@ def sandbox_helpers(root: int) -> list[list[str]]:
 
 
 def test_codex_exec_in_its_own_sandbox_gets_mail_sent_during_a_shell_command_framed_and_read_only_after(
-        model: ModelServer, sandboxed_team: Team) -> None:
+    model: ModelServer, sandboxed_team: Team
+) -> None:
     """``codex exec`` runs each shell command under its sandbox helper, the codex binary itself as
     ``codex-linux-sandbox``. bob writes while that helper runs: no TUI runs the thread, so nothing
     is pushed; the next tool result carries the message, and bob hears ``read`` only once a model
@@ -160,8 +166,11 @@ def test_codex_exec_in_its_own_sandbox_gets_mail_sent_during_a_shell_command_fra
     def bob_writes_during_the_command() -> None:
         try:
             me = wait_for(lambda: team.machine.session_of(HARNESS), timeout=30, what=f"{who}: the session")
-            sent["helpers"] = wait_for(lambda: sandbox_helpers(run[0].process.pid), timeout=30,
-                                       what=f"{who}: the sandbox helper to run the shell command")
+            sent["helpers"] = wait_for(
+                lambda: sandbox_helpers(run[0].process.pid),
+                timeout=30,
+                what=f"{who}: the sandbox helper to run the shell command",
+            )
             sent["message"] = team.send_from_bob(me["address"], "PUSHMARK_sandbox the port is 8443")
             frame = f'id="{sent["message"]["id"]}"'
             while not stop.is_set():  # the receipt may turn only once the model had the message
@@ -175,8 +184,14 @@ def test_codex_exec_in_its_own_sandbox_gets_mail_sent_during_a_shell_command_fra
     def tool_goes_out(request: Request) -> None:
         threading.Thread(target=bob_writes_during_the_command, daemon=True).start()
 
-    model.script = Script({"E2E-SANDBOX": [
-        call("exec_command", {"cmd": "sleep 6", "yield_time_ms": 30000}, before=tool_goes_out), say("done")]})
+    model.script = Script(
+        {
+            "E2E-SANDBOX": [
+                call("exec_command", {"cmd": "sleep 6", "yield_time_ms": 30000}, before=tool_goes_out),
+                say("done"),
+            ]
+        }
+    )
     run.append(runner().start(team.machine, model, "E2E-SANDBOX: run the slow check", False))
     output = run[0].finish()
     assert "error" not in sent, f"{who}: {sent.get('error')!r}\n{output[-3000:]}"
@@ -188,8 +203,9 @@ def test_codex_exec_in_its_own_sandbox_gets_mail_sent_during_a_shell_command_fra
     frame = f'<hive-message from="bob/web-codex" agent="codex" repo="acme/web" id="{message_id}">'
     carriers = [r for r in model.main() if frame in r.text]
     assert carriers, f"{who}: the message never reached the model:\n{model.transcript()}"
-    assert carriers[0] is model.main()[1] and frame in after_last_call(carriers[0]), \
+    assert carriers[0] is model.main()[1] and frame in after_last_call(carriers[0]), (
         f"{who}: the message should come with the shell command's result:\n{model.transcript()}"
+    )
     wait_for(lambda: ordering, timeout=30, what=f"{who}: bob's read receipt")
     stop.set()
     assert ordering == ["read, model had it"], f"{who}: {ordering}\n{model.transcript()}"

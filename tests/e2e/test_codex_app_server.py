@@ -51,9 +51,11 @@ class Daemon:
 
     def rpc(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """One request on a connection of its own, as a TUI or another client makes them."""
+
         async def run() -> dict[str, Any]:
             async with app_server.connect(self.socket, client="hive-test") as rpc:
                 return await rpc.call(method, params)
+
         return anyio.run(run)
 
     def new_thread(self, cwd: Path) -> str:
@@ -70,13 +72,24 @@ def daemon(model: ModelServer) -> Iterator[Daemon]:
     home.mkdir()
     (root / "project").mkdir()
     (home / "config.toml").write_text(CONFIG.replace(PORT_PLACEHOLDER, model.url), encoding="utf-8")
-    env = {"HOME": str(root), "CODEX_HOME": str(home), "FAKE_OPENAI_KEY": "sk-fake", "PATH": "/usr/bin:/bin",
-           "NO_COLOR": "1"}
-    process = subprocess.Popen([str(require_cli(HARNESS)), "app-server", "--listen", "unix://"], env=env,
-                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               start_new_session=True)
+    env = {
+        "HOME": str(root),
+        "CODEX_HOME": str(home),
+        "FAKE_OPENAI_KEY": "sk-fake",
+        "PATH": "/usr/bin:/bin",
+        "NO_COLOR": "1",
+    }
+    process = subprocess.Popen(
+        [str(require_cli(HARNESS)), "app-server", "--listen", "unix://"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     daemon = Daemon(home, process)
     try:
+
         def answers() -> bool:
             assert process.poll() is None, f"{contract(HARNESS)}: the app-server exited: {process.stderr.read()!r}"
             with contextlib.suppress(PushFailed):
@@ -99,20 +112,25 @@ def daemon(model: ModelServer) -> Iterator[Daemon]:
 
 
 def test_a_push_into_an_idle_thread_starts_a_turn_whose_user_message_reaches_the_model(
-        model: ModelServer, daemon: Daemon) -> None:
+    model: ModelServer, daemon: Daemon
+) -> None:
     who = contract(HARNESS)
     model.script = Script({"PUSHMARK_idle": [say("IDLE-ANSWER-OK")]})
     thread = daemon.new_thread(daemon.home.parent / "project")
     delivery = daemon.push(thread, "PUSHMARK_idle is the api up?")
     assert delivery.how == "start" and delivery.turn, f"{who}: {delivery}"
-    carriers = model.wait_for(lambda: model.seen("PUSHMARK_idle is the api up?"), timeout=60,
-                              what=f"{who}: the pushed turn to reach the model")
+    carriers = model.wait_for(
+        lambda: model.seen("PUSHMARK_idle is the api up?"),
+        timeout=60,
+        what=f"{who}: the pushed turn to reach the model",
+    )
     turns = model.requests[carriers[0]].turns
     assert turns[-1].role == "user" and "PUSHMARK_idle" in turns[-1].text, f"{who}: {model.transcript()}"
 
 
 def test_a_push_larger_than_one_short_websocket_frame_reaches_the_model_whole(
-        model: ModelServer, daemon: Daemon) -> None:
+    model: ModelServer, daemon: Daemon
+) -> None:
     who = contract(HARNESS)
     # Over 65535 bytes: the frame carries a 64-bit length (RFC 6455 §5.2), as hive's largest messages do.
     body = "PUSHMARK_large " + " ".join(f"line-{n:05d}" for n in range(7000)) + " PUSHMARK_end"
@@ -124,31 +142,45 @@ def test_a_push_larger_than_one_short_websocket_frame_reaches_the_model_whole(
 
 
 def test_a_push_during_a_slow_tool_steers_the_running_turn_and_arrives_after_the_tool_result(
-        model: ModelServer, daemon: Daemon) -> None:
+    model: ModelServer, daemon: Daemon
+) -> None:
     who = contract(HARNESS)
     calling = threading.Event()
 
     def tool_goes_out(request: Request) -> None:
         calling.set()
 
-    model.script = Script({"E2E-BUSY": [
-        call("exec_command", {"cmd": "sleep 6", "yield_time_ms": 30000}, before=tool_goes_out), say("busy done")]})
+    model.script = Script(
+        {
+            "E2E-BUSY": [
+                call("exec_command", {"cmd": "sleep 6", "yield_time_ms": 30000}, before=tool_goes_out),
+                say("busy done"),
+            ]
+        }
+    )
     thread = daemon.new_thread(daemon.home.parent / "project")
     daemon.rpc("turn/start", {"threadId": thread, "input": [{"type": "text", "text": "E2E-BUSY run the check"}]})
     assert calling.wait(60), f"{who}: the model was never asked for the turn:\n{model.transcript()}"
     # The tool runs for 6 s: the thread is active until its result went back to the model.
-    wait_for(lambda: daemon.rpc("thread/read", {"threadId": thread})["thread"]["status"]["type"] == "active",
-             timeout=30, what=f"{who}: the thread to be running its turn")
+    wait_for(
+        lambda: daemon.rpc("thread/read", {"threadId": thread})["thread"]["status"]["type"] == "active",
+        timeout=30,
+        what=f"{who}: the thread to be running its turn",
+    )
     delivery = daemon.push(thread, "PUSHMARK_busy the port is 8443")
     assert delivery.how == "steer", f"{who}: {delivery}"
-    carriers = model.wait_for(lambda: model.seen("PUSHMARK_busy the port is 8443"), timeout=60,
-                              what=f"{who}: the steered text to reach the model")
+    carriers = model.wait_for(
+        lambda: model.seen("PUSHMARK_busy the port is 8443"),
+        timeout=60,
+        what=f"{who}: the steered text to reach the model",
+    )
     first = model.requests[carriers[0]]
     assert "PUSHMARK_busy" in after_last_call(first), f"{who}: not after the tool result:\n{model.transcript()}"
     last_call = next(t for t in reversed(first.turns) if t.role == "assistant" and t.calls)
     assert any("exec_command" in name for name in last_call.calls), f"{who}: {model.transcript()}"
-    model.wait_for(lambda: any("busy done" in r.reply for r in model.requests), timeout=60,
-                   what=f"{who}: the same turn to end")
+    model.wait_for(
+        lambda: any("busy done" in r.reply for r in model.requests), timeout=60, what=f"{who}: the same turn to end"
+    )
 
 
 def test_a_push_into_a_thread_the_app_server_does_not_run_fails_as_not_running(daemon: Daemon) -> None:
@@ -164,7 +196,8 @@ def test_a_push_with_no_app_server_and_no_codex_binary_fails_without_a_fallback(
 
 
 def test_a_hung_app_server_fails_the_push_at_its_deadline_then_the_codex_queue_fallback_is_tried(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     home = tmp_path / ".codex"
     (home / app_server.SOCKET).parent.mkdir(parents=True)
     # As Codex lays it out: the control socket is a symlink to a short path under /tmp.
@@ -175,8 +208,14 @@ def test_a_hung_app_server_fails_the_push_at_its_deadline_then_the_codex_queue_f
     listener.listen(4)  # accepts (the kernel's backlog) and never answers the handshake
     try:
         with pytest.raises(PushFailed) as failed:
-            anyio.run(app_server.deliver, home, "01a23766-0000-7000-8000-000000000000", "PUSHMARK_hung",
-                      require_cli(HARNESS), 1.0)
+            anyio.run(
+                app_server.deliver,
+                home,
+                "01a23766-0000-7000-8000-000000000000",
+                "PUSHMARK_hung",
+                require_cli(HARNESS),
+                1.0,
+            )
     finally:
         listener.close()
         subprocess.run(["rm", "-rf", str(short)], check=False)
@@ -187,8 +226,13 @@ def test_a_hung_app_server_fails_the_push_at_its_deadline_then_the_codex_queue_f
 
 def test_codex_queue_the_fallback_refuses_a_thread_codex_has_no_rollout_for(daemon: Daemon) -> None:
     with pytest.raises(PushFailed) as failed:
-        anyio.run(app_server.queue, require_cli(HARNESS), daemon.home, "01a23766-0000-7000-8000-000000000000",
-                  "PUSHMARK_queue")
+        anyio.run(
+            app_server.queue,
+            require_cli(HARNESS),
+            daemon.home,
+            "01a23766-0000-7000-8000-000000000000",
+            "PUSHMARK_queue",
+        )
     assert failed.value.code == "push_failed"
 
 
@@ -201,23 +245,34 @@ def ok(hive: Hive, request: dict[str, Any]) -> dict[str, Any]:
     return reply["result"]
 
 
-def codex_hook(hive: Hive, event: str, thread: str, codex_home: Path, cwd: Path, rollout: Path | None = None,
-               **extra: Any) -> dict[str, Any]:
+def codex_hook(
+    hive: Hive, event: str, thread: str, codex_home: Path, cwd: Path, rollout: Path | None = None, **extra: Any
+) -> dict[str, Any]:
     """A Codex hook's stdin, as the TUI's app-server sends it (../shared/notes/harnesses.md §2)."""
     rollout = rollout or codex_home / "sessions" / "2026" / "12" / "02" / f"rollout-2026-12-02T15-36-58-{thread}.jsonl"
-    payload = {"session_id": thread, "turn_id": "01a23766-ee2e-7143-a2b2-2461f54ed655",
-               "transcript_path": str(rollout), "cwd": str(cwd), "hook_event_name": event, "model": "fake-model",
-               "permission_mode": "bypassPermissions", **extra}
+    payload = {
+        "session_id": thread,
+        "turn_id": "01a23766-ee2e-7143-a2b2-2461f54ed655",
+        "transcript_path": str(rollout),
+        "cwd": str(cwd),
+        "hook_event_name": event,
+        "model": "fake-model",
+        "permission_mode": "bypassPermissions",
+        **extra,
+    }
     return ok(hive, {"op": "hook", "harness": HARNESS, "event": event, "payload": payload})
 
 
 def test_a_codex_session_no_tui_runs_keeps_its_mail_for_the_next_hook_and_is_told_as_turn_from_then_on(
-        hive: Hive, tmp_path: Path) -> None:
+    hive: Hive, tmp_path: Path
+) -> None:
     thread = "01a23766-e15d-73d0-838b-bc34c8cbd019"
     codex_home = tmp_path / ".codex"
     codex_hook(hive, "SessionStart", thread, codex_home, tmp_path, source="startup")
-    ok(hive, {"op": "register", "session": {"key": "peer-key", "agent": "claude-code", "cwd": "/tmp/peer",
-                                            "name": "peer"}})
+    ok(
+        hive,
+        {"op": "register", "session": {"key": "peer-key", "agent": "claude-code", "cwd": "/tmp/peer", "name": "peer"}},
+    )
     me = ok(hive, {"op": "who", "session": thread, "all": True})["me"]
     listed = {s["address"]: s for s in ok(hive, {"op": "who", "all": True})["sessions"]}
     assert listed[me]["tier"] == "push"
@@ -227,13 +282,25 @@ def test_a_codex_session_no_tui_runs_keeps_its_mail_for_the_next_hook_and_is_tol
     assert sent["state"] == "queued", sent
     listed = {s["address"]: s for s in ok(hive, {"op": "who", "all": True})["sessions"]}
     assert listed[me]["tier"] == "turn"
-    unread = wait_for(lambda: ok(hive, {"op": "inbox", "session": thread, "peek": True})["ids"], timeout=30,
-                      what="the mail to be visible again after the failed push")
+    unread = wait_for(
+        lambda: ok(hive, {"op": "inbox", "session": thread, "peek": True})["ids"],
+        timeout=30,
+        what="the mail to be visible again after the failed push",
+    )
     assert unread == [sent["id"]]
 
     # The next tool hook shows it, as for any turn-tier session.
-    shown = codex_hook(hive, "PostToolUse", thread, codex_home, tmp_path, tool_name="exec_command",
-                       tool_input={"cmd": "true"}, tool_use_id="call_1", tool_response={"content": ""})
+    shown = codex_hook(
+        hive,
+        "PostToolUse",
+        thread,
+        codex_home,
+        tmp_path,
+        tool_name="exec_command",
+        tool_input={"cmd": "true"},
+        tool_use_id="call_1",
+        tool_response={"content": ""},
+    )
     assert sent["id"] in shown["stdout"] and shown["ids"] == [sent["id"]]
 
     # A later sender is told the truth at once: queued for the next tool call or turn end.
@@ -248,8 +315,15 @@ def test_a_codex_session_no_tui_runs_keeps_its_mail_for_the_next_hook_and_is_tol
 def running(argv: list[str], executable: str, home: Path) -> Iterator[subprocess.Popen[bytes]]:
     """A real process with its own ``argv`` (``argv[0]`` as the caller names it) under CODEX_HOME ``home``."""
     env = {"HOME": str(home.parent), "CODEX_HOME": str(home), "PATH": "/usr/bin:/bin", "NO_COLOR": "1"}
-    process = subprocess.Popen(argv, executable=executable, env=env, stdin=subprocess.DEVNULL,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    process = subprocess.Popen(
+        argv,
+        executable=executable,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         yield process
     finally:
@@ -265,16 +339,19 @@ def test_the_codex_binary_running_as_its_sandbox_helper_is_not_taken_for_a_tui(t
     home.mkdir()
     codex = os.path.realpath(require_cli(HARNESS))
     # The npm launcher is a node script: the native binary beside it is what Codex runs as the helper.
-    native = next(Path(codex).parents[1].glob("node_modules/@openai/codex-linux-*/vendor/*/bin/codex"), None) \
-        or next(Path(codex).parents[2].glob("codex-linux-*/vendor/*/bin/codex"), None)
+    native = next(Path(codex).parents[1].glob("node_modules/@openai/codex-linux-*/vendor/*/bin/codex"), None) or next(
+        Path(codex).parents[2].glob("codex-linux-*/vendor/*/bin/codex"), None
+    )
     assert native is not None, f"{contract(HARNESS)}: no native codex binary beside {codex}"
     with running(["codex", "sandbox", "--", "sleep", "600"], str(native), home) as sandbox:
+
         def helper() -> list[str]:
             for process in psutil.Process(sandbox.pid).children(recursive=True):
                 with contextlib.suppress(psutil.Error):
                     argv = process.cmdline()
                     if argv[:1] == ["codex-linux-sandbox"] and any(
-                            c.cmdline()[:1] == ["sleep"] for c in process.children()):
+                        c.cmdline()[:1] == ["sleep"] for c in process.children()
+                    ):
                         assert os.path.basename(process.exe()) == "codex"  # the same binary
                         return argv
             return []
@@ -310,8 +387,15 @@ class Pushed:
         return list(ok(self.hive, {"op": "inbox", "session": self.thread, "peek": True})["ids"])
 
     def hook(self, event: str, **extra: Any) -> dict[str, Any]:
-        return codex_hook(self.hive, event, self.thread, self.daemon.home, self.daemon.home.parent / "project",
-                          rollout=self.rollout, **extra)
+        return codex_hook(
+            self.hive,
+            event,
+            self.thread,
+            self.daemon.home,
+            self.daemon.home.parent / "project",
+            rollout=self.rollout,
+            **extra,
+        )
 
 
 @contextlib.contextmanager
@@ -332,11 +416,17 @@ def pushed_while_the_model_thinks(hive: Hive, model: ModelServer, daemon: Daemon
         wait_for(lambda: find_tui(daemon.home), timeout=10, what="the TUI stand-in to be found")
         pushed = Pushed(hive, daemon, thread["id"], "", rollout, {}, asked, answer)
         pushed.hook("SessionStart", source="startup")
-        ok(hive, {"op": "register", "session": {"key": "peer-key", "agent": "claude-code", "cwd": "/tmp/peer",
-                                                "name": "peer"}})
+        ok(
+            hive,
+            {
+                "op": "register",
+                "session": {"key": "peer-key", "agent": "claude-code", "cwd": "/tmp/peer", "name": "peer"},
+            },
+        )
         pushed.address = ok(hive, {"op": "who", "session": pushed.thread, "all": True})["me"]
-        pushed.message = ok(hive, {"op": "send", "from": "peer-key", "to": pushed.address,
-                                   "body": "PUSHMARK_held the port is 8443"})["results"][0]
+        pushed.message = ok(
+            hive, {"op": "send", "from": "peer-key", "to": pushed.address, "body": "PUSHMARK_held the port is 8443"}
+        )["results"][0]
         try:
             assert pushed.message["state"] == "pushed", pushed.message
             assert asked.wait(60), f"{contract(HARNESS)}: the pushed turn never reached the model"
@@ -346,7 +436,8 @@ def pushed_while_the_model_thinks(hive: Hive, model: ModelServer, daemon: Daemon
 
 
 def test_mail_pushed_into_a_codex_tui_is_read_only_once_the_model_answered_a_request_that_carried_it(
-        hive: Hive, model: ModelServer, daemon: Daemon) -> None:
+    hive: Hive, model: ModelServer, daemon: Daemon
+) -> None:
     who = contract(HARNESS)
     with pushed_while_the_model_thinks(hive, model, daemon) as pushed:
         # Codex took it (turn/start) and the model has the request, but has not answered: not read.
@@ -356,32 +447,46 @@ def test_mail_pushed_into_a_codex_tui_is_read_only_once_the_model_answered_a_req
         assert pushed.state() == "queued", f"{who}: read before the model answered"
         assert pushed.visible() == [], f"{who}: mail Codex holds is shown to other readers"
         pushed.answer.set()
-        model.wait_for(lambda: any("HELD-OK" in r.reply for r in model.requests), timeout=60,
-                       what=f"{who}: the model's answer")
+        model.wait_for(
+            lambda: any("HELD-OK" in r.reply for r in model.requests), timeout=60, what=f"{who}: the model's answer"
+        )
         wait_for(lambda: pushed.state() == "read", timeout=30, what=f"{who}: the read receipt after the answer")
 
 
 def test_mail_pushed_into_a_codex_turn_that_is_interrupted_before_the_model_answers_is_unread_and_shown_again(
-        hive: Hive, model: ModelServer, daemon: Daemon) -> None:
+    hive: Hive, model: ModelServer, daemon: Daemon
+) -> None:
     who = contract(HARNESS)
     with pushed_while_the_model_thinks(hive, model, daemon) as pushed:
         turn = daemon.rpc("thread/turns/list", {"threadId": pushed.thread, "limit": 1})["data"][0]["id"]
         daemon.rpc("turn/interrupt", {"threadId": pushed.thread, "turnId": turn})
-        wait_for(lambda: pushed.visible() == [pushed.message["id"]], timeout=30,
-                 what=f"{who}: the pushed mail to be visible again after its turn was aborted")
+        wait_for(
+            lambda: pushed.visible() == [pushed.message["id"]],
+            timeout=30,
+            what=f"{who}: the pushed mail to be visible again after its turn was aborted",
+        )
         assert pushed.state() == "queued"
-        shown = pushed.hook("PostToolUse", tool_name="exec_command", tool_input={"cmd": "true"},
-                            tool_use_id="call_1", tool_response={"content": ""})
+        shown = pushed.hook(
+            "PostToolUse",
+            tool_name="exec_command",
+            tool_input={"cmd": "true"},
+            tool_use_id="call_1",
+            tool_response={"content": ""},
+        )
         assert pushed.message["id"] in shown["stdout"], f"{who}: the next hook did not show it: {shown}"
 
 
 def test_mail_pushed_into_a_codex_tui_that_exits_before_the_model_answers_is_unread_and_visible_again(
-        hive: Hive, model: ModelServer, daemon: Daemon) -> None:
+    hive: Hive, model: ModelServer, daemon: Daemon
+) -> None:
     who = contract(HARNESS)
     with pushed_while_the_model_thinks(hive, model, daemon) as pushed:
         tui = find_tui(daemon.home)
         assert tui is not None
         os.kill(tui.pid, 9)
-        wait_for(lambda: pushed.visible() == [pushed.message["id"]], timeout=30,
-                 what=f"{who}: the pushed mail to be visible again once its TUI is gone")
+        wait_for(
+            lambda: pushed.visible() == [pushed.message["id"]],
+            timeout=30,
+            what=f"{who}: the pushed mail to be visible again once its TUI is gone",
+        )
         assert pushed.state() == "queued"

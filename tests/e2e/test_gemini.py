@@ -37,12 +37,25 @@ def runner() -> Runner:
 
     def start(machine: HarnessMachine, model: ModelServer, prompt: str, resume: bool) -> Run:
         env = machine.env(GOOGLE_GEMINI_BASE_URL=model.url, GEMINI_API_KEY="fake", GEMINI_CLI_TRUST_WORKSPACE="true")
-        argv = [str(require_cli(HARNESS)), "-p", prompt, "-o", "json", "--approval-mode", "yolo",
-                *(["--resume", "latest"] if resume else ["--session-id", session])]
+        argv = [
+            str(require_cli(HARNESS)),
+            "-p",
+            prompt,
+            "-o",
+            "json",
+            "--approval-mode",
+            "yolo",
+            *(["--resume", "latest"] if resume else ["--session-id", session]),
+        ]
         return spawn(machine, argv, env, "gemini")
 
-    return Runner(HARNESS, "gemini", start, Call("run_shell_command", {"command": "sleep 8", "description": "wait"}),
-                  render=escaped)
+    return Runner(
+        HARNESS,
+        "gemini",
+        start,
+        Call("run_shell_command", {"command": "sleep 8", "description": "wait"}),
+        render=escaped,
+    )
 
 
 def escaped(text: str) -> str:
@@ -61,7 +74,8 @@ def write_settings(machine: HarnessMachine) -> None:
 
 
 def test_gemini_calls_hive_tools_and_sees_a_teammates_message_at_the_next_tool_result(
-        model: ModelServer, team: Team) -> None:
+    model: ModelServer, team: Team
+) -> None:
     measured = round_trip(runner(), team, model)
     assert measured["tier"] == "turn", f"{contract(HARNESS)}: the session registered as {measured}"
 

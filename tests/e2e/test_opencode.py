@@ -26,12 +26,19 @@ HARNESS = "opencode"
 URL_PLACEHOLDER = "__MODEL_URL__"
 CONFIG = {
     "$schema": "https://opencode.ai/config.json",
-    "model": "fake/fake-model", "small_model": "fake/fake-model", "autoupdate": False, "share": "disabled",
+    "model": "fake/fake-model",
+    "small_model": "fake/fake-model",
+    "autoupdate": False,
+    "share": "disabled",
     "permission": {"*": "allow"},
-    "provider": {"fake": {"npm": "@ai-sdk/openai-compatible", "name": "Fake",
-                          "options": {"baseURL": f"{URL_PLACEHOLDER}/v1", "apiKey": "sk-fake"},
-                          "models": {"fake-model": {"name": "Fake", "tool_call": True,
-                                                    "limit": {"context": 128000, "output": 4096}}}}},
+    "provider": {
+        "fake": {
+            "npm": "@ai-sdk/openai-compatible",
+            "name": "Fake",
+            "options": {"baseURL": f"{URL_PLACEHOLDER}/v1", "apiKey": "sk-fake"},
+            "models": {"fake-model": {"name": "Fake", "tool_call": True, "limit": {"context": 128000, "output": 4096}}},
+        }
+    },
 }
 
 
@@ -56,13 +63,15 @@ def team(model: ModelServer, keys_in_files: None, opencode_plugin: Path) -> Iter
 
 
 def test_opencode_calls_hive_tools_and_gets_a_teammates_message_pushed_after_the_tool_result(
-        model: ModelServer, team: Team) -> None:
+    model: ModelServer, team: Team
+) -> None:
     measured = round_trip(runner(), team, model)
     assert measured["tier"] == "push", f"{contract(HARNESS)}: the session registered as {measured}"
 
 
 def test_a_verified_lesson_about_a_file_opencode_writes_reaches_its_model_after_the_write_and_bob_sees_the_file(
-        model: ModelServer, team: Team) -> None:
+    model: ModelServer, team: Team
+) -> None:
     write = Call("write", {"filePath": f"{team.machine.project}/src/app.py", "content": "print('hello')\n"})
     line = lesson_and_files_after_a_write(runner(), team, model, write)
     assert 'why="files:src/app.py"' in line, f"{contract(HARNESS)}: {line}"

@@ -22,18 +22,31 @@ from .scenarios import Run, Runner, killed_before_next_call, lesson_and_files_af
 
 HARNESS = "pi"
 URL_PLACEHOLDER = "__MODEL_URL__"
-MODELS = {"providers": {"fake": {
-    "baseUrl": f"{URL_PLACEHOLDER}/v1", "api": "openai-completions", "apiKey": "sk-fake",
-    "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
-    "models": [{"id": "fake-model", "contextWindow": 128000, "maxTokens": 4096}]}}}
+MODELS = {
+    "providers": {
+        "fake": {
+            "baseUrl": f"{URL_PLACEHOLDER}/v1",
+            "api": "openai-completions",
+            "apiKey": "sk-fake",
+            "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
+            "models": [{"id": "fake-model", "contextWindow": 128000, "maxTokens": 4096}],
+        }
+    }
+}
 
 
 def runner() -> Runner:
     def start(machine: HarnessMachine, model: ModelServer, prompt: str, resume: bool) -> Run:
         models = machine.home / ".pi" / "agent" / "models.json"
         models.write_text(models.read_text(encoding="utf-8").replace(URL_PLACEHOLDER, model.url), encoding="utf-8")
-        argv = [str(require_cli(HARNESS)), "-p", "--model", "fake/fake-model", *(["--continue"] if resume else []),
-                prompt]
+        argv = [
+            str(require_cli(HARNESS)),
+            "-p",
+            "--model",
+            "fake/fake-model",
+            *(["--continue"] if resume else []),
+            prompt,
+        ]
         return spawn(machine, argv, machine.env(), "pi")
 
     return Runner(HARNESS, "pi", start, Call("bash", {"command": "sleep 8"}))
@@ -51,23 +64,28 @@ def team(model: ModelServer, keys_in_files: None) -> Iterator[Team]:
 
 
 def test_pi_calls_hive_tools_and_gets_a_teammates_message_steered_in_after_the_tool_result(
-        model: ModelServer, team: Team) -> None:
+    model: ModelServer, team: Team
+) -> None:
     measured = round_trip(runner(), team, model)
     assert measured["tier"] == "push", f"{contract(HARNESS)}: the session registered as {measured}"
 
 
 def test_pi_mail_pushed_to_a_harness_killed_before_its_next_model_call_comes_back(
-        model: ModelServer, team: Team) -> None:
+    model: ModelServer, team: Team
+) -> None:
     # The extension steered it in while the slow command ran: pi holds it until a model request
     # carries it, which the kill prevents, so it is visible again at once and read only after the
     # next turn's model call had it.
     receipt = killed_before_next_call(runner(), team, model)
-    assert receipt != "read", f"{contract(HARNESS)}: bob's receipt said {receipt!r} " \
+    assert receipt != "read", (
+        f"{contract(HARNESS)}: bob's receipt said {receipt!r} "
         "right after the kill, before any model call had the message"
+    )
 
 
 def test_a_verified_lesson_about_a_file_pi_writes_reaches_its_model_after_the_write_and_bob_sees_the_file(
-        model: ModelServer, team: Team) -> None:
+    model: ModelServer, team: Team
+) -> None:
     write = Call("write", {"path": f"{team.machine.project}/src/app.py", "content": "print('hello')\n"})
     line = lesson_and_files_after_a_write(runner(), team, model, write)
     assert 'why="files:src/app.py"' in line, f"{contract(HARNESS)}: {line}"

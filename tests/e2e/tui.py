@@ -27,8 +27,9 @@ class Tui:
         on_failure(f"TUI screen ({socket})", lambda: self.last or self.screen())
 
     def tmux(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(["tmux", "-S", str(self.socket), *args], env=env, capture_output=True, text=True,
-                              timeout=30)
+        return subprocess.run(
+            ["tmux", "-S", str(self.socket), *args], env=env, capture_output=True, text=True, timeout=30
+        )
 
     def start(self, argv: list[str], cwd: Path, env: dict[str, str], width: int = 160, height: int = 50) -> None:
         if shutil.which("tmux") is None:
@@ -36,8 +37,9 @@ class Tui:
         # The shell line keeps the pane open after the TUI exits, so a failure stays readable.
         line = f"{shlex.join(argv)}; echo TUI-EXITED $?; sleep 600"
         env = {**env, "PWD": str(cwd)}  # as a shell sets it; opencode goes by $PWD, not its cwd
-        done = self.tmux("new-session", "-d", "-s", "main", "-x", str(width), "-y", str(height), "-c", str(cwd), line,
-                         env=env)
+        done = self.tmux(
+            "new-session", "-d", "-s", "main", "-x", str(width), "-y", str(height), "-c", str(cwd), line, env=env
+        )
         assert done.returncode == 0, f"tmux new-session failed: {done.stderr}"
 
     def screen(self) -> str:

@@ -33,8 +33,7 @@ LATEST = os.environ.get("HIVE_E2E_LATEST") == "1"
 NPM = REPO / ".cache" / ("npm-latest" if LATEST else "npm")
 NPM_BIN = NPM / "node_modules" / ".bin"
 NOTES_SERVER = HERE / "notes_server.py"
-INSTALL_HINT = ("run `bash .ci/run`, or `grep -v '^#' .ci/npm-packages | xargs npm install --prefix .cache/npm`")
-
+INSTALL_HINT = "run `bash .ci/run`, or `grep -v '^#' .ci/npm-packages | xargs npm install --prefix .cache/npm`"
 
 
 def npm_pins(name: str = "npm-packages") -> dict[str, str]:
@@ -50,28 +49,49 @@ def installed_version(package: str) -> str:
 
 
 # harness -> (binary, npm package, version pinned in .ci/npm-packages)
-CLIS = {harness: (binary, package, npm_pins().get(package, "?")) for harness, binary, package in (
-    ("claude-code", "claude", "@anthropic-ai/claude-code"),
-    ("codex", "codex", "@openai/codex"),
-    ("gemini", "gemini", "@google/gemini-cli"),
-    ("opencode", "opencode", "opencode-ai"),
-    ("pi", "pi", "@mariozechner/pi-coding-agent"),
-)}
+CLIS = {
+    harness: (binary, package, npm_pins().get(package, "?"))
+    for harness, binary, package in (
+        ("claude-code", "claude", "@anthropic-ai/claude-code"),
+        ("codex", "codex", "@openai/codex"),
+        ("gemini", "gemini", "@google/gemini-cli"),
+        ("opencode", "opencode", "opencode-ai"),
+        ("pi", "pi", "@mariozechner/pi-coding-agent"),
+    )
+}
 
 # Telemetry, update checks and background downloads off (../shared/notes/harnesses.md).
 QUIET_ENV = {
-    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1",
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    "DISABLE_AUTOUPDATER": "1",
+    "DISABLE_TELEMETRY": "1",
     "DISABLE_ERROR_REPORTING": "1",
-    "OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
-    "OPENCODE_DISABLE_LSP_DOWNLOAD": "1", "OPENCODE_DISABLE_SHARE": "1",
-    "PI_OFFLINE": "1", "PI_TELEMETRY": "0", "PI_SKIP_VERSION_CHECK": "1",
+    "OPENCODE_DISABLE_AUTOUPDATE": "1",
+    "OPENCODE_DISABLE_MODELS_FETCH": "1",
+    "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
+    "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+    "OPENCODE_DISABLE_SHARE": "1",
+    "PI_OFFLINE": "1",
+    "PI_TELEMETRY": "0",
+    "PI_SKIP_VERSION_CHECK": "1",
     "NO_COLOR": "1",
 }
 
 # Variables of the machine running the tests that would point a CLI or hive somewhere else.
-FOREIGN_ENV = ("HIVE_HOME", "CODEX_HOME", "CLAUDE_CONFIG_DIR", "GEMINI_CLI_HOME", "OPENCODE_CONFIG",
-               "OPENCODE_CONFIG_DIR", "PI_CODING_AGENT_DIR", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME",
-               "XDG_CACHE_HOME", "GEMINI_CLI_TRUST_WORKSPACE")
+FOREIGN_ENV = (
+    "HIVE_HOME",
+    "CODEX_HOME",
+    "CLAUDE_CONFIG_DIR",
+    "GEMINI_CLI_HOME",
+    "OPENCODE_CONFIG",
+    "OPENCODE_CONFIG_DIR",
+    "PI_CODING_AGENT_DIR",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "XDG_STATE_HOME",
+    "XDG_CACHE_HOME",
+    "GEMINI_CLI_TRUST_WORKSPACE",
+)
 
 
 def require_cli(harness: str) -> Path:
@@ -112,32 +132,54 @@ class Machine:
         if node:
             system_path = f"{Path(node).parent}:{system_path}"
         env.update(QUIET_ENV)
-        env.update({
-            "HOME": str(self.home), "HIVE_HOME": str(self.state),
-            "XDG_CONFIG_HOME": str(self.home / ".config"), "XDG_DATA_HOME": str(self.home / ".local" / "share"),
-            "XDG_STATE_HOME": str(self.home / ".local" / "state"), "XDG_CACHE_HOME": str(self.home / ".cache"),
-            "PATH": f"{NPM_BIN}:{system_path}" if self.with_clis else system_path,
-        })
+        env.update(
+            {
+                "HOME": str(self.home),
+                "HIVE_HOME": str(self.state),
+                "XDG_CONFIG_HOME": str(self.home / ".config"),
+                "XDG_DATA_HOME": str(self.home / ".local" / "share"),
+                "XDG_STATE_HOME": str(self.home / ".local" / "state"),
+                "XDG_CACHE_HOME": str(self.home / ".cache"),
+                "PATH": f"{NPM_BIN}:{system_path}" if self.with_clis else system_path,
+            }
+        )
         env.update(extra)
         return env
 
-    def hive(self, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None,
-             timeout: float = 180) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "hive.sidecar.cli", *args], cwd=cwd or self.home,
-                              env=env or self.env(), capture_output=True, text=True, timeout=timeout)
+    def hive(
+        self, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 180
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "hive.sidecar.cli", *args],
+            cwd=cwd or self.home,
+            env=env or self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     def setup(self, *args: str, expect: int = 0, **kwargs: Any) -> str:
         done = self.hive("setup", *args, **kwargs)
-        assert done.returncode == expect, f"hive setup {' '.join(args)} exited {done.returncode}:\n" \
-                                          f"{done.stdout}\n{done.stderr}"
+        assert done.returncode == expect, (
+            f"hive setup {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+        )
         return done.stdout
 
-    def run(self, argv: list[str], cwd: Path | None = None, timeout: float = 120, input: str | None = None,
-            **extra: str) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, argv: list[str], cwd: Path | None = None, timeout: float = 120, input: str | None = None, **extra: str
+    ) -> subprocess.CompletedProcess[str]:
         # A session of its own, as a harness a person starts in a terminal has: a harness in the
         # test runner's session would make every other test's hive command look like its agent's.
-        return subprocess.run(argv, cwd=cwd or self.project, env=self.env(**extra), input=input,
-                              capture_output=True, text=True, timeout=timeout, start_new_session=True)
+        return subprocess.run(
+            argv,
+            cwd=cwd or self.project,
+            env=self.env(**extra),
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            start_new_session=True,
+        )
 
     def write(self, relative: str, text: str) -> Path:
         path = self.home / relative
@@ -175,7 +217,9 @@ def write_defaults(machine: Machine) -> None:
     """Each harness's own configuration, as a person who already uses it would have it."""
     py, notes = json.dumps(python()), json.dumps(str(NOTES_SERVER))
     machine.project.mkdir(parents=True)
-    machine.write(".claude.json", f"""{{
+    machine.write(
+        ".claude.json",
+        f"""{{
   "numStartups": 12,
   "installMethod": "npm-global",
   "autoUpdates": false,
@@ -190,8 +234,11 @@ def write_defaults(machine: Machine) -> None:
     }}
   }}
 }}
-""")
-    machine.write(".claude/settings.json", """{
+""",
+    )
+    machine.write(
+        ".claude/settings.json",
+        """{
   "permissions": {
     "allow": [
       "Bash(git status)"
@@ -221,8 +268,11 @@ def write_defaults(machine: Machine) -> None:
     ]
   }
 }
-""")
-    machine.write(".codex/config.toml", f"""# Codex settings, kept by hand
+""",
+    )
+    machine.write(
+        ".codex/config.toml",
+        f"""# Codex settings, kept by hand
 model = "gpt-5.5"  # the one I like
 approval_policy = "on-request"
 check_for_update_on_startup = false
@@ -240,8 +290,11 @@ args = [{notes}]
 
 [projects."{machine.project}"]
 trust_level = "trusted"
-""")
-    machine.write(".codex/hooks.json", """{
+""",
+    )
+    machine.write(
+        ".codex/hooks.json",
+        """{
   "hooks": {
     "Stop": [
       {
@@ -255,8 +308,11 @@ trust_level = "trusted"
     ]
   }
 }
-""")
-    machine.write(".gemini/settings.json", f"""{{
+""",
+    )
+    machine.write(
+        ".gemini/settings.json",
+        f"""{{
   "security": {{
     "auth": {{
       "selectedType": "gemini-api-key"
@@ -293,8 +349,11 @@ trust_level = "trusted"
     ]
   }}
 }}
-""")
-    machine.write(".config/opencode/opencode.json", f"""{{
+""",
+    )
+    machine.write(
+        ".config/opencode/opencode.json",
+        f"""{{
   "$schema": "https://opencode.ai/config.json",
   "autoupdate": false,
   "share": "disabled",
@@ -309,13 +368,19 @@ trust_level = "trusted"
     }}
   }}
 }}
-""")
+""",
+    )
     machine.write(".pi/agent/settings.json", '{\n  "quietStartup": true,\n  "enableInstallTelemetry": false\n}\n')
-    machine.write(".pi/agent/extensions/greet.ts", """export default function (pi: any) {
+    machine.write(
+        ".pi/agent/extensions/greet.ts",
+        """export default function (pi: any) {
   pi.registerCommand("greet", { description: "Say hello", handler: async () => {} });
 }
-""")
-    machine.write(".cursor/mcp.json", f"""{{
+""",
+    )
+    machine.write(
+        ".cursor/mcp.json",
+        f"""{{
   "mcpServers": {{
     "notes": {{
       "command": {py},
@@ -325,8 +390,11 @@ trust_level = "trusted"
     }}
   }}
 }}
-""")
-    machine.write(".cursor/hooks.json", """{
+""",
+    )
+    machine.write(
+        ".cursor/hooks.json",
+        """{
   "version": 1,
   "hooks": {
     "afterFileEdit": [
@@ -341,10 +409,13 @@ trust_level = "trusted"
     ]
   }
 }
-""")
-    machine.write(".agents/skills/release-notes/SKILL.md",
-                  "---\nname: release-notes\ndescription: Write release notes. Use when asked for them.\n---\n\n"
-                  "Collect merged pull requests, group them, write the notes.\n")
+""",
+    )
+    machine.write(
+        ".agents/skills/release-notes/SKILL.md",
+        "---\nname: release-notes\ndescription: Write release notes. Use when asked for them.\n---\n\n"
+        "Collect merged pull requests, group them, write the notes.\n",
+    )
 
 
 def preinstall_opencode_plugin(machine: Machine) -> None:
@@ -355,15 +426,23 @@ def preinstall_opencode_plugin(machine: Machine) -> None:
     """
     version = CLIS["opencode"][2]
     folder = machine.home / ".config" / "opencode"
-    (folder / "package.json").write_text(json.dumps({"dependencies": {"@opencode-ai/plugin": version}}, indent=2)
-                                         + "\n")
+    (folder / "package.json").write_text(
+        json.dumps({"dependencies": {"@opencode-ai/plugin": version}}, indent=2) + "\n"
+    )
     cache = subprocess.run(["npm", "config", "get", "cache"], capture_output=True, text=True, timeout=60).stdout.strip()
-    done = subprocess.run(["npm", "install", "--offline", "--cache", cache, "--no-audit", "--no-fund",
-                           "--loglevel=error"], cwd=folder, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "HOME": os.environ.get("HOME", str(machine.home))})
+    done = subprocess.run(
+        ["npm", "install", "--offline", "--cache", cache, "--no-audit", "--no-fund", "--loglevel=error"],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "HOME": os.environ.get("HOME", str(machine.home))},
+    )
     if done.returncode != 0:
-        pytest.fail(f"opencode {version}: cannot pre-install @opencode-ai/plugin@{version} from the npm cache "
-                    f"{cache} (it hangs offline otherwise): {done.stderr.strip()[-500:]}; {INSTALL_HINT}")
+        pytest.fail(
+            f"opencode {version}: cannot pre-install @opencode-ai/plugin@{version} from the npm cache "
+            f"{cache} (it hangs offline otherwise): {done.stderr.strip()[-500:]}; {INSTALL_HINT}"
+        )
 
 
 def new_machine(with_clis: bool) -> Machine:
@@ -372,8 +451,7 @@ def new_machine(with_clis: bool) -> Machine:
     machine = Machine(root, with_clis)
     machine.home.mkdir()
     machine.state.mkdir(mode=0o700)
-    (machine.state / "config.toml").write_text(loopback_config('person = "alice"\nmachine = "m1"\n'),
-                                              encoding="utf-8")
+    (machine.state / "config.toml").write_text(loopback_config('person = "alice"\nmachine = "m1"\n'), encoding="utf-8")
     return machine
 
 

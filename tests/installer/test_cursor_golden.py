@@ -21,8 +21,12 @@ GOLDEN = Path(__file__).resolve().parent / "golden" / "cursor"
 def expected(machine: Machine, name: str) -> str:
     hook = machine.hive("hook", "--command", "cursor", "stop").stdout.strip()
     assert hook.endswith(" cursor stop"), hook
-    values = {"@HOOK@": hook.removesuffix(" cursor stop"), "@HIVE@": str(Path(sys.executable).parent / "hive"),
-              "@NOTES@": str(NOTES_SERVER), "@PYTHON@": sys.executable}
+    values = {
+        "@HOOK@": hook.removesuffix(" cursor stop"),
+        "@HIVE@": str(Path(sys.executable).parent / "hive"),
+        "@NOTES@": str(NOTES_SERVER),
+        "@PYTHON@": sys.executable,
+    }
     text = (GOLDEN / name).read_text(encoding="utf-8")
     for placeholder, value in values.items():
         text = text.replace(placeholder, json.dumps(value)[1:-1])

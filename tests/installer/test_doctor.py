@@ -37,8 +37,10 @@ def test_a_fresh_correct_setup_exits_0_and_lists_the_persons_own_steps_as_todos(
     checks = {(c["area"], c["name"]): c for c in result["checks"]}
     assert result["failures"] == []
     assert [(c["area"], c["name"]) for c in result["todo"]] == [("gemini", "folder trust")]
-    assert checks["gemini", "folder trust"]["fix"] == "trust a project folder when `gemini` asks there (or with " \
-                                                     "`/permissions`)"
+    assert (
+        checks["gemini", "folder trust"]["fix"] == "trust a project folder when `gemini` asks there (or with "
+        "`/permissions`)"
+    )
     assert checks["install", "complete"]["status"] == "ok"
 
     running = checks["sidecar", "running"]
@@ -46,8 +48,13 @@ def test_a_fresh_correct_setup_exits_0_and_lists_the_persons_own_steps_as_todos(
     assert checks["sidecar", "version"]["status"] == "ok"
     assert checks["sidecar", "socket"] == {**checks["sidecar", "socket"], "status": "ok"}
     assert checks["sidecar", "socket"]["detail"].endswith("hive.sock, mode 0600")
-    assert checks["team", "state"] == {"area": "team", "name": "state", "status": "info",
-                                       "detail": "no team yet: this machine only (alice on m1)", "fix": None}
+    assert checks["team", "state"] == {
+        "area": "team",
+        "name": "state",
+        "status": "info",
+        "detail": "no team yet: this machine only (alice on m1)",
+        "fix": None,
+    }
     mcp = checks["mcp", "hive mcp"]
     assert mcp["status"] == "ok" and "list_team" in mcp["detail"] and "send_message" in mcp["detail"]
     for harness in ("claude-code", "codex", "cursor", "gemini", "opencode", "pi"):
@@ -58,8 +65,10 @@ def test_a_fresh_correct_setup_exits_0_and_lists_the_persons_own_steps_as_todos(
     text = machine.hive("doctor")
     assert text.returncode == 0 and text.stdout.rstrip().endswith("all good, 1 step left for you")
     assert "  TODO  folder trust" in text.stdout
-    assert "needs your action (hive never takes these steps for you):\n  - gemini folder trust: trust a project" \
-           in text.stdout
+    assert (
+        "needs your action (hive never takes these steps for you):\n  - gemini folder trust: trust a project"
+        in text.stdout
+    )
 
     # Once the person trusted a folder, Gemini's trust is information, not a step left.
     machine.write(".gemini/trustedFolders.json", json.dumps({str(machine.project): "TRUST_FOLDER"}))
@@ -95,8 +104,12 @@ def test_each_problem_comes_with_the_command_that_fixes_it(machine: Machine) -> 
     # Left out altogether, a harness is only a warning: the person may not want hive there.
     machine.setup("--remove", "--only", "pi")
     assert doctor(machine, expect=1)["pi", "wired"] == {
-        "area": "pi", "name": "wired", "status": "warn", "detail": "not wired: hive is not set up for it",
-        "fix": "`hive setup --only pi`"}
+        "area": "pi",
+        "name": "wired",
+        "status": "warn",
+        "detail": "not wired: hive is not set up for it",
+        "fix": "`hive setup --only pi`",
+    }
 
 
 def test_a_socket_others_can_reach_is_a_failure(machine: Machine) -> None:
@@ -113,8 +126,13 @@ def test_a_socket_others_can_reach_is_a_failure(machine: Machine) -> None:
 
 def test_harnesses_that_are_not_there_are_information_not_failures(bare_machine: Machine) -> None:
     checks = doctor(bare_machine, expect=0)
-    assert checks["cursor", "installed"] == {"area": "cursor", "name": "installed", "status": "info",
-                                             "detail": "not found on this machine", "fix": None}
+    assert checks["cursor", "installed"] == {
+        "area": "cursor",
+        "name": "installed",
+        "status": "info",
+        "detail": "not found on this machine",
+        "fix": None,
+    }
     assert checks["service", "sidecar service"]["detail"] == "not installed: the sidecar starts on demand"
 
 
@@ -135,12 +153,18 @@ def test_codex_hooks_are_a_todo_until_the_person_trusts_them_in_codex(codex_mach
     assert result["failures"] == []
 
     # What Codex's /hooks writes when the person trusts each entry: the hash of what they reviewed.
-    approvals = "".join(f'\n[hooks.state."{h["key"]}"]\ntrusted_hash = "{h["currentHash"]}"\n'
-                        for h in codex_hooks(machine) if "hive_hook.py" in h["command"])
+    approvals = "".join(
+        f'\n[hooks.state."{h["key"]}"]\ntrusted_hash = "{h["currentHash"]}"\n'
+        for h in codex_hooks(machine)
+        if "hive_hook.py" in h["command"]
+    )
     machine.write(".codex/config.toml", machine.read(".codex/config.toml") + approvals)
     checks = doctor(machine, expect=0)
-    assert checks["codex", "hooks trusted"] == {**checks["codex", "hooks trusted"], "status": "ok",
-                                                "detail": "all 5 of hive's hooks"}
+    assert checks["codex", "hooks trusted"] == {
+        **checks["codex", "hooks trusted"],
+        "status": "ok",
+        "detail": "all 5 of hive's hooks",
+    }
     # A later setup keeps the person's approvals.
     assert "nothing to change" in machine.setup("--only", "codex")
     assert len(tomllib.loads(machine.read(".codex/config.toml"))["hooks"]["state"]) == 5
@@ -173,15 +197,33 @@ def broken_hive(tmp_path_factory: pytest.TempPathFactory) -> Path:
     editable hive there stays out of sight)."""
     root = tmp_path_factory.mktemp("broken")
     wheels = root / "wheels"
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                            "-w", str(wheels), str(REPO)], capture_output=True, text=True, timeout=600)
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(REPO)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert built.returncode == 0, built.stderr
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
     wheel = next(wheels.glob("hive_agents-*.whl"))
     purelib = Path(sysconfig.get_paths(vars={"base": str(venv), "platbase": str(venv)})["purelib"])
-    installed = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
-                                "-q", "--no-deps", str(wheel)], capture_output=True, text=True, timeout=600)
+    installed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            str(venv / "bin" / "python"),
+            "install",
+            "-q",
+            "--no-deps",
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert installed.returncode == 0, installed.stderr
     (purelib / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     (purelib / "hive" / "sidecar" / "mail" / "codex_push.py").unlink()  # a module the sidecar imports at start
@@ -189,9 +231,16 @@ def broken_hive(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_a_broken_install_names_the_missing_module_and_the_reinstall_not_a_socket_error(
-        machine: Machine, broken_hive: Path) -> None:
-    done = subprocess.run([str(broken_hive), "doctor", "--json"], cwd=machine.home, env=machine.env(),
-                          capture_output=True, text=True, timeout=120)
+    machine: Machine, broken_hive: Path
+) -> None:
+    done = subprocess.run(
+        [str(broken_hive), "doctor", "--json"],
+        cwd=machine.home,
+        env=machine.env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     result = json.loads(done.stdout)
     [failure] = result["failures"]
@@ -202,8 +251,9 @@ def test_a_broken_install_names_the_missing_module_and_the_reinstall_not_a_socke
     assert "socket" not in done.stdout and "No such file" not in done.stdout
     assert not (machine.state / "hive.sock").exists()  # it did not try to start a sidecar that cannot run
 
-    text = subprocess.run([str(broken_hive), "doctor"], cwd=machine.home, env=machine.env(),
-                          capture_output=True, text=True, timeout=120)
+    text = subprocess.run(
+        [str(broken_hive), "doctor"], cwd=machine.home, env=machine.env(), capture_output=True, text=True, timeout=120
+    )
     assert text.returncode == 1 and "FAIL  complete" in text.stdout and "fix: reinstall hive: `" in text.stdout
 
 

@@ -20,8 +20,11 @@ def listing(root: Path) -> dict[str, tuple[int, int] | str]:
         for name in [*dirs, *names]:
             path = Path(folder) / name
             info = path.lstat()
-            found[str(path.relative_to(root))] = f"folder {info.st_mtime_ns}" if path.is_dir() and not \
-                path.is_symlink() else (info.st_size, info.st_mtime_ns)
+            found[str(path.relative_to(root))] = (
+                f"folder {info.st_mtime_ns}"
+                if path.is_dir() and not path.is_symlink()
+                else (info.st_size, info.st_mtime_ns)
+            )
     return found
 
 
@@ -63,18 +66,22 @@ def test_dry_run_and_doctor_change_nothing_under_home_with_every_harness_cli_on_
     assert differences(wired, listing(machine.home)) == []
 
 
-def test_a_cli_without_package_metadata_is_asked_its_version_in_a_throwaway_home(machine: Machine,
-                                                                                  tmp_path: Path) -> None:
+def test_a_cli_without_package_metadata_is_asked_its_version_in_a_throwaway_home(
+    machine: Machine, tmp_path: Path
+) -> None:
     # A native install (no npm package.json around it) that, like the real CLIs, writes into HOME when run.
     bin_folder = tmp_path / "bin"
     bin_folder.mkdir()
     claude = bin_folder / "claude"
-    claude.write_text('#!/bin/sh\nmkdir -p "$HOME/.claude" && echo x > "$HOME/.claude/probe.tmp"\n'
-                      'mkdir -p "$XDG_STATE_HOME/claude"\necho "2.3.4 (Claude Code)"\n')
+    claude.write_text(
+        '#!/bin/sh\nmkdir -p "$HOME/.claude" && echo x > "$HOME/.claude/probe.tmp"\n'
+        'mkdir -p "$XDG_STATE_HOME/claude"\necho "2.3.4 (Claude Code)"\n'
+    )
     claude.chmod(0o755)
     before = listing(machine.home)
-    done = machine.hive("setup", "--dry-run", "--only", "claude",
-                        env=machine.env(PATH=f"{bin_folder}:/usr/local/bin:/usr/bin:/bin"))
+    done = machine.hive(
+        "setup", "--dry-run", "--only", "claude", env=machine.env(PATH=f"{bin_folder}:/usr/local/bin:/usr/bin:/bin")
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     row = next(line for line in done.stdout.splitlines() if line.startswith("claude-code "))
     assert " 2.3.4 " in row

@@ -53,16 +53,29 @@ def mcp_list(machine: Machine, harness: str, **extra: str) -> subprocess.Complet
 def codex_hooks(machine: Machine) -> list[dict[str, Any]]:
     """Codex's own list of its hooks and their trust, from ``codex app-server``'s ``hooks/list``."""
     binary = require_cli("codex")
-    process = subprocess.Popen([str(binary), "app-server"], cwd=machine.project, env=machine.env(),
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    process = subprocess.Popen(
+        [str(binary), "app-server"],
+        cwd=machine.project,
+        env=machine.env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     assert process.stdin is not None and process.stdout is not None
     timer = threading.Timer(60, process.kill)
     timer.start()
     try:
-        for request in ({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                         "params": {"clientInfo": {"name": "hive-tests", "version": "1"}}},
-                        {"jsonrpc": "2.0", "method": "initialized"},
-                        {"jsonrpc": "2.0", "id": 2, "method": "hooks/list", "params": {}}):
+        for request in (
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {"clientInfo": {"name": "hive-tests", "version": "1"}},
+            },
+            {"jsonrpc": "2.0", "method": "initialized"},
+            {"jsonrpc": "2.0", "id": 2, "method": "hooks/list", "params": {}},
+        ):
             process.stdin.write(json.dumps(request) + "\n")
         process.stdin.flush()
         for line in process.stdout:
@@ -89,9 +102,15 @@ class PiRun:
 def pi_headless(machine: Machine, wait_for_session: bool) -> PiRun:
     """pi in RPC mode (no model needed): the commands it loaded, and the session its hive extension registered."""
     binary = require_cli("pi")
-    process = subprocess.Popen([str(binary), "--mode", "rpc", "--no-session"], cwd=machine.project,
-                               env=machine.env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [str(binary), "--mode", "rpc", "--no-session"],
+        cwd=machine.project,
+        env=machine.env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     assert process.stdin is not None and process.stdout is not None and process.stderr is not None
     timer = threading.Timer(90, process.kill)
     timer.start()
@@ -146,8 +165,10 @@ class RealRun:
 
 
 def all_lists(machine: Machine) -> dict[str, subprocess.CompletedProcess[str]]:
-    return {harness: mcp_list(machine, harness, **(TRUSTED if harness == "gemini" else {}))
-            for harness in ("claude-code", "gemini", "codex", "opencode")}
+    return {
+        harness: mcp_list(machine, harness, **(TRUSTED if harness == "gemini" else {}))
+        for harness in ("claude-code", "gemini", "codex", "opencode")
+    }
 
 
 @pytest.fixture(scope="module")
@@ -162,8 +183,10 @@ def real() -> Iterator[RealRun]:
         for harness, done in warm.items():
             if done.returncode != 0 or "notes" not in done.stdout:
                 version = CLIS[harness][2]
-                pytest.fail(f"{harness} {version}: `mcp list` does not work here before hive is involved "
-                            f"(exit {done.returncode}):\n{done.stdout}\n{done.stderr}")
+                pytest.fail(
+                    f"{harness} {version}: `mcp list` does not work here before hive is involved "
+                    f"(exit {done.returncode}):\n{done.stdout}\n{done.stderr}"
+                )
         pi_headless(machine, wait_for_session=False)
         run.original = machine.snapshot()
 
@@ -205,8 +228,7 @@ def test_a_second_setup_changes_no_byte(real: RealRun) -> None:
     assert real.second_out.count("nothing to change") == 6
     # Nor after the CLIs ran against the wired files, which they read without rewriting.
     assert real.third_out.count("nothing to change") == 6
-    assert sorted(path for path in configs(real.original)
-                  if real.after_clis.get(path) != real.wired.get(path)) == []
+    assert sorted(path for path in configs(real.original) if real.after_clis.get(path) != real.wired.get(path)) == []
 
 
 def test_claude_code_spawns_hive_and_reports_it_connected_next_to_the_persons_server(real: RealRun) -> None:
@@ -236,14 +258,20 @@ def test_codex_lists_hive_with_the_persons_server(real: RealRun) -> None:
     assert done.returncode == 0, explain("codex", done)
     rows = {line.split()[0]: line for line in done.stdout.splitlines() if line.strip()}
     assert "hive" in rows and rows["hive"].split()[1].endswith("hive") and " mcp " in rows["hive"], explain(
-        "codex", done)
+        "codex", done
+    )
     assert "enabled" in rows["hive"] and "notes" in rows
 
 
 def test_codex_sees_hives_hooks_untrusted_until_the_person_trusts_them(real: RealRun) -> None:
     ours = [h for h in real.codex_hooks if "hive_hook.py" in h["command"]]
-    assert {h["eventName"] for h in ours} == {"sessionStart", "userPromptSubmit", "postToolUse", "stop",
-                                               "permissionRequest"}
+    assert {h["eventName"] for h in ours} == {
+        "sessionStart",
+        "userPromptSubmit",
+        "postToolUse",
+        "stop",
+        "permissionRequest",
+    }
     assert {h["trustStatus"] for h in ours} == {"untrusted"}
     persons = [h for h in real.codex_hooks if h["command"] == "notify-send 'Codex is done'"]
     assert len(persons) == 1 and persons[0]["eventName"] == "stop"
@@ -254,7 +282,8 @@ def test_opencode_spawns_hive_and_reports_it_connected(real: RealRun) -> None:
     done = real.lists["opencode"]
     assert done.returncode == 0, explain("opencode", done)
     assert "✓ hive" in done.stdout and "connected" in done.stdout.split("✓ hive", 1)[1].split("\n")[0], explain(
-        "opencode", done)
+        "opencode", done
+    )
     assert "✓ notes" in done.stdout
 
 
@@ -264,8 +293,9 @@ def test_pi_loads_hives_extension_and_skill_next_to_the_persons_extension(real: 
     assert "greet" in names and names["greet"]["source"] == "extension", real.pi.stderr
     assert "skill:hive" in names, real.pi.stderr
     # The extension ran: it registered the pi session with the sidecar.
-    assert real.pi.session is not None, f"pi {CLIS['pi'][2]}: the hive extension registered no session\n" \
-                                        f"{real.pi.stderr}"
+    assert real.pi.session is not None, (
+        f"pi {CLIS['pi'][2]}: the hive extension registered no session\n{real.pi.stderr}"
+    )
     assert real.pi.session["address"] == "alice/api-pi" and real.pi.session["tier"] == "push"
 
 
@@ -274,11 +304,13 @@ def test_remove_gives_back_every_config_byte_for_byte(real: RealRun) -> None:
     assert sorted(path for path in original if removed.get(path) != original[path]) == []
     written = set(configs(real.wired)) - set(original)
     assert written and sorted(written & set(removed)) == []
-    for line in ("~/.claude.json: restored to its content before setup",
-                 "~/.codex/config.toml: restored to its content before setup",
-                 "~/.gemini/settings.json: restored to its content before setup",
-                 "~/.config/opencode/opencode.json: restored to its content before setup",
-                 "~/.pi/agent/extensions/hive.ts: deleted (hive created it)"):
+    for line in (
+        "~/.claude.json: restored to its content before setup",
+        "~/.codex/config.toml: restored to its content before setup",
+        "~/.gemini/settings.json: restored to its content before setup",
+        "~/.config/opencode/opencode.json: restored to its content before setup",
+        "~/.pi/agent/extensions/hive.ts: deleted (hive created it)",
+    ):
         assert line in real.remove_out
 
 
@@ -295,8 +327,9 @@ def test_after_remove_the_clis_show_only_the_persons_own_entries(real: RealRun) 
 def test_ci_pins_an_exact_version_of_every_cli_these_tests_run() -> None:
     pins = npm_pins()
     for harness, (_, package, _) in CLIS.items():
-        assert re.fullmatch(r"\d+\.\d+\.\d+", pins.get(package, "")), \
+        assert re.fullmatch(r"\d+\.\d+\.\d+", pins.get(package, "")), (
             f"{harness}: .ci/npm-packages pins no exact version of {package}: {pins.get(package)!r}"
+        )
 
 
 @pytest.mark.parametrize("harness", sorted(CLIS))

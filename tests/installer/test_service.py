@@ -39,11 +39,15 @@ def test_systemd_specials_in_paths_are_escaped() -> None:
 
 
 def test_the_launchd_agent_runs_the_sidecar_at_login_and_again_if_it_fails() -> None:
-    plist = plistlib.loads(service.launchd_plist(("/opt/hive/bin/hive",), {"HIVE_HOME": "/x"}, Path("/x/log"))
-                           .encode())
-    assert plist == {"Label": "dev.hive.sidecar", "ProgramArguments": ["/opt/hive/bin/hive", "sidecar"],
-                     "RunAtLoad": True, "KeepAlive": {"SuccessfulExit": False}, "StandardErrorPath": "/x/log",
-                     "EnvironmentVariables": {"HIVE_HOME": "/x"}}
+    plist = plistlib.loads(service.launchd_plist(("/opt/hive/bin/hive",), {"HIVE_HOME": "/x"}, Path("/x/log")).encode())
+    assert plist == {
+        "Label": "dev.hive.sidecar",
+        "ProgramArguments": ["/opt/hive/bin/hive", "sidecar"],
+        "RunAtLoad": True,
+        "KeepAlive": {"SuccessfulExit": False},
+        "StandardErrorPath": "/x/log",
+        "EnvironmentVariables": {"HIVE_HOME": "/x"},
+    }
 
 
 def test_setup_service_writes_the_unit_and_remove_takes_it_away(machine: Machine, tmp_path: Path) -> None:
@@ -61,8 +65,10 @@ def test_setup_service_writes_the_unit_and_remove_takes_it_away(machine: Machine
     hive = Path(sys.executable).parent / "hive"
     assert f"ExecStart={hive} sidecar\n" in text
     assert f"Environment=HIVE_HOME={machine.state}\n" in text
-    assert ("no systemd user manager answers here; when one does, run: systemctl --user daemon-reload && "
-            "systemctl --user enable --now hive-sidecar.service") in done.stdout
+    assert (
+        "no systemd user manager answers here; when one does, run: systemctl --user daemon-reload && "
+        "systemctl --user enable --now hive-sidecar.service"
+    ) in done.stdout
     assert machine.manifest["service"] == {"path": str(unit), "manager": "systemd"}
 
     # Idempotent, like every other file hive owns.

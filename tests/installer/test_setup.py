@@ -44,7 +44,7 @@ def test_setup_wires_every_harness_found_and_keeps_the_persons_entries(machine: 
     assert settings["hooks"]["PreToolUse"][0]["hooks"][0]["command"] == "~/bin/guard.sh"
 
     codex_text = machine.read(".codex/config.toml")
-    assert codex_text.startswith("# Codex settings, kept by hand\nmodel = \"gpt-5.5\"  # the one I like\n")
+    assert codex_text.startswith('# Codex settings, kept by hand\nmodel = "gpt-5.5"  # the one I like\n')
     assert "# my own MCP server\n[mcp_servers.notes]" in codex_text
     codex = tomllib.loads(codex_text)
     assert codex["mcp_servers"]["hive"]["default_tools_approval_mode"] == "approve"
@@ -78,9 +78,16 @@ def test_a_second_setup_changes_no_byte_and_remove_gives_back_every_original(mac
     assert len(table) > len(HARNESSES) and max(len(line) for line in table) <= 100, first
     assert "wire: ~/.claude.json, ~/.claude/settings.json" in plan_rows(first)["claude-code"]
     wired = machine.snapshot()
-    assert changed(original, wired) >= {".claude.json", ".claude/settings.json", ".codex/config.toml",
-                                        ".gemini/settings.json", ".cursor/mcp.json", ".cursor/hooks.json",
-                                        ".config/opencode/opencode.json", ".agents/skills/hive/SKILL.md"}
+    assert changed(original, wired) >= {
+        ".claude.json",
+        ".claude/settings.json",
+        ".codex/config.toml",
+        ".gemini/settings.json",
+        ".cursor/mcp.json",
+        ".cursor/hooks.json",
+        ".config/opencode/opencode.json",
+        ".agents/skills/hive/SKILL.md",
+    }
 
     again = machine.setup()
     assert machine.snapshot() == wired
@@ -107,8 +114,11 @@ def test_every_edit_is_backed_up_first_beside_a_record_of_what_changed(machine: 
     changes = json.loads((backups / "changes.json").read_text())["changes"]
     by_path = {Path(c["path"]).relative_to(machine.home).as_posix(): c for c in changes}
     assert by_path[".claude.json"]["action"] == "changed" and by_path[".claude.json"]["harnesses"] == ["claude-code"]
-    assert by_path[".claude/skills/hive/SKILL.md"] == {**by_path[".claude/skills/hive/SKILL.md"], "action": "created",
-                                                       "backup": None}
+    assert by_path[".claude/skills/hive/SKILL.md"] == {
+        **by_path[".claude/skills/hive/SKILL.md"],
+        "action": "created",
+        "backup": None,
+    }
     for relative, change in by_path.items():
         if change["backup"]:
             assert (setup / change["backup"]).read_bytes() == original[relative]
@@ -116,8 +126,12 @@ def test_every_edit_is_backed_up_first_beside_a_record_of_what_changed(machine: 
     assert stat.S_IMODE((setup / "manifest.json").stat().st_mode) == 0o600
     assert stat.S_IMODE((setup / by_path[".claude.json"]["backup"]).stat().st_mode) == 0o600
     manifest = machine.manifest["files"]
-    assert manifest[str(machine.home / ".agents/skills/hive/SKILL.md")]["harnesses"] == ["codex", "gemini",
-                                                                                       "opencode", "pi"]
+    assert manifest[str(machine.home / ".agents/skills/hive/SKILL.md")]["harnesses"] == [
+        "codex",
+        "gemini",
+        "opencode",
+        "pi",
+    ]
 
 
 def test_dry_run_says_per_harness_what_it_would_change_and_writes_nothing(machine: Machine) -> None:
@@ -145,7 +159,7 @@ def test_dry_run_with_diff_prints_unified_diffs_and_writes_nothing(machine: Mach
     assert "--- a/~/.claude.json\n+++ b/~/.claude.json\n" in out
     assert '+    "hive": {\n' in out
     assert "--- /dev/null\n+++ b/~/.claude/skills/hive/SKILL.md\n" in out
-    assert '+[mcp_servers.hive]\n' in out
+    assert "+[mcp_servers.hive]\n" in out
 
     machine.setup()
     wired = machine.snapshot()
@@ -163,8 +177,10 @@ def test_broken_json_is_refused_with_file_and_line_and_the_other_harnesses_are_w
     out = machine.setup(expect=1)
 
     assert machine.read(".gemini/settings.json") == broken
-    assert ("gemini: ~/.gemini/settings.json: line 4, column 3: Expecting property name enclosed in double quotes; "
-            "fix the JSON there") in out
+    assert (
+        "gemini: ~/.gemini/settings.json: line 4, column 3: Expecting property name enclosed in double quotes; "
+        "fix the JSON there"
+    ) in out
     assert "refused (nothing of these was changed; the others were wired)" in out
     for name in ("claude-code", "codex", "cursor", "opencode", "pi"):
         assert f"{name}: wired" in out
@@ -172,7 +188,10 @@ def test_broken_json_is_refused_with_file_and_line_and_the_other_harnesses_are_w
     # The skill folder gemini shares with codex, opencode and pi is still written for them.
     assert (machine.home / ".agents/skills/hive/SKILL.md").exists()
     assert machine.manifest["files"][str(machine.home / ".agents/skills/hive/SKILL.md")]["harnesses"] == [
-        "codex", "opencode", "pi"]
+        "codex",
+        "opencode",
+        "pi",
+    ]
 
     # Fixed, the next run wires gemini too.
     machine.write(".gemini/settings.json", broken.replace("},\n  }", "}\n  }"))
@@ -247,8 +266,13 @@ def test_only_takes_aliases_and_leaves_the_rest_alone(machine: Machine) -> None:
     assert "claude-code: wired" in out and "gemini: wired" in out and "codex: wired" not in out
     assert "skip: not in --only" in out
     touched = changed(original, machine.snapshot())
-    assert touched == {".claude.json", ".claude/settings.json", ".claude/skills/hive/SKILL.md",
-                       ".gemini/settings.json", ".agents/skills/hive/SKILL.md"}
+    assert touched == {
+        ".claude.json",
+        ".claude/settings.json",
+        ".claude/skills/hive/SKILL.md",
+        ".gemini/settings.json",
+        ".agents/skills/hive/SKILL.md",
+    }
 
     unknown = machine.hive("setup", "--only", "vim")
     assert unknown.returncode == 1
@@ -334,10 +358,21 @@ def test_project_scope_writes_the_project_files_and_says_which_approvals_they_ne
 
     assert f"project scope ({project})" in out
     files = {p.relative_to(project).as_posix() for p in project.rglob("*") if p.is_file()}
-    assert files == {".mcp.json", ".claude/settings.json", ".claude/skills/hive/SKILL.md", ".codex/config.toml",
-                     ".codex/hooks.json", ".agents/skills/hive/SKILL.md", ".gemini/settings.json", "opencode.json",
-                     ".opencode/plugins/hive.ts", ".pi/extensions/hive.ts", ".cursor/mcp.json", ".cursor/hooks.json",
-                     ".cursor/skills/hive/SKILL.md"}
+    assert files == {
+        ".mcp.json",
+        ".claude/settings.json",
+        ".claude/skills/hive/SKILL.md",
+        ".codex/config.toml",
+        ".codex/hooks.json",
+        ".agents/skills/hive/SKILL.md",
+        ".gemini/settings.json",
+        "opencode.json",
+        ".opencode/plugins/hive.ts",
+        ".pi/extensions/hive.ts",
+        ".cursor/mcp.json",
+        ".cursor/hooks.json",
+        ".cursor/skills/hive/SKILL.md",
+    }
     assert changed(original, machine.snapshot()) == {f"src/api/{f}" for f in files}
     assert "approve 'hive' when it asks" in out  # Claude Code's .mcp.json approval
     assert "Codex reads a project's .codex/ folder only in a trusted project" in out
@@ -356,28 +391,44 @@ def test_setup_never_writes_a_setting_that_skips_an_approval(machine: Machine, s
     machine.setup(*args, "--only", "claude,codex,gemini,opencode,pi,cursor")
     written = {path: data.decode() for path, data in machine.snapshot().items() if original.get(path) != data}
     text = "\n".join(written.values())
-    for bypass in ("enableAllProjectMcpServers", "enabledMcpjsonServers", "trusted_hash", "trust_level",
-                   "folderTrust", "dangerously", "bypass", "skipPermissions", "\"trust\": true",
-                   "defaultMode", "bypassPermissions", "autoApprove", "alwaysAllow"):
+    for bypass in (
+        "enableAllProjectMcpServers",
+        "enabledMcpjsonServers",
+        "trusted_hash",
+        "trust_level",
+        "folderTrust",
+        "dangerously",
+        "bypass",
+        "skipPermissions",
+        '"trust": true',
+        "defaultMode",
+        "bypassPermissions",
+        "autoApprove",
+        "alwaysAllow",
+    ):
         assert bypass not in text.replace('trust_level = "trusted"', ""), bypass
     assert not (machine.home / ".gemini" / "trustedFolders.json").exists()
     assert "hooks.state" not in machine.read(".codex/config.toml")
 
 
 def test_a_hand_formatted_settings_file_keeps_its_compact_arrays_and_indentation(machine: Machine) -> None:
-    mine = ('{\n'
-            '   "permissions": {"allow": ["Bash(git status)", "Bash(npm test)"], "deny": ["Read(.env)"]},\n'
-            '   "model":  "opus",\n'
-            '   "hooks": {\n'
-            '      "Stop": [{"hooks": [{"type": "command", "command": "notify-send done"}]}]\n'
-            '   }\n'
-            '}\n')
+    mine = (
+        "{\n"
+        '   "permissions": {"allow": ["Bash(git status)", "Bash(npm test)"], "deny": ["Read(.env)"]},\n'
+        '   "model":  "opus",\n'
+        '   "hooks": {\n'
+        '      "Stop": [{"hooks": [{"type": "command", "command": "notify-send done"}]}]\n'
+        "   }\n"
+        "}\n"
+    )
     machine.write(".claude/settings.json", mine)
     machine.setup("--only", "claude")
 
     text = machine.read(".claude/settings.json")
-    assert text.startswith('{\n   "permissions": {"allow": ["Bash(git status)", "Bash(npm test)"], "deny": '
-                           '["Read(.env)"]},\n   "model":  "opus",\n   "hooks": {\n')
+    assert text.startswith(
+        '{\n   "permissions": {"allow": ["Bash(git status)", "Bash(npm test)"], "deny": '
+        '["Read(.env)"]},\n   "model":  "opus",\n   "hooks": {\n'
+    )
     assert '\n      "SessionStart": [\n         {\n' in text  # hive's own entries in the file's 3 spaces
     assert "hive_hook.py" in json.loads(text)["hooks"]["Stop"][1]["hooks"][0]["command"]
     machine.setup("--remove")
@@ -388,8 +439,16 @@ def test_project_files_hold_no_path_of_this_machine_so_the_team_can_commit_them(
     project = machine.project
     machine.setup("--project", str(project), "--only", "claude,codex,gemini,opencode,pi,cursor")
 
-    here = {str(machine.root), str(machine.home), sys.prefix, sys.base_prefix, sys.executable,
-            os.path.realpath(sys.executable), str(REPO), str(Path(tempfile.gettempdir()))}
+    here = {
+        str(machine.root),
+        str(machine.home),
+        sys.prefix,
+        sys.base_prefix,
+        sys.executable,
+        os.path.realpath(sys.executable),
+        str(REPO),
+        str(Path(tempfile.gettempdir())),
+    }
     files = [p for p in project.rglob("*") if p.is_file()]
     assert len(files) == 13
     for path in files:
@@ -398,10 +457,18 @@ def test_project_files_hold_no_path_of_this_machine_so_the_team_can_commit_them(
         assert not found, f"{path.relative_to(project)} names {found}"
     # The hive every teammate has on PATH: `hive mcp` and `hive hook <harness> <event>`.
     assert json.loads((project / ".mcp.json").read_text())["mcpServers"]["hive"] == {
-        "type": "stdio", "command": "hive", "args": ["mcp"], "alwaysLoad": True}
+        "type": "stdio",
+        "command": "hive",
+        "args": ["mcp"],
+        "alwaysLoad": True,
+    }
     assert tomllib.loads((project / ".codex/config.toml").read_text())["mcp_servers"]["hive"]["command"] == "hive"
-    commands = [handler["command"] for groups in json.loads((project / ".codex/hooks.json").read_text())[
-        "hooks"].values() for group in groups for handler in group["hooks"]]
+    commands = [
+        handler["command"]
+        for groups in json.loads((project / ".codex/hooks.json").read_text())["hooks"].values()
+        for group in groups
+        for handler in group["hooks"]
+    ]
     assert commands and all(command.startswith("hive hook codex ") for command in commands)
     gemini = json.loads((project / ".gemini/settings.json").read_text())
     assert gemini["mcpServers"]["hive"]["command"] == "hive"

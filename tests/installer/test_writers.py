@@ -31,8 +31,10 @@ def round_trip(fmt: str, text: str, owned: dict[tuple[str, ...], Any]) -> tuple[
 
 @pytest.mark.parametrize("indent", ["  ", "    ", "\t"])
 def test_json_keeps_the_files_indentation_and_key_order_and_comes_back_exactly(indent: str) -> None:
-    original = (f'{{\n{indent}"zeta": 1,\n{indent}"alpha": {{\n{indent}{indent}"b": [\n{indent}{indent}{indent}1\n'
-                f'{indent}{indent}]\n{indent}}}\n}}\n')
+    original = (
+        f'{{\n{indent}"zeta": 1,\n{indent}"alpha": {{\n{indent}{indent}"b": [\n{indent}{indent}{indent}1\n'
+        f"{indent}{indent}]\n{indent}}}\n}}\n"
+    )
     wired, removed = round_trip("json", original, MCP)
 
     assert wired.startswith(f'{{\n{indent}"zeta": 1,\n{indent}"alpha"')
@@ -46,10 +48,17 @@ def test_json_without_a_final_newline_stays_without_one() -> None:
 
 
 def test_toml_keeps_comments_and_order_and_adds_only_hives_table() -> None:
-    original = ('# mine\nmodel = "o3"  # favourite\n\n[mcp_servers.notes]\ncommand = "notes"\n\n'
-                '[projects."/src"]\ntrust_level = "trusted"\n')
-    owned = {("mcp_servers", "hive"): {"command": "/opt/hive/bin/hive", "args": ["mcp"],
-                                       "default_tools_approval_mode": "approve"}}
+    original = (
+        '# mine\nmodel = "o3"  # favourite\n\n[mcp_servers.notes]\ncommand = "notes"\n\n'
+        '[projects."/src"]\ntrust_level = "trusted"\n'
+    )
+    owned = {
+        ("mcp_servers", "hive"): {
+            "command": "/opt/hive/bin/hive",
+            "args": ["mcp"],
+            "default_tools_approval_mode": "approve",
+        }
+    }
     wired, removed = round_trip("toml", original, owned)
 
     assert wired.startswith('# mine\nmodel = "o3"  # favourite\n')
@@ -66,10 +75,12 @@ def test_toml_into_an_empty_file_writes_just_the_table_and_removes_back_to_empty
 
 
 def test_hook_arrays_keep_the_persons_entries_first_and_in_order() -> None:
-    mine = [{"hooks": [{"type": "command", "command": "notify-send done"}]},
-            {"matcher": "Bash", "hooks": [{"type": "command", "command": "guard.sh"}]}]
+    mine = [
+        {"hooks": [{"type": "command", "command": "notify-send done"}]},
+        {"matcher": "Bash", "hooks": [{"type": "command", "command": "guard.sh"}]},
+    ]
     doc = documents.parse("json", HERE, "{}")
-    doc.set(("hooks", ), {"Stop": mine})
+    doc.set(("hooks",), {"Stop": mine})
     ownership.apply(doc, HOOKS)
     assert doc.get(("hooks", "Stop")) == [*mine, *HOOKS["hooks", "Stop"]]
 
@@ -91,15 +102,15 @@ def test_an_outdated_hive_entry_is_replaced_not_duplicated() -> None:
 
 
 def test_a_group_shared_with_the_person_loses_only_hives_handler() -> None:
-    shared = {"hooks": [{"type": "command", "command": "notify-send done"},
-                        {"type": "command", "command": HOOK}]}
+    shared = {"hooks": [{"type": "command", "command": "notify-send done"}, {"type": "command", "command": HOOK}]}
     assert ownership.strip_list([shared], []) == [{"hooks": [{"type": "command", "command": "notify-send done"}]}]
 
 
 def test_flat_hook_entries_are_recognised_by_their_command_too() -> None:
     # Cursor's hooks.json: {"command": ...} entries without a nested "hooks" list.
     assert ownership.strip_list([{"command": "./format.sh"}, {"command": HOOK, "timeout": 5}], []) == [
-        {"command": "./format.sh"}]
+        {"command": "./format.sh"}
+    ]
 
 
 def test_a_value_the_person_changed_since_setup_is_theirs_and_stays() -> None:
@@ -114,8 +125,10 @@ def test_a_value_that_was_there_before_hive_is_put_back() -> None:
     doc = documents.parse("json", HERE, '{"version": 2, "mcpServers": {"hive": {"command": "older"}}}')
     applied = ownership.apply(doc, {("version",): 1, **MCP})
     ownership.strip(doc, applied.records, applied.created)
-    assert doc.render() == documents.parse("json", HERE, '{"version": 2, "mcpServers": {"hive": {"command": '
-                                                         '"older"}}}').render()
+    assert (
+        doc.render()
+        == documents.parse("json", HERE, '{"version": 2, "mcpServers": {"hive": {"command": "older"}}}').render()
+    )
 
 
 def test_hives_parts_found_without_a_record_are_still_hives_to_remove() -> None:
@@ -168,12 +181,15 @@ def test_an_empty_json_file_counts_as_an_empty_object() -> None:
     assert documents.parse("json", HERE, "").get(("anything",)) is documents.MISSING
 
 
-@pytest.mark.parametrize("original", [
-    'model = "o3"\n[mcp_servers.notes]\ncommand = "notes"\n',  # no blank line before the table
-    'a = 1',  # no final newline
-    '# only a comment\n\n\n',  # blank lines at the end are the person's
-    '[mcp_servers]\nnotes = { command = "notes" }\n',  # the parent table written out, with inline entries
-])
+@pytest.mark.parametrize(
+    "original",
+    [
+        'model = "o3"\n[mcp_servers.notes]\ncommand = "notes"\n',  # no blank line before the table
+        "a = 1",  # no final newline
+        "# only a comment\n\n\n",  # blank lines at the end are the person's
+        '[mcp_servers]\nnotes = { command = "notes" }\n',  # the parent table written out, with inline entries
+    ],
+)
 def test_toml_round_trips_byte_for_byte(original: str) -> None:
     owned = {("mcp_servers", "hive"): {"command": "hive", "args": ["mcp"], "env": {"A": "b"}}}
     wired, removed = round_trip("toml", original, owned)
@@ -182,21 +198,29 @@ def test_toml_round_trips_byte_for_byte(original: str) -> None:
 
 
 def test_a_new_toml_table_in_the_middle_keeps_a_blank_line_before_the_next_one() -> None:
-    wired, _ = round_trip("toml", '[mcp_servers.notes]\ncommand = "n"\n\n[projects."/src"]\ntrust_level = "trusted"\n',
-                          {("mcp_servers", "hive"): {"command": "hive", "args": ["mcp"]}})
-    assert wired == ('[mcp_servers.notes]\ncommand = "n"\n\n[mcp_servers.hive]\ncommand = "hive"\nargs = ["mcp"]\n\n'
-                     '[projects."/src"]\ntrust_level = "trusted"\n')
+    wired, _ = round_trip(
+        "toml",
+        '[mcp_servers.notes]\ncommand = "n"\n\n[projects."/src"]\ntrust_level = "trusted"\n',
+        {("mcp_servers", "hive"): {"command": "hive", "args": ["mcp"]}},
+    )
+    assert wired == (
+        '[mcp_servers.notes]\ncommand = "n"\n\n[mcp_servers.hive]\ncommand = "hive"\nargs = ["mcp"]\n\n'
+        '[projects."/src"]\ntrust_level = "trusted"\n'
+    )
 
 
 def test_json_keeps_compact_arrays_and_the_persons_spacing_where_hive_did_not_touch() -> None:
-    original = ('{\n   "permissions": {"allow": ["Bash(git status)", "Read"], "deny": []},\n'
-                '   "env":   { "A": "1" },\n'
-                '   "hooks": {\n      "Stop": [{"hooks": [{"type": "command", "command": "notify-send done"}]}]\n'
-                '   }\n}\n')
+    original = (
+        '{\n   "permissions": {"allow": ["Bash(git status)", "Read"], "deny": []},\n'
+        '   "env":   { "A": "1" },\n'
+        '   "hooks": {\n      "Stop": [{"hooks": [{"type": "command", "command": "notify-send done"}]}]\n'
+        "   }\n}\n"
+    )
     wired, removed = round_trip("json", original, {**MCP, **HOOKS})
 
-    assert wired.startswith('{\n   "permissions": {"allow": ["Bash(git status)", "Read"], "deny": []},\n'
-                            '   "env":   { "A": "1" },\n')
+    assert wired.startswith(
+        '{\n   "permissions": {"allow": ["Bash(git status)", "Read"], "deny": []},\n   "env":   { "A": "1" },\n'
+    )
     # The person's compact hook array stays on its line; hive's entry joins it there, compact too.
     stop = wired.split('"Stop": ', 1)[1].split("\n", 1)[0]
     assert stop.startswith('[{"hooks": [{"type": "command", "command": "notify-send done"}]}, {"hooks": [')
@@ -218,20 +242,38 @@ def test_a_new_json_file_is_written_with_two_space_indentation() -> None:
     assert removed.strip() == "{}"
 
 
-_scalars = st.none() | st.booleans() | st.integers(-5, 5) | st.text("aé\"\\ \n", max_size=4)
-_values = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=3)
-                       | st.dictionaries(st.text("abc", max_size=3), inner, max_size=3), max_leaves=8)
-_handlers = st.lists(st.fixed_dictionaries({"hooks": st.lists(st.fixed_dictionaries(
-    {"type": st.just("command"), "command": st.sampled_from(["notify-send done", "guard.sh", HOOK])}),
-    min_size=1, max_size=2)}), max_size=3)
+_scalars = st.none() | st.booleans() | st.integers(-5, 5) | st.text('aé"\\ \n', max_size=4)
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text("abc", max_size=3), inner, max_size=3),
+    max_leaves=8,
+)
+_handlers = st.lists(
+    st.fixed_dictionaries(
+        {
+            "hooks": st.lists(
+                st.fixed_dictionaries(
+                    {"type": st.just("command"), "command": st.sampled_from(["notify-send done", "guard.sh", HOOK])}
+                ),
+                min_size=1,
+                max_size=2,
+            )
+        }
+    ),
+    max_size=3,
+)
 
 
 @settings(max_examples=150, deadline=None)
-@given(base=st.dictionaries(st.text("xyz", max_size=3), _values, max_size=4),
-       servers=st.dictionaries(st.sampled_from(["notes", "hive"]), _values, max_size=2),
-       stop=_handlers, indent=st.sampled_from([None, 1, 2, 3, "\t"]))
+@given(
+    base=st.dictionaries(st.text("xyz", max_size=3), _values, max_size=4),
+    servers=st.dictionaries(st.sampled_from(["notes", "hive"]), _values, max_size=2),
+    stop=_handlers,
+    indent=st.sampled_from([None, 1, 2, 3, "\t"]),
+)
 def test_json_edits_give_the_merged_content_and_come_back_byte_for_byte(
-        base: dict[str, Any], servers: dict[str, Any], stop: list[Any], indent: int | str | None) -> None:
+    base: dict[str, Any], servers: dict[str, Any], stop: list[Any], indent: int | str | None
+) -> None:
     original = json.dumps({**base, "mcpServers": servers, "hooks": {"Stop": stop}}, indent=indent)
     wired, removed = round_trip("json", original, {**MCP, **HOOKS})
     expected = json.loads(original)

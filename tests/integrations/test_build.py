@@ -40,8 +40,9 @@ def test_regenerating_produces_the_committed_files_byte_for_byte(name: str) -> N
     committed = sorted(p.name for p in target.iterdir() if p.is_file())
     assert committed == sorted(rendered), f"{target}: files differ from a fresh rendering"
     for file_name, text in rendered.items():
-        assert (target / file_name).read_bytes() == text.encode("utf-8"), \
+        assert (target / file_name).read_bytes() == text.encode("utf-8"), (
             f"{target / file_name} differs from a fresh rendering: run `hive integrations build`"
+        )
 
 
 def test_check_changes_nothing_in_a_clean_tree() -> None:
@@ -92,8 +93,9 @@ def test_json_files_hold_exactly_the_parts_hive_owns() -> None:
             if server in data:
                 assert list(data[server]) == ["hive"]
     config = tomlkit.parse((generated["codex"] / "config.toml").read_text(encoding="utf-8")).unwrap()
-    assert config == {"mcp_servers": {"hive": {"command": "hive", "args": ["mcp"],
-                                               "default_tools_approval_mode": "approve"}}}
+    assert config == {
+        "mcp_servers": {"hive": {"command": "hive", "args": ["mcp"], "default_tools_approval_mode": "approve"}}
+    }
 
 
 def test_generated_hook_commands_use_the_portable_form() -> None:
@@ -104,6 +106,10 @@ def test_generated_hook_commands_use_the_portable_form() -> None:
 
 
 def test_hive_integrations_build_check_exits_0_on_the_committed_tree() -> None:
-    result = subprocess.run([sys.executable, "-m", "hive.sidecar.cli", "integrations", "build", "--check"],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "hive.sidecar.cli", "integrations", "build", "--check"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert (result.returncode, result.stdout, result.stderr) == (0, "", "")

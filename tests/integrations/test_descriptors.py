@@ -26,9 +26,12 @@ SPECS = {name: fn for name, fn in vars(hookspecs).items() if name.startswith("hi
 
 
 def context(scope: str = "user", hive_command: tuple[str, ...] = ("hive",)) -> InstallContext:
-    return InstallContext(scope=scope,  # type: ignore[arg-type]
-                          hook_command=lambda harness, native: f"hive hook {harness} {native}",
-                          mcp_command=("hive", "mcp"), hive_command=hive_command)
+    return InstallContext(
+        scope=scope,  # type: ignore[arg-type]
+        hook_command=lambda harness, native: f"hive hook {harness} {native}",
+        mcp_command=("hive", "mcp"),
+        hive_command=hive_command,
+    )
 
 
 def point(harness: str, native: str) -> HookPoint:
@@ -45,8 +48,16 @@ def reply(harness: str, native: str, text: str = "You have mail.") -> str:
 
 
 def test_the_contract_declares_one_hook_per_plane() -> None:
-    assert set(SPECS) == {"hive_harness", "hive_hook_points", "hive_presence", "hive_tiers", "hive_native_files",
-                          "hive_reply", "hive_deny", "hive_identify_caller"}
+    assert set(SPECS) == {
+        "hive_harness",
+        "hive_hook_points",
+        "hive_presence",
+        "hive_tiers",
+        "hive_native_files",
+        "hive_reply",
+        "hive_deny",
+        "hive_identify_caller",
+    }
 
 
 @pytest.mark.parametrize("name", sorted(SPECS))
@@ -75,9 +86,17 @@ def test_the_six_builtin_harnesses_are_registered_under_their_canonical_names() 
     assert set(BUILTIN) <= set(registry.harnesses())
 
 
-@pytest.mark.parametrize(("alias", "name"), [("claude", "claude-code"), ("codex-cli", "codex"),
-                                             ("gemini-cli", "gemini"), ("cursor-agent", "cursor"),
-                                             ("opencode-ai", "opencode"), ("pi-coding-agent", "pi")])
+@pytest.mark.parametrize(
+    ("alias", "name"),
+    [
+        ("claude", "claude-code"),
+        ("codex-cli", "codex"),
+        ("gemini-cli", "gemini"),
+        ("cursor-agent", "cursor"),
+        ("opencode-ai", "opencode"),
+        ("pi-coding-agent", "pi"),
+    ],
+)
 def test_a_harness_is_found_by_its_alias(alias: str, name: str) -> None:
     assert registry.harness(alias).name == name
 
@@ -109,15 +128,20 @@ def test_every_builtin_harness_answers_every_plane(name: str) -> None:
 
 @pytest.mark.parametrize("name", BUILTIN)
 def test_another_harnesss_name_gets_no_answer_from_a_plugin(name: str) -> None:
-    module = next(sys.modules[m] for m in registry.BUILTIN
-                  if hasattr(sys.modules[m], "hive_harness") and sys.modules[m].hive_harness().name == name)
+    module = next(
+        sys.modules[m]
+        for m in registry.BUILTIN
+        if hasattr(sys.modules[m], "hive_harness") and sys.modules[m].hive_harness().name == name
+    )
     for spec in ("hive_hook_points", "hive_presence", "hive_tiers"):
         assert getattr(module, spec)(harness="acme-agent") is None
     assert module.hive_native_files(harness="acme-agent", context=context()) is None
 
 
-@pytest.mark.parametrize(("name", "push"), [("claude-code", "async_rewake"), ("codex", "app_server"),
-                                            ("opencode", "plugin"), ("pi", "plugin")])
+@pytest.mark.parametrize(
+    ("name", "push"),
+    [("claude-code", "async_rewake"), ("codex", "app_server"), ("opencode", "plugin"), ("pi", "plugin")],
+)
 def test_harnesses_that_can_wake_an_idle_session_default_to_push(name: str, push: str) -> None:
     tiers = registry.harness(name).tiers()
     assert (tiers.default, tiers.push) == ("push", push)
@@ -130,12 +154,18 @@ def test_gemini_and_cursor_stay_on_the_turn_tier_and_tell_senders_there_is_no_id
     assert "no idle wake" in tiers.note
 
 
-@pytest.mark.parametrize(("name", "natives"), [
-    ("claude-code", ["SessionStart", "UserPromptSubmit", "PostToolUse", "PostToolUseFailure", "Stop", "SessionEnd"]),
-    ("codex", ["SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "PermissionRequest"]),
-    ("gemini", ["SessionStart", "BeforeAgent", "AfterTool", "AfterAgent", "SessionEnd"]),
-    ("cursor", ["sessionStart", "beforeSubmitPrompt", "postToolUse", "stop", "sessionEnd"]),
-])
+@pytest.mark.parametrize(
+    ("name", "natives"),
+    [
+        (
+            "claude-code",
+            ["SessionStart", "UserPromptSubmit", "PostToolUse", "PostToolUseFailure", "Stop", "SessionEnd"],
+        ),
+        ("codex", ["SessionStart", "UserPromptSubmit", "PostToolUse", "Stop", "PermissionRequest"]),
+        ("gemini", ["SessionStart", "BeforeAgent", "AfterTool", "AfterAgent", "SessionEnd"]),
+        ("cursor", ["sessionStart", "beforeSubmitPrompt", "postToolUse", "stop", "sessionEnd"]),
+    ],
+)
 def test_hooked_harnesses_listen_to_the_measured_events(name: str, natives: list[str]) -> None:
     assert [p.native for p in registry.harness(name).hook_points()] == natives
 
@@ -169,8 +199,9 @@ def test_no_native_file_skips_the_harnesss_own_approval_prompts(name: str, scope
     for f in registry.harness(name).native_files(context(scope)):
         for path in owned_keys({"/".join(k): v for k, v in f.owned.items()}):
             joined = "/".join(part for part in "/".join(path).split("/") if part not in silent).lower()
-            assert not any(word in joined for word in ("permission", "trust", "allow", "bypass", "yolo")), \
+            assert not any(word in joined for word in ("permission", "trust", "allow", "bypass", "yolo")), (
                 f"{f.path} would write {joined}"
+            )
 
 
 @pytest.mark.parametrize("scope", ["user", "project"])
@@ -178,8 +209,13 @@ def test_no_native_file_skips_the_harnesss_own_approval_prompts(name: str, scope
 def test_every_hook_command_written_is_recognisable_as_hives(name: str, scope: str) -> None:
     hooks = [f for f in registry.harness(name).native_files(context(scope)) if f.role == "hooks"]
     assert hooks
-    commands = [entry for f in hooks for key, v in f.owned.items() if key[0] == "hooks"
-                for entry in json.dumps(v).split('"command": ')[1:]]
+    commands = [
+        entry
+        for f in hooks
+        for key, v in f.owned.items()
+        if key[0] == "hooks"
+        for entry in json.dumps(v).split('"command": ')[1:]
+    ]
     assert commands
     assert all(any(marker in c for marker in HOOK_MARKERS) for c in commands)
 
@@ -187,18 +223,19 @@ def test_every_hook_command_written_is_recognisable_as_hives(name: str, scope: s
 def test_codex_gets_its_mcp_table_with_the_per_server_tool_approval_setting() -> None:
     toml = files_of("codex")["mcp", ".codex/config.toml"]
     assert toml.format == "toml"
-    assert toml.owned == {("mcp_servers", "hive"): {"command": "hive", "args": ["mcp"],
-                                                    "default_tools_approval_mode": "approve"}}
+    assert toml.owned == {
+        ("mcp_servers", "hive"): {"command": "hive", "args": ["mcp"], "default_tools_approval_mode": "approve"}
+    }
     assert ("hooks", ".codex/hooks.json") in files_of("codex")
 
 
 def test_gemini_keeps_mcp_and_hooks_in_its_settings_file_with_timeouts_in_milliseconds() -> None:
     files = files_of("gemini")
-    assert files["mcp", ".gemini/settings.json"].owned == {("mcpServers", "hive"): {"command": "hive",
-                                                                                     "args": ["mcp"]}}
+    assert files["mcp", ".gemini/settings.json"].owned == {("mcpServers", "hive"): {"command": "hive", "args": ["mcp"]}}
     hooks = files["hooks", ".gemini/settings.json"].owned
-    assert hooks["hooks", "AfterTool"] == [{"hooks": [{"type": "command", "command": "hive hook gemini AfterTool",
-                                                       "timeout": 5000}]}]
+    assert hooks["hooks", "AfterTool"] == [
+        {"hooks": [{"type": "command", "command": "hive hook gemini AfterTool", "timeout": 5000}]}
+    ]
 
 
 def test_cursor_hooks_file_is_version_1_with_bare_command_entries() -> None:
@@ -208,31 +245,45 @@ def test_cursor_hooks_file_is_version_1_with_bare_command_entries() -> None:
     assert ("mcp", ".cursor/mcp.json") in files_of("cursor")
 
 
-@pytest.mark.parametrize(("scope", "config", "plugin"), [
-    ("user", ".config/opencode/opencode.json", ".config/opencode/plugins/hive.ts"),
-    ("project", "opencode.json", ".opencode/plugins/hive.ts"),
-])
+@pytest.mark.parametrize(
+    ("scope", "config", "plugin"),
+    [
+        ("user", ".config/opencode/opencode.json", ".config/opencode/plugins/hive.ts"),
+        ("project", "opencode.json", ".opencode/plugins/hive.ts"),
+    ],
+)
 def test_opencode_gets_a_local_mcp_entry_and_its_plugin_rendered_with_the_hive_argv(
-        scope: str, config: str, plugin: str) -> None:
+    scope: str, config: str, plugin: str
+) -> None:
     files = files_of("opencode", scope, hive_command=("/opt/py/bin/python", "-m", "hive"))
-    assert files["mcp", config].owned == {("mcp", "hive"): {"type": "local", "command": ["hive", "mcp"],
-                                                            "enabled": True}}
+    assert files["mcp", config].owned == {
+        ("mcp", "hive"): {"type": "local", "command": ["hive", "mcp"], "enabled": True}
+    }
     source = files["plugin", plugin].content
     assert 'const HIVE_COMMAND: string[] = ["/opt/py/bin/python", "-m", "hive"];' in source
     assert "__HIVE_COMMAND__" not in source
 
 
-@pytest.mark.parametrize(("scope", "extension"), [("user", ".pi/agent/extensions/hive.ts"),
-                                                  ("project", ".pi/extensions/hive.ts")])
+@pytest.mark.parametrize(
+    ("scope", "extension"), [("user", ".pi/agent/extensions/hive.ts"), ("project", ".pi/extensions/hive.ts")]
+)
 def test_pi_gets_only_its_extension_and_skills_because_it_has_no_mcp(scope: str, extension: str) -> None:
     files = files_of("pi", scope)
     assert {role for role, _ in files} == {"plugin", "skill"}
     assert 'const HIVE_COMMAND: string[] = ["hive"];' in files["plugin", extension].content
 
 
-@pytest.mark.parametrize(("name", "folder"), [("claude-code", ".claude/skills"), ("codex", ".agents/skills"),
-                                              ("gemini", ".agents/skills"), ("opencode", ".agents/skills"),
-                                              ("pi", ".agents/skills"), ("cursor", ".cursor/skills")])
+@pytest.mark.parametrize(
+    ("name", "folder"),
+    [
+        ("claude-code", ".claude/skills"),
+        ("codex", ".agents/skills"),
+        ("gemini", ".agents/skills"),
+        ("opencode", ".agents/skills"),
+        ("pi", ".agents/skills"),
+        ("cursor", ".cursor/skills"),
+    ],
+)
 def test_skills_go_to_a_folder_the_harness_reads(name: str, folder: str) -> None:
     skills = [path for role, path in files_of(name) if role == "skill"]
     assert skills == [f"{folder}/hive/SKILL.md"]
@@ -240,15 +291,39 @@ def test_skills_go_to_a_folder_the_harness_reads(name: str, folder: str) -> None
 
 # ---- identifying the real caller -------------------------------------------------------------
 
-CURSOR_STOP = {"conversation_id": "c-1", "generation_id": "g-1", "hook_event_name": "stop", "status": "completed",
-               "loop_count": 0, "workspace_roots": ["/home/ada/repo"], "cursor_version": "1.7.0"}
-CLAUDE_STOP = {"session_id": "s-1", "transcript_path": "/home/ada/.claude/projects/-repo/s-1.jsonl",
-               "cwd": "/home/ada/repo", "hook_event_name": "Stop", "stop_hook_active": False}
-CODEX_STOP = {"session_id": "t-1", "turn_id": "u-1", "cwd": "/repo", "hook_event_name": "Stop", "model": "m",
-              "transcript_path": "/home/ada/.codex/sessions/2026/12/02/rollout-2026-12-02T10-00-00-t-1.jsonl",
-              "permission_mode": "default", "stop_hook_active": False}
-GEMINI_STOP = {"session_id": "g-1", "transcript_path": "/home/ada/.gemini/tmp/p/chats/session-1.jsonl",
-               "cwd": "/repo", "hook_event_name": "AfterAgent", "timestamp": "2026-12-02T10:00:00Z"}
+CURSOR_STOP = {
+    "conversation_id": "c-1",
+    "generation_id": "g-1",
+    "hook_event_name": "stop",
+    "status": "completed",
+    "loop_count": 0,
+    "workspace_roots": ["/home/ada/repo"],
+    "cursor_version": "1.7.0",
+}
+CLAUDE_STOP = {
+    "session_id": "s-1",
+    "transcript_path": "/home/ada/.claude/projects/-repo/s-1.jsonl",
+    "cwd": "/home/ada/repo",
+    "hook_event_name": "Stop",
+    "stop_hook_active": False,
+}
+CODEX_STOP = {
+    "session_id": "t-1",
+    "turn_id": "u-1",
+    "cwd": "/repo",
+    "hook_event_name": "Stop",
+    "model": "m",
+    "transcript_path": "/home/ada/.codex/sessions/2026/12/02/rollout-2026-12-02T10-00-00-t-1.jsonl",
+    "permission_mode": "default",
+    "stop_hook_active": False,
+}
+GEMINI_STOP = {
+    "session_id": "g-1",
+    "transcript_path": "/home/ada/.gemini/tmp/p/chats/session-1.jsonl",
+    "cwd": "/repo",
+    "hook_event_name": "AfterAgent",
+    "timestamp": "2026-12-02T10:00:00Z",
+}
 
 
 def test_a_cursor_shaped_stdin_sent_to_claude_codes_hook_resolves_to_cursor() -> None:
@@ -287,38 +362,73 @@ def test_a_gemini_env_inherited_by_another_agent_is_not_proof() -> None:
 # ---- reply shapes --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("name", "native", "expected"), [
-    ("claude-code", "SessionStart",
-     '{"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": "You have mail."}}'),
-    ("claude-code", "UserPromptSubmit",
-     '{"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": "You have mail."}}'),
-    ("claude-code", "PostToolUse",
-     '{"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": "You have mail."}}'),
-    ("claude-code", "Stop", "You have mail."),  # on stderr, with exit 2 (the hook client)
-    ("codex", "SessionStart",
-     '{"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": "You have mail."}}'),
-    ("codex", "UserPromptSubmit",
-     '{"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": "You have mail."}}'),
-    ("codex", "PostToolUse",
-     '{"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": "You have mail."}}'),
-    ("codex", "Stop", '{"decision": "block", "reason": "You have mail."}'),
-    ("gemini", "SessionStart",
-     '{"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": "You have mail."}}'),
-    ("gemini", "BeforeAgent",
-     '{"hookSpecificOutput": {"hookEventName": "BeforeAgent", "additionalContext": "You have mail."}}'),
-    ("gemini", "AfterTool",
-     '{"hookSpecificOutput": {"hookEventName": "AfterTool", "additionalContext": "You have mail."}}'),
-    ("gemini", "AfterAgent", '{"decision": "block", "reason": "You have mail."}'),
-    ("cursor", "stop", '{"followup_message": "You have mail."}'),
-])
+@pytest.mark.parametrize(
+    ("name", "native", "expected"),
+    [
+        (
+            "claude-code",
+            "SessionStart",
+            '{"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": "You have mail."}}',
+        ),
+        (
+            "claude-code",
+            "UserPromptSubmit",
+            '{"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": "You have mail."}}',
+        ),
+        (
+            "claude-code",
+            "PostToolUse",
+            '{"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": "You have mail."}}',
+        ),
+        ("claude-code", "Stop", "You have mail."),  # on stderr, with exit 2 (the hook client)
+        (
+            "codex",
+            "SessionStart",
+            '{"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": "You have mail."}}',
+        ),
+        (
+            "codex",
+            "UserPromptSubmit",
+            '{"hookSpecificOutput": {"hookEventName": "UserPromptSubmit", "additionalContext": "You have mail."}}',
+        ),
+        (
+            "codex",
+            "PostToolUse",
+            '{"hookSpecificOutput": {"hookEventName": "PostToolUse", "additionalContext": "You have mail."}}',
+        ),
+        ("codex", "Stop", '{"decision": "block", "reason": "You have mail."}'),
+        (
+            "gemini",
+            "SessionStart",
+            '{"hookSpecificOutput": {"hookEventName": "SessionStart", "additionalContext": "You have mail."}}',
+        ),
+        (
+            "gemini",
+            "BeforeAgent",
+            '{"hookSpecificOutput": {"hookEventName": "BeforeAgent", "additionalContext": "You have mail."}}',
+        ),
+        (
+            "gemini",
+            "AfterTool",
+            '{"hookSpecificOutput": {"hookEventName": "AfterTool", "additionalContext": "You have mail."}}',
+        ),
+        ("gemini", "AfterAgent", '{"decision": "block", "reason": "You have mail."}'),
+        ("cursor", "stop", '{"followup_message": "You have mail."}'),
+    ],
+)
 def test_each_inject_point_answers_in_its_harnesss_exact_shape(name: str, native: str, expected: str) -> None:
     assert reply(name, native) == expected
 
 
-@pytest.mark.parametrize(("name", "native", "expected"), [
-    ("claude-code", "SessionEnd", ""), ("gemini", "SessionEnd", ""), ("cursor", "postToolUse", ""),
-    ("cursor", "beforeSubmitPrompt", '{"continue": true}'),
-])
+@pytest.mark.parametrize(
+    ("name", "native", "expected"),
+    [
+        ("claude-code", "SessionEnd", ""),
+        ("gemini", "SessionEnd", ""),
+        ("cursor", "postToolUse", ""),
+        ("cursor", "beforeSubmitPrompt", '{"continue": true}'),
+    ],
+)
 def test_observe_only_points_answer_no_opinion_even_with_mail(name: str, native: str, expected: str) -> None:
     assert reply(name, native) == expected
 
@@ -358,7 +468,7 @@ def hive_tiers(harness):
     return Tiers(default="turn") if harness == NAME else None
 '''
 
-ACME_PYPROJECT = '''
+ACME_PYPROJECT = """
 [build-system]
 requires = ["setuptools>=77"]
 build-backend = "setuptools.build_meta"
@@ -372,9 +482,9 @@ acme-agent = "acme_hive"
 
 [tool.setuptools]
 py-modules = ["acme_hive"]
-'''
+"""
 
-ACME_PROBE = '''
+ACME_PROBE = """
 import json
 from hive.integrations import registry
 names = list(registry.harnesses())
@@ -385,7 +495,7 @@ if "acme-agent" in names:
     out["tier"] = acme.tiers().default
     out["reply"] = acme.reply(acme.point("afterTurn"), "hi", {})
 print(json.dumps(out))
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -396,17 +506,32 @@ def acme_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (package / "pyproject.toml").write_text(textwrap.dedent(ACME_PYPROJECT), encoding="utf-8")
     (package / "acme_hive.py").write_text(textwrap.dedent(ACME_PLUGIN), encoding="utf-8")
     site = root / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index",
-                    "--no-build-isolation", "--target", str(site), str(package)],
-                   check=True, capture_output=True, text=True, timeout=240)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-index",
+            "--no-build-isolation",
+            "--target",
+            str(site),
+            str(package),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     return site
 
 
 def probe(site: Path, **env: str) -> dict[str, Any]:
     environ = {k: v for k, v in os.environ.items() if k != "HIVE_LOAD_PLUGINS"}
     environ.update(PYTHONPATH=str(site), **env)
-    result = subprocess.run([sys.executable, "-c", ACME_PROBE], env=environ, capture_output=True, text=True,
-                            timeout=60)
+    result = subprocess.run([sys.executable, "-c", ACME_PROBE], env=environ, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     data: dict[str, Any] = json.loads(result.stdout)
     return data
@@ -433,13 +558,16 @@ def test_hive_load_plugins_naming_a_harness_loads_just_that_one(acme_site: Path)
 
 def test_the_readme_states_for_each_harness_how_its_sessions_are_observed_as_its_descriptor_does() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8").splitlines()
+
     def natives(points: list[HookPoint], events: tuple[str, ...]) -> str:
         return ", ".join(p.native for p in points if p.event in events) or "-"
 
     for harness in registry.harnesses().values():
         presence, points = harness.presence(), list(harness.hook_points())
-        row = (f"| {harness.identity.title} | {presence.via} | {natives(points, presence.busy)} | "
-               f"{natives(points, presence.idle)} | {natives(points, presence.waiting_approval)} | "
-               f"{natives(points, ('tool.after',))} | {presence.ends} |")
+        row = (
+            f"| {harness.identity.title} | {presence.via} | {natives(points, presence.busy)} | "
+            f"{natives(points, presence.idle)} | {natives(points, presence.waiting_approval)} | "
+            f"{natives(points, ('tool.after',))} | {presence.ends} |"
+        )
         assert row in readme, f"README.md lacks the row, or says otherwise: {row}"
         assert presence.via in ("hook", "plugin")

@@ -36,8 +36,15 @@ HOOK = hook_command.HOOK_SCRIPT
 PYTHON = hook_command.interpreter()
 # Anything a harness could have left in this test's own environment would change who "calls".
 HARNESS_VARS = {
-    *hook_client.ENV_NAMES, "CLAUDE_PROJECT_DIR", "CLAUDE_ENV_FILE", "GEMINI_PROJECT_DIR", "GEMINI_CWD",
-    "GEMINI_CLI", "OPENCODE_PID", "AGENT", "AI_AGENT",
+    *hook_client.ENV_NAMES,
+    "CLAUDE_PROJECT_DIR",
+    "CLAUDE_ENV_FILE",
+    "GEMINI_PROJECT_DIR",
+    "GEMINI_CWD",
+    "GEMINI_CLI",
+    "OPENCODE_PID",
+    "AGENT",
+    "AI_AGENT",
     *(n for h in registry.harnesses().values() for n in (*h.identity.session_env, *h.identity.caller_env)),
 }
 
@@ -49,15 +56,28 @@ PEER = "alice/peer"
 
 
 def claude_payload(event: str, sid: str, cwd: str) -> tuple[dict[str, Any], dict[str, str]]:
-    base = {"session_id": sid, "transcript_path": f"/home/alice/.claude/projects/-app/{sid}.jsonl", "cwd": cwd,
-            "hook_event_name": event}
+    base = {
+        "session_id": sid,
+        "transcript_path": f"/home/alice/.claude/projects/-app/{sid}.jsonl",
+        "cwd": cwd,
+        "hook_event_name": event,
+    }
     extra: dict[str, dict[str, Any]] = {
         "SessionStart": {"source": "startup"},
         "UserPromptSubmit": {"prompt_id": "p-1", "permission_mode": "default", "prompt": "call the ping tool"},
-        "PostToolUse": {"tool_name": "mcp__test__ping", "tool_input": {"message": "hi"}, "tool_use_id": "toolu_01",
-                        "tool_response": '{"result":"PONG:hi"}', "duration_ms": 12},
-        "Stop": {"stop_hook_active": False, "last_assistant_message": "done", "background_tasks": [],
-                 "session_crons": []},
+        "PostToolUse": {
+            "tool_name": "mcp__test__ping",
+            "tool_input": {"message": "hi"},
+            "tool_use_id": "toolu_01",
+            "tool_response": '{"result":"PONG:hi"}',
+            "duration_ms": 12,
+        },
+        "Stop": {
+            "stop_hook_active": False,
+            "last_assistant_message": "done",
+            "background_tasks": [],
+            "session_crons": [],
+        },
         "SessionEnd": {"reason": "prompt_input_exit"},
     }
     env = {"CLAUDE_PROJECT_DIR": cwd, "CLAUDE_CODE_SESSION_ID": sid, "CLAUDECODE": "1", "CLAUDE_CODE_ENTRYPOINT": "cli"}
@@ -65,15 +85,28 @@ def claude_payload(event: str, sid: str, cwd: str) -> tuple[dict[str, Any], dict
 
 
 def codex_payload(event: str, sid: str, cwd: str) -> tuple[dict[str, Any], dict[str, str]]:
-    base = {"session_id": sid, "turn_id": "turn-1",
-            "transcript_path": f"/home/alice/.codex/sessions/2026/12/02/rollout-2026-12-02T11-00-00-{sid}.jsonl",
-            "cwd": cwd, "hook_event_name": event, "model": "gpt-5.5", "permission_mode": "default"}
+    base = {
+        "session_id": sid,
+        "turn_id": "turn-1",
+        "transcript_path": f"/home/alice/.codex/sessions/2026/12/02/rollout-2026-12-02T11-00-00-{sid}.jsonl",
+        "cwd": cwd,
+        "hook_event_name": event,
+        "model": "gpt-5.5",
+        "permission_mode": "default",
+    }
     extra: dict[str, dict[str, Any]] = {
         "SessionStart": {"source": "startup"},
         "UserPromptSubmit": {"prompt": "call the ping tool"},
-        "PostToolUse": {"tool_name": "mcp__test__ping", "tool_input": {"message": "hi"}, "tool_use_id": "call_1",
-                        "tool_response": {"content": [{"type": "text", "text": "PONG:hi"}], "structuredContent": None,
-                                          "isError": False}},
+        "PostToolUse": {
+            "tool_name": "mcp__test__ping",
+            "tool_input": {"message": "hi"},
+            "tool_use_id": "call_1",
+            "tool_response": {
+                "content": [{"type": "text", "text": "PONG:hi"}],
+                "structuredContent": None,
+                "isError": False,
+            },
+        },
         "Stop": {"stop_hook_active": False, "last_assistant_message": "done"},
     }
     env = {"CODEX_MANAGED_BY_NPM": "1", "CODEX_MANAGED_PACKAGE_ROOT": "/usr/lib/node_modules/@openai/codex"}
@@ -81,14 +114,22 @@ def codex_payload(event: str, sid: str, cwd: str) -> tuple[dict[str, Any], dict[
 
 
 def gemini_payload(event: str, sid: str, cwd: str) -> tuple[dict[str, Any], dict[str, str]]:
-    base = {"session_id": sid, "transcript_path": f"/home/alice/.gemini/tmp/app/chats/session-{sid}.jsonl",
-            "cwd": cwd, "hook_event_name": event, "timestamp": "2026-12-02T11:00:00.000Z"}
+    base = {
+        "session_id": sid,
+        "transcript_path": f"/home/alice/.gemini/tmp/app/chats/session-{sid}.jsonl",
+        "cwd": cwd,
+        "hook_event_name": event,
+        "timestamp": "2026-12-02T11:00:00.000Z",
+    }
     extra: dict[str, dict[str, Any]] = {
         "SessionStart": {"source": "startup"},
         "BeforeAgent": {"prompt": "call the ping tool"},
-        "AfterTool": {"tool_name": "mcp_test_ping", "tool_input": {"message": "hi"},
-                      "tool_response": {"llmContent": "PONG:hi", "returnDisplay": "PONG:hi"},
-                      "mcp_context": {"server_name": "test", "tool_name": "ping", "command": "python", "args": []}},
+        "AfterTool": {
+            "tool_name": "mcp_test_ping",
+            "tool_input": {"message": "hi"},
+            "tool_response": {"llmContent": "PONG:hi", "returnDisplay": "PONG:hi"},
+            "mcp_context": {"server_name": "test", "tool_name": "ping", "command": "python", "args": []},
+        },
         "AfterAgent": {"prompt": "call the ping tool", "prompt_response": "done", "stop_hook_active": False},
         "SessionEnd": {"reason": "exit"},
     }
@@ -97,8 +138,15 @@ def gemini_payload(event: str, sid: str, cwd: str) -> tuple[dict[str, Any], dict
 
 
 def cursor_payload(event: str, sid: str, cwd: str) -> tuple[dict[str, Any], dict[str, str]]:
-    base = {"conversation_id": sid, "generation_id": "gen-1", "hook_event_name": event, "workspace_roots": [cwd],
-            "model": "claude-4.5-sonnet", "cursor_version": "2.0.77", "user_email": "alice@example.com"}
+    base = {
+        "conversation_id": sid,
+        "generation_id": "gen-1",
+        "hook_event_name": event,
+        "workspace_roots": [cwd],
+        "model": "claude-4.5-sonnet",
+        "cursor_version": "2.0.77",
+        "user_email": "alice@example.com",
+    }
     extra: dict[str, dict[str, Any]] = {
         "sessionStart": {"session_id": sid, "is_background_agent": False, "composer_mode": "agent"},
         "beforeSubmitPrompt": {"prompt": "call the ping tool", "attachments": []},
@@ -110,7 +158,10 @@ def cursor_payload(event: str, sid: str, cwd: str) -> tuple[dict[str, Any], dict
 
 
 PAYLOADS: dict[str, Callable[[str, str, str], tuple[dict[str, Any], dict[str, str]]]] = {
-    "claude-code": claude_payload, "codex": codex_payload, "gemini": gemini_payload, "cursor": cursor_payload,
+    "claude-code": claude_payload,
+    "codex": codex_payload,
+    "gemini": gemini_payload,
+    "cursor": cursor_payload,
 }
 START = {"claude-code": "SessionStart", "codex": "SessionStart", "gemini": "SessionStart", "cursor": "sessionStart"}
 
@@ -156,8 +207,10 @@ EXIT_2 = "exit 2, stderr: "
 
 
 def frame(message_id: str, body: str) -> str:
-    return (f'<hive-message from="{PEER}" agent="codex" id="{message_id}">\n{body}\n</hive-message>\n'
-            f'From alice\'s agent {PEER}. Reply with send_message to "{PEER}" if useful.')
+    return (
+        f'<hive-message from="{PEER}" agent="codex" id="{message_id}">\n{body}\n</hive-message>\n'
+        f'From alice\'s agent {PEER}. Reply with send_message to "{PEER}" if useful.'
+    )
 
 
 # ---- helpers ----------------------------------------------------------------------------------
@@ -177,15 +230,22 @@ def hook_argv(harness: str, event: str, *rest: str, python: str = PYTHON) -> lis
     return [python, "-I", "-S", str(HOOK), harness, event, *rest]
 
 
-def run_hook(home: Path, harness: str, event: str, payload: dict[str, Any] | bytes,
-             env: dict[str, str] | None = None, no_opinion: str | None = None,
-             stdout: int = subprocess.PIPE) -> tuple[subprocess.CompletedProcess[bytes], float]:
+def run_hook(
+    home: Path,
+    harness: str,
+    event: str,
+    payload: dict[str, Any] | bytes,
+    env: dict[str, str] | None = None,
+    no_opinion: str | None = None,
+    stdout: int = subprocess.PIPE,
+) -> tuple[subprocess.CompletedProcess[bytes], float]:
     """Run the hook command as a harness would; returns the process and its wall time."""
     data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
     argv = hook_argv(harness, event, *([no_opinion] if no_opinion else []))
     start = time.monotonic()
-    done = subprocess.run(argv, input=data, env=clean_env(home, env), stdout=stdout, stderr=subprocess.PIPE,
-                          timeout=20, check=False)
+    done = subprocess.run(
+        argv, input=data, env=clean_env(home, env), stdout=stdout, stderr=subprocess.PIPE, timeout=20, check=False
+    )
     return done, time.monotonic() - start
 
 
@@ -273,8 +333,9 @@ def test_the_interpreter_stays_inside_a_virtual_environment() -> None:
 
 
 @pytest.mark.parametrize(("harness", "event", "shape"), CASES, ids=[f"{h}-{e}" for h, e, _ in CASES])
-def test_without_mail_every_hook_answers_the_exact_no_opinion(peer_hive: Hive, workdir: Path, harness: str,
-                                                             event: str, shape: str | None) -> None:
+def test_without_mail_every_hook_answers_the_exact_no_opinion(
+    peer_hive: Hive, workdir: Path, harness: str, event: str, shape: str | None
+) -> None:
     sid = f"{harness}-{event}-quiet"
     ending = event.lower() == "sessionend"
     if ending:  # an end alone (a health check's) registers nothing: the session must have been seen
@@ -289,8 +350,9 @@ def test_without_mail_every_hook_answers_the_exact_no_opinion(peer_hive: Hive, w
 
 
 @pytest.mark.parametrize(("harness", "event", "shape"), CASES, ids=[f"{h}-{e}" for h, e, _ in CASES])
-def test_waiting_mail_is_injected_in_the_harness_shape(peer_hive: Hive, workdir: Path, harness: str, event: str,
-                                                       shape: str | None) -> None:
+def test_waiting_mail_is_injected_in_the_harness_shape(
+    peer_hive: Hive, workdir: Path, harness: str, event: str, shape: str | None
+) -> None:
     sid = f"{harness}-{event}-mail"
     fire(peer_hive, harness, START[harness], sid, str(workdir))
     message_id = send(peer_hive, sid, "why does refresh return 401?")
@@ -311,10 +373,12 @@ def test_a_tool_hook_injects_only_waking_mail_and_stop_brings_the_rest(peer_hive
     assert fire(peer_hive, "claude-code", "PostToolUse", sid, cwd) == ""
     waking = send(peer_hive, sid, "please review PR 12")
     assert fire(peer_hive, "claude-code", "PostToolUse", sid, cwd) == expected_reply(
-        "context", "PostToolUse", frame(waking, "please review PR 12"))
+        "context", "PostToolUse", frame(waking, "please review PR 12")
+    )
     assert unread(peer_hive, sid) == 1
     assert fire(peer_hive, "claude-code", "Stop", sid, cwd) == expected_reply(
-        "exit2", "Stop", frame(fyi, "fyi: staging is down"))
+        "exit2", "Stop", frame(fyi, "fyi: staging is down")
+    )
     assert unread(peer_hive, sid) == 0
 
 
@@ -356,12 +420,16 @@ def test_cursor_running_claude_code_hooks_answers_in_cursor_shape(peer_hive: Hiv
     assert unread(peer_hive, sid) == 0
 
 
-@pytest.mark.parametrize(("harness", "start", "tool", "payload", "env"), [
-    ("opencode", "session.created", "tool.execute.after", {"sessionID": "ses_opencode1"}, {"OPENCODE": "1"}),
-    ("pi", "session_start", "tool_result", {"sessionId": "019a7c1e-pi"}, {"PI_CODING_AGENT": "true"}),
-])
-def test_plugin_points_leave_mail_for_the_plugin(peer_hive: Hive, workdir: Path, harness: str, start: str,
-                                                 tool: str, payload: dict[str, str], env: dict[str, str]) -> None:
+@pytest.mark.parametrize(
+    ("harness", "start", "tool", "payload", "env"),
+    [
+        ("opencode", "session.created", "tool.execute.after", {"sessionID": "ses_opencode1"}, {"OPENCODE": "1"}),
+        ("pi", "session_start", "tool_result", {"sessionId": "019a7c1e-pi"}, {"PI_CODING_AGENT": "true"}),
+    ],
+)
+def test_plugin_points_leave_mail_for_the_plugin(
+    peer_hive: Hive, workdir: Path, harness: str, start: str, tool: str, payload: dict[str, str], env: dict[str, str]
+) -> None:
     # opencode and pi deliver through their own plugins; a hook call there only registers.
     key = next(iter(payload.values()))
     payload = {**payload, "directory": str(workdir), "cwd": str(workdir)}
@@ -378,12 +446,19 @@ def test_the_session_is_registered_under_the_harness_process_behind_the_shell(hi
     # A fake harness runs the hook as Claude Code does, through `sh -c`; "; true" stops the
     # shell from replacing itself with the command. It keeps running (until its stdin closes), as
     # a harness does: the session ends when its harness process exits.
-    script = ("import os, subprocess, sys; print(os.getpid(), flush=True); "
-              "subprocess.run(['sh', '-c', sys.argv[1] + '; true'], input=sys.argv[2].encode(), check=True); "
-              "print('ran', flush=True); sys.stdin.read()")
+    script = (
+        "import os, subprocess, sys; print(os.getpid(), flush=True); "
+        "subprocess.run(['sh', '-c', sys.argv[1] + '; true'], input=sys.argv[2].encode(), check=True); "
+        "print('ran', flush=True); sys.stdin.read()"
+    )
     command = shlex.join(hook_argv("claude-code", "SessionStart"))
-    harness = subprocess.Popen([sys.executable, "-c", script, command, json.dumps(payload)],
-                               env=clean_env(hive.home, env), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    harness = subprocess.Popen(
+        [sys.executable, "-c", script, command, json.dumps(payload)],
+        env=clean_env(hive.home, env),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert harness.stdout is not None
         harness_pid = int(harness.stdout.readline())
@@ -409,8 +484,11 @@ def test_a_session_in_a_git_checkout_is_listed_with_its_project_and_branch(hive:
     (workdir / "src").mkdir()
     fire(hive, "claude-code", "SessionStart", "claude-git", str(workdir / "src"))
     entry = session_entry(hive, "claude-git")
-    assert (entry["repo"], entry["branch"], entry["name"]) == ("github.com/acme/api", "feature-x",
-                                                              slug(f"{workdir.name}-claude-code"))
+    assert (entry["repo"], entry["branch"], entry["name"]) == (
+        "github.com/acme/api",
+        "feature-x",
+        slug(f"{workdir.name}-claude-code"),
+    )
 
 
 def test_people_get_the_same_answer_from_hive_hook(peer_hive: Hive, workdir: Path) -> None:
@@ -422,8 +500,12 @@ def test_people_get_the_same_answer_from_hive_hook(peer_hive: Hive, workdir: Pat
     assert done.returncode == 0, done.stderr
     assert done.stdout == expected_reply("context", "PostToolUse", frame(message_id, "via the CLI"))
     assert unread(peer_hive, sid) == 0
-    gate = peer_hive.cli("hook", "cursor", "beforeSubmitPrompt", input=json.dumps(
-        cursor_payload("beforeSubmitPrompt", "cursor-cli", str(workdir))[0]))
+    gate = peer_hive.cli(
+        "hook",
+        "cursor",
+        "beforeSubmitPrompt",
+        input=json.dumps(cursor_payload("beforeSubmitPrompt", "cursor-cli", str(workdir))[0]),
+    )
     assert gate.stdout == '{"continue": true}'
 
 
@@ -441,8 +523,9 @@ def test_a_huge_tool_output_still_lets_mail_through(peer_hive: Hive, workdir: Pa
 
 
 @pytest.mark.parametrize("no_opinion", ["", '{"continue": true}'])
-def test_with_no_sidecar_it_answers_no_opinion_and_starts_one_detached(make_hive: Callable[..., Hive],
-                                                                      no_opinion: str) -> None:
+def test_with_no_sidecar_it_answers_no_opinion_and_starts_one_detached(
+    make_hive: Callable[..., Hive], no_opinion: str
+) -> None:
     machine = make_hive()
     payload, env = claude_payload("PostToolUse", "claude-cold", "/tmp")
     done, _ = run_hook(machine.home, "claude-code", "PostToolUse", payload, env, no_opinion or None)
@@ -525,17 +608,22 @@ def refuses_with_exit_2(conn: socket.socket) -> None:
         conn.sendall(b'{"id":1,"ok":false,"error":{"code":"internal","message":"boom"},"exit":2}\n')
 
 
-@pytest.mark.parametrize("behaviour", [never_answers, dies_mid_reply, dies_mid_block, refuses_with_exit_2],
-                         ids=["hung", "crashed-mid-reply", "crashed-mid-block", "refused"])
+@pytest.mark.parametrize(
+    "behaviour",
+    [never_answers, dies_mid_reply, dies_mid_block, refuses_with_exit_2],
+    ids=["hung", "crashed-mid-reply", "crashed-mid-block", "refused"],
+)
 @pytest.mark.parametrize("no_opinion", ["", '{"continue": true}'])
-def test_a_broken_sidecar_gets_no_opinion_within_the_deadline(behaviour: Callable[[socket.socket], None],
-                                                              no_opinion: str) -> None:
+def test_a_broken_sidecar_gets_no_opinion_within_the_deadline(
+    behaviour: Callable[[socket.socket], None], no_opinion: str
+) -> None:
     with tempfile.TemporaryDirectory(prefix="hive-", dir="/tmp") as folder:
         home = Path(folder)
         with fake_sidecar(home, behaviour) as accepted:
             payload, env = claude_payload("Stop", "claude-broken", "/tmp")
-            done, _ = run_hook(home, "claude-code", "Stop", payload, {**env, "HIVE_HOOK_DEADLINE_MS": ""},
-                                 no_opinion or None)
+            done, _ = run_hook(
+                home, "claude-code", "Stop", payload, {**env, "HIVE_HOOK_DEADLINE_MS": ""}, no_opinion or None
+            )
             assert (done.returncode, done.stdout.decode(), done.stderr) == (0, no_opinion, b"")
             # Answered while the hung sidecar still holds the request: the hook gave up by its own
             # deadline (how soon is bench_hook's figure, not an assert on a loaded machine).
@@ -550,8 +638,14 @@ def test_errors_and_garbage_get_no_opinion(peer_hive: Hive) -> None:
     assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
     done, _ = run_hook(peer_hive.home, "cursor", "beforeSubmitPrompt", b"", no_opinion='{"continue": true}')
     assert (done.returncode, done.stdout) == (0, b'{"continue": true}')
-    done = subprocess.run([PYTHON, "-I", "-S", str(HOOK)], input=b"{}", capture_output=True, check=False,
-                          env=clean_env(peer_hive.home), timeout=10)
+    done = subprocess.run(
+        [PYTHON, "-I", "-S", str(HOOK)],
+        input=b"{}",
+        capture_output=True,
+        check=False,
+        env=clean_env(peer_hive.home),
+        timeout=10,
+    )
     assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
 
 
@@ -574,8 +668,9 @@ posix._exit(hook_client.run(sys.argv))
 """
 
 
-def test_a_hook_killed_after_reading_mail_leaves_it_unread(make_hive: Callable[..., Hive], workdir: Path,
-                                                           tmp_path: Path) -> None:
+def test_a_hook_killed_after_reading_mail_leaves_it_unread(
+    make_hive: Callable[..., Hive], workdir: Path, tmp_path: Path
+) -> None:
     machine = make_hive()  # the default in-flight timeout (90 s): closing the connection is what releases it
     machine.start()
     add_peer(machine)
@@ -585,9 +680,14 @@ def test_a_hook_killed_after_reading_mail_leaves_it_unread(make_hive: Callable[.
     payload, env = claude_payload("PostToolUse", sid, str(workdir))
     killed = tmp_path / "killed_hook.py"
     killed.write_text(KILLED_AFTER_REPLY, encoding="utf-8")
-    done = subprocess.run([PYTHON, "-I", "-S", str(killed), "claude-code", "PostToolUse"],
-                          input=json.dumps(payload).encode(), env=clean_env(machine.home, env),
-                          capture_output=True, timeout=20, check=False)
+    done = subprocess.run(
+        [PYTHON, "-I", "-S", str(killed), "claude-code", "PostToolUse"],
+        input=json.dumps(payload).encode(),
+        env=clean_env(machine.home, env),
+        capture_output=True,
+        timeout=20,
+        check=False,
+    )
     assert done.returncode == -signal.SIGKILL and done.stdout == b""
     assert unread(machine, sid) == 1
     deadline = time.monotonic() + 30  # the sidecar sees the dead hook's connection close
@@ -595,7 +695,8 @@ def test_a_hook_killed_after_reading_mail_leaves_it_unread(make_hive: Callable[.
         assert time.monotonic() < deadline, "the mail of a hook that died before printing stayed hidden"
         time.sleep(0.05)
     assert fire(machine, "claude-code", "PostToolUse", sid, str(workdir)) == expected_reply(
-        "context", "PostToolUse", frame(message_id, "do not lose me"))
+        "context", "PostToolUse", frame(message_id, "do not lose me")
+    )
     assert unread(machine, sid) == 0
 
 
@@ -605,7 +706,8 @@ def injections(hive: Hive, key: str) -> list[dict[str, Any]]:
 
 
 def test_each_message_a_hook_or_the_watcher_printed_is_recorded_injected_with_its_channel(
-        peer_hive: Hive, workdir: Path) -> None:
+    peer_hive: Hive, workdir: Path
+) -> None:
     sid = "claude-recorded"
     cwd = str(workdir)
     fire(peer_hive, "claude-code", "SessionStart", sid, cwd)
@@ -621,7 +723,8 @@ def test_each_message_a_hook_or_the_watcher_printed_is_recorded_injected_with_it
     tier = session_entry(peer_hive, sid)["tier"]
     assert injections(peer_hive, sid) == [
         {"id": first, "tier": tier, "channel": "hook", "point": "PostToolUse"},
-        {"id": second, "tier": tier, "channel": "push", "point": "watcher"}]
+        {"id": second, "tier": tier, "channel": "push", "point": "watcher"},
+    ]
 
 
 def test_mail_a_hook_could_not_print_is_not_recorded_injected(peer_hive: Hive, workdir: Path) -> None:
@@ -655,11 +758,13 @@ def test_a_hook_that_cannot_write_its_reply_releases_the_mail_at_once(peer_hive:
     assert unread(peer_hive, sid) == 1
     # Released, not held for the in-flight timeout: the very next hook shows it.
     assert fire(peer_hive, "claude-code", "PostToolUse", sid, str(workdir)) == expected_reply(
-        "context", "PostToolUse", frame(message_id, "still here"))
+        "context", "PostToolUse", frame(message_id, "still here")
+    )
 
 
-def test_a_claude_stop_hook_that_cannot_write_its_block_exits_0_and_releases_the_mail(peer_hive: Hive,
-                                                                                     workdir: Path) -> None:
+def test_a_claude_stop_hook_that_cannot_write_its_block_exits_0_and_releases_the_mail(
+    peer_hive: Hive, workdir: Path
+) -> None:
     sid = "claude-stop-epipe"
     fire(peer_hive, "claude-code", "SessionStart", sid, str(workdir))
     message_id = send(peer_hive, sid, "still here at stop")
@@ -667,14 +772,21 @@ def test_a_claude_stop_hook_that_cannot_write_its_block_exits_0_and_releases_the
     read_end, write_end = os.pipe()
     os.close(read_end)  # stderr is gone: the block cannot be shown, so it must not block
     try:
-        done = subprocess.run(hook_argv("claude-code", "Stop"), input=json.dumps(payload).encode(),
-                              env=clean_env(peer_hive.home, env), stdout=subprocess.PIPE, stderr=write_end,
-                              timeout=20, check=False)
+        done = subprocess.run(
+            hook_argv("claude-code", "Stop"),
+            input=json.dumps(payload).encode(),
+            env=clean_env(peer_hive.home, env),
+            stdout=subprocess.PIPE,
+            stderr=write_end,
+            timeout=20,
+            check=False,
+        )
     finally:
         os.close(write_end)
     assert (done.returncode, done.stdout) == (0, b"")
     assert fire(peer_hive, "claude-code", "Stop", sid, str(workdir)) == expected_reply(
-        "exit2", "Stop", frame(message_id, "still here at stop"))
+        "exit2", "Stop", frame(message_id, "still here at stop")
+    )
 
 
 # ---- what the hook client is made of ------------------------------------------------------------
@@ -685,12 +797,19 @@ def test_the_hook_imports_only_standard_c_modules(peer_hive: Hive, workdir: Path
     fire(peer_hive, "claude-code", "SessionStart", sid, str(workdir))
     send(peer_hive, sid, "mail makes it take the longest path")
     payload, env = claude_payload("PostToolUse", sid, str(workdir))
-    done = subprocess.run([PYTHON, "-X", "importtime", "-I", "-S", str(HOOK), "claude-code", "PostToolUse"],
-                          input=json.dumps(payload).encode(), env=clean_env(peer_hive.home, env), capture_output=True,
-                          timeout=10, check=True)
+    done = subprocess.run(
+        [PYTHON, "-X", "importtime", "-I", "-S", str(HOOK), "claude-code", "PostToolUse"],
+        input=json.dumps(payload).encode(),
+        env=clean_env(peer_hive.home, env),
+        capture_output=True,
+        timeout=10,
+        check=True,
+    )
     assert done.stdout.startswith(b'{"hookSpecificOutput"')
-    imported = {m.group(1).strip() for m in re.finditer(r"^import time:\s*\d+ \|\s*\d+ \|(.*)$",
-                                                          done.stderr.decode(), re.MULTILINE)}
+    imported = {
+        m.group(1).strip()
+        for m in re.finditer(r"^import time:\s*\d+ \|\s*\d+ \|(.*)$", done.stderr.decode(), re.MULTILINE)
+    }
     assert "hook_client" in imported
     foreign = {m for m in imported - {"hook_client"} if m.split(".")[0] not in sys.stdlib_module_names}
     assert not foreign, f"third-party modules imported: {foreign}"
@@ -732,8 +851,9 @@ PATH_CASES: list[dict[str, str | None]] = [
 
 
 @pytest.mark.parametrize("case", PATH_CASES, ids=range(len(PATH_CASES)))
-def test_the_hook_finds_the_socket_where_the_sidecar_listens(case: dict[str, str | None],
-                                                            monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_the_hook_finds_the_socket_where_the_sidecar_listens(
+    case: dict[str, str | None], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     monkeypatch.chdir(tmp_path)
     for name, value in case.items():
         if value is None:
@@ -759,7 +879,8 @@ def test_a_long_state_folder_uses_the_same_hashed_socket(make_hive: Callable[...
         fire(machine, "claude-code", "SessionStart", "claude-deep", str(workdir))
         message_id = send(machine, "claude-deep", "found you")
         assert fire(machine, "claude-code", "Stop", "claude-deep", str(workdir)) == expected_reply(
-            "exit2", "Stop", frame(message_id, "found you"))
+            "exit2", "Stop", frame(message_id, "found you")
+        )
     finally:
         machine.stop()
 
@@ -769,8 +890,14 @@ def test_a_long_state_folder_uses_the_same_hashed_socket(make_hive: Callable[...
 
 def start_watcher(home: Path, sid: str, cwd: str, **popen: Any) -> subprocess.Popen[bytes]:
     payload, env = claude_payload("SessionStart", sid, cwd)
-    process = subprocess.Popen(hook_argv("claude-code", "watch"), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, env=clean_env(home, env), **popen)
+    process = subprocess.Popen(
+        hook_argv("claude-code", "watch"),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=clean_env(home, env),
+        **popen,
+    )
     assert process.stdin is not None
     process.stdin.write(json.dumps(payload).encode())
     process.stdin.close()
@@ -920,8 +1047,14 @@ print(json.dumps({"claude": claude.pid, "statuses": statuses, "seconds": time.mo
 def test_the_watcher_exits_when_its_claude_process_dies(hive: Hive, workdir: Path) -> None:
     payload, env = claude_payload("SessionStart", "claude-orphan", str(workdir))
     command = shlex.join(hook_argv("claude-code", "watch"))
-    done = subprocess.run([sys.executable, "-c", SUPERVISOR, command, json.dumps(payload), str(hive.home / "watchers")],
-                          env=clean_env(hive.home, env), capture_output=True, text=True, timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", SUPERVISOR, command, json.dumps(payload), str(hive.home / "watchers")],
+        env=clean_env(hive.home, env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     statuses = {int(pid): code for pid, code in report["statuses"].items()}
@@ -932,11 +1065,19 @@ def test_the_watcher_exits_when_its_claude_process_dies(hive: Hive, workdir: Pat
 
 def test_the_benchmark_runs() -> None:
     bench = Path(__file__).resolve().parents[1] / "bench" / "bench_hook.py"
-    done = subprocess.run([sys.executable, str(bench), "--quick"], capture_output=True, text=True, timeout=240,
-                          check=False)
+    done = subprocess.run(
+        [sys.executable, str(bench), "--quick"], capture_output=True, text=True, timeout=240, check=False
+    )
     assert done.returncode == 0, done.stdout + done.stderr
-    for figure in ("python -I -S -c pass (floor)", "python -c pass", "hook, no mail", "hook, mail waiting",
-                   "hook, no sidecar (start under way)", "hook, hung sidecar (own deadline)"):
-        assert re.search(rf"^{re.escape(figure)}\s+\d+\.\d+\s+\d+\.\d+\s+\d+\.\d+x$", done.stdout, re.MULTILINE), \
+    for figure in (
+        "python -I -S -c pass (floor)",
+        "python -c pass",
+        "hook, no mail",
+        "hook, mail waiting",
+        "hook, no sidecar (start under way)",
+        "hook, hung sidecar (own deadline)",
+    ):
+        assert re.search(rf"^{re.escape(figure)}\s+\d+\.\d+\s+\d+\.\d+\s+\d+\.\d+x$", done.stdout, re.MULTILINE), (
             done.stdout
+        )
     assert "removed" in done.stdout.splitlines()[-1]

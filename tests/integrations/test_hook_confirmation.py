@@ -76,9 +76,12 @@ class Harness:
 
     def __init__(self, hive: Hive, event: str, sid: str, cwd: str) -> None:
         payload, env = claude_payload(event, sid, cwd)
-        self.process = subprocess.Popen([sys.executable, "-c", HARNESS, *hook_argv("claude-code", event)],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        env=clean_env(hive.home, env))
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", HARNESS, *hook_argv("claude-code", event)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=clean_env(hive.home, env),
+        )
         assert self.process.stdin is not None and self.process.stdout is not None
         self.process.stdin.write(json.dumps(payload).encode())
         self.process.stdin.close()
@@ -92,12 +95,14 @@ class Harness:
 
 
 def test_mail_a_hook_showed_is_read_only_after_the_sessions_next_hook_that_follows_a_model_call(
-        peer_hive: Hive, workdir: Path) -> None:
+    peer_hive: Hive, workdir: Path
+) -> None:
     sid, cwd = "claude-proof", str(workdir)
     fire(peer_hive, "claude-code", "SessionStart", sid, cwd)
     message_id = send(peer_hive, sid, "is the api on 8443?")
     assert fire(peer_hive, "claude-code", "PostToolUse", sid, cwd) == expected_reply(
-        "context", "PostToolUse", frame(message_id, "is the api on 8443?"))
+        "context", "PostToolUse", frame(message_id, "is the api on 8443?")
+    )
     # Printed, on its way to the model: held, so no other reader shows it and no notice counts it,
     # but the sender is not told it was read.
     assert unread(peer_hive, sid) == 0 and receipt(peer_hive, message_id) == "queued"
@@ -110,7 +115,8 @@ def test_mail_a_hook_showed_is_read_only_after_the_sessions_next_hook_that_follo
 
 
 def test_mail_shown_to_a_harness_that_dies_before_its_next_model_call_is_shown_to_the_next_turn(
-        peer_hive: Hive, workdir: Path) -> None:
+    peer_hive: Hive, workdir: Path
+) -> None:
     sid, cwd = "claude-dies", str(workdir)
     fire(peer_hive, "claude-code", "SessionStart", sid, cwd)
     message_id = send(peer_hive, sid, "do not lose me")
@@ -124,13 +130,15 @@ def test_mail_shown_to_a_harness_that_dies_before_its_next_model_call_is_shown_t
     assert unread(peer_hive, sid) == 1
     # The session resumed in a new process: its first hook shows the mail again, framed.
     assert fire(peer_hive, "claude-code", "SessionStart", sid, cwd) == expected_reply(
-        "context", "SessionStart", frame(message_id, "do not lose me"))
+        "context", "SessionStart", frame(message_id, "do not lose me")
+    )
     assert fire(peer_hive, "claude-code", "Stop", sid, cwd) == ""
     assert receipt(peer_hive, message_id) == "read"
 
 
-def test_a_long_poll_on_the_address_wakes_when_the_harness_holding_its_mail_dies(peer_hive: Hive,
-                                                                                 workdir: Path) -> None:
+def test_a_long_poll_on_the_address_wakes_when_the_harness_holding_its_mail_dies(
+    peer_hive: Hive, workdir: Path
+) -> None:
     sid, cwd = "claude-poll", str(workdir)
     fire(peer_hive, "claude-code", "SessionStart", sid, cwd)
     message_id = send(peer_hive, sid, "wake the poller")
@@ -148,8 +156,7 @@ def test_a_long_poll_on_the_address_wakes_when_the_harness_holding_its_mail_dies
     assert reply["id"] == "poll" and reply["result"]["ids"] == [message_id]
 
 
-def test_check_inbox_confirms_what_the_hooks_showed_without_showing_it_twice(peer_hive: Hive,
-                                                                            workdir: Path) -> None:
+def test_check_inbox_confirms_what_the_hooks_showed_without_showing_it_twice(peer_hive: Hive, workdir: Path) -> None:
     sid, cwd = "claude-check", str(workdir)
     fire(peer_hive, "claude-code", "SessionStart", sid, cwd)
     message_id = send(peer_hive, sid, "seen via the hook")

@@ -103,7 +103,10 @@ def tsc_project(folder: Path, harness: str, command: list[str], emit: bool) -> P
 def run_tsc(folder: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(TSC), "-p", str(folder / "tsconfig.json"), "--pretty", "false"],
-        cwd=folder, capture_output=True, text=True, timeout=240,
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
 
 
@@ -227,8 +230,12 @@ class Driver:
 
     def __init__(self, script: str, args: list[str], env: dict[str, str]) -> None:
         self.process = subprocess.Popen(
-            ["node", str(HERE / script), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, env=env,
+            ["node", str(HERE / script), *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
         )
         self.lines: queue.Queue[dict[str, Any]] = queue.Queue()
         self.seen: list[dict[str, Any]] = []
@@ -317,27 +324,51 @@ def drivers() -> Iterator[Callable[..., Driver]]:
 
 
 def created(session_id: str, parent: str | None = None) -> dict[str, Any]:
-    info: dict[str, Any] = {"id": session_id, "projectID": "p", "directory": "/", "title": "t", "version": "1",
-                            "time": {"created": 0, "updated": 0}}
+    info: dict[str, Any] = {
+        "id": session_id,
+        "projectID": "p",
+        "directory": "/",
+        "title": "t",
+        "version": "1",
+        "time": {"created": 0, "updated": 0},
+    }
     if parent:
         info["parentID"] = parent
     return {"type": "session.created", "properties": {"info": info}}
 
 
-def after_hook(driver: Driver, instance: int, session: str, output: dict[str, Any],
-               tool: str = "bash") -> dict[str, Any]:
-    return driver.call(do="hook", instance=instance, name="tool.execute.after",
-                       input={"tool": tool, "sessionID": session, "callID": "c1", "args": {}}, output=output)
+def after_hook(
+    driver: Driver, instance: int, session: str, output: dict[str, Any], tool: str = "bash"
+) -> dict[str, Any]:
+    return driver.call(
+        do="hook",
+        instance=instance,
+        name="tool.execute.after",
+        input={"tool": tool, "sessionID": session, "callID": "c1", "args": {}},
+        output=output,
+    )
 
 
 def requested(driver: Driver, instance: int, session: str) -> None:
     """opencode prepares the session's next model request (``chat.params``): what it holds goes out."""
-    driver.call(do="hook", instance=instance, name="chat.params", input={"sessionID": session},
-                output={"temperature": 0, "topP": 1, "topK": 0, "options": {}})
+    driver.call(
+        do="hook",
+        instance=instance,
+        name="chat.params",
+        input={"sessionID": session},
+        output={"temperature": 0, "topP": 1, "topK": 0, "options": {}},
+    )
 
 
-def read_once_requested(driver: Driver, sidecar: Sidecar, session: str, message_id: str, what: str,
-                        instances: tuple[int, ...] = (0,), queued: bool = True) -> None:
+def read_once_requested(
+    driver: Driver,
+    sidecar: Sidecar,
+    session: str,
+    message_id: str,
+    what: str,
+    instances: tuple[int, ...] = (0,),
+    queued: bool = True,
+) -> None:
     """In opencode, not yet read: held for opencode until a model request carries it, then read."""
     assert not queued or sidecar.state(message_id) == "queued", f"{what}: read before a model request carried it"
 
@@ -349,15 +380,17 @@ def read_once_requested(driver: Driver, sidecar: Sidecar, session: str, message_
     eventually(carried, what=what)
 
 
-def test_opencode_plugin_exports_only_the_plugin(compiled: Callable[[str], Path], drivers: Any,
-                                                 sidecar: Sidecar) -> None:
+def test_opencode_plugin_exports_only_the_plugin(
+    compiled: Callable[[str], Path], drivers: Any, sidecar: Sidecar
+) -> None:
     # opencode calls every export of a plugin module as a plugin.
     driver = drivers("opencode_driver.mjs", [str(compiled("opencode"))], sidecar.env)
     assert driver.call(do="exports")["exports"] == ["HivePlugin"]
 
 
-def test_opencode_push_stamp_and_injection(compiled: Callable[[str], Path], drivers: Any, sidecar: Sidecar,
-                                          tmp_path: Path) -> None:
+def test_opencode_push_stamp_and_injection(
+    compiled: Callable[[str], Path], drivers: Any, sidecar: Sidecar, tmp_path: Path
+) -> None:
     project = tmp_path / "webapp"
     project.mkdir()
     driver = drivers("opencode_driver.mjs", [str(compiled("opencode"))], sidecar.env)
@@ -383,13 +416,21 @@ def test_opencode_push_stamp_and_injection(compiled: Callable[[str], Path], driv
     read_once_requested(driver, sidecar, "ses_main", sent["id"], "the pushed message")
 
     # hive's MCP tools get the session stamped into their arguments; other tools do not.
-    before = driver.call(do="hook", instance=0, name="tool.execute.before",
-                         input={"tool": "hive_send_message", "sessionID": "ses_main", "callID": "c0"},
-                         output={"args": {"to": "bob/api", "message": "hi"}})
+    before = driver.call(
+        do="hook",
+        instance=0,
+        name="tool.execute.before",
+        input={"tool": "hive_send_message", "sessionID": "ses_main", "callID": "c0"},
+        output={"args": {"to": "bob/api", "message": "hi"}},
+    )
     assert before["output"]["args"] == {"to": "bob/api", "message": "hi", "_hook_session_id": "ses_main"}
-    before = driver.call(do="hook", instance=0, name="tool.execute.before",
-                         input={"tool": "bash", "sessionID": "ses_main", "callID": "c0"},
-                         output={"args": {"command": "ls"}})
+    before = driver.call(
+        do="hook",
+        instance=0,
+        name="tool.execute.before",
+        input={"tool": "bash", "sessionID": "ses_main", "callID": "c0"},
+        output={"args": {"command": "ls"}},
+    )
     assert before["output"]["args"] == {"command": "ls"}
 
     # A push opencode refuses is released, then lands at the next tool call: built-in tools
@@ -421,10 +462,16 @@ def test_opencode_push_stamp_and_injection(compiled: Callable[[str], Path], driv
     assert after_hook(driver, 0, "ses_main", dict(untouched))["output"] == untouched
     eventually(lambda: fyi["id"] in sidecar.peek(address), what="fyi mail to be released")
     assert sidecar.state(fyi["id"]) == "queued"
-    chat = driver.call(do="hook", instance=0, name="chat.message", input={"sessionID": "ses_main"},
-                       output={"message": {"id": "msg_1", "sessionID": "ses_main", "role": "user"},
-                               "parts": [{"id": "prt_0", "sessionID": "ses_main", "messageID": "msg_1",
-                                          "type": "text", "text": "hello"}]})
+    chat = driver.call(
+        do="hook",
+        instance=0,
+        name="chat.message",
+        input={"sessionID": "ses_main"},
+        output={
+            "message": {"id": "msg_1", "sessionID": "ses_main", "role": "user"},
+            "parts": [{"id": "prt_0", "sessionID": "ses_main", "messageID": "msg_1", "type": "text", "text": "hello"}],
+        },
+    )
     added = chat["output"]["parts"][1]
     assert added["type"] == "text" and added["synthetic"] is True and "fyi: staging is down" in added["text"]
     assert added["messageID"] == "msg_1" and added["sessionID"] == "ses_main"
@@ -443,13 +490,17 @@ def test_opencode_push_stamp_and_injection(compiled: Callable[[str], Path], driv
     read_once_requested(driver, sidecar, "ses_main", third["id"], "the idle delivery")
 
     # A deleted session ends in hive.
-    driver.call(do="event", instance=0,
-                event={"type": "session.deleted", "properties": {"info": created("ses_main")["properties"]["info"]}})
+    driver.call(
+        do="event",
+        instance=0,
+        event={"type": "session.deleted", "properties": {"info": created("ses_main")["properties"]["info"]}},
+    )
     eventually(lambda: not (sidecar.session("opencode") or {}).get("live"), what="the session to end")
 
 
-def test_opencode_plugin_loaded_twice_delivers_once(compiled: Callable[[str], Path], drivers: Any,
-                                                   sidecar: Sidecar, tmp_path: Path) -> None:
+def test_opencode_plugin_loaded_twice_delivers_once(
+    compiled: Callable[[str], Path], drivers: Any, sidecar: Sidecar, tmp_path: Path
+) -> None:
     project = tmp_path / "shop"
     project.mkdir()
     driver = drivers("opencode_driver.mjs", [str(compiled("opencode"))], sidecar.env)
@@ -472,8 +523,9 @@ def test_opencode_plugin_loaded_twice_delivers_once(compiled: Callable[[str], Pa
         assert out["output"]["output"] == "o"
 
 
-def test_opencode_plugin_fails_open_without_a_sidecar(compiled: Callable[[str], Path], drivers: Any,
-                                                     tmp_path: Path) -> None:
+def test_opencode_plugin_fails_open_without_a_sidecar(
+    compiled: Callable[[str], Path], drivers: Any, tmp_path: Path
+) -> None:
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("")  # HIVE_HOME under a file: the sidecar cannot start
     env = {**os.environ, "HIVE_HOME": str(blocker / "home")}
@@ -484,11 +536,21 @@ def test_opencode_plugin_fails_open_without_a_sidecar(compiled: Callable[[str], 
         output = {"title": "t", "output": "o", "metadata": {}}
         result = after_hook(driver, 0, "ses_x", output)
         assert result["output"] == output
-    chat = driver.call(do="hook", instance=0, name="chat.message", input={"sessionID": "ses_x"},
-                       output={"message": {"id": "msg_1", "sessionID": "ses_x"}, "parts": []})
+    chat = driver.call(
+        do="hook",
+        instance=0,
+        name="chat.message",
+        input={"sessionID": "ses_x"},
+        output={"message": {"id": "msg_1", "sessionID": "ses_x"}, "parts": []},
+    )
     assert chat["output"]["parts"] == []
-    before = driver.call(do="hook", instance=0, name="tool.execute.before",
-                         input={"tool": "hive_whoami", "sessionID": "ses_x", "callID": "c"}, output={"args": {}})
+    before = driver.call(
+        do="hook",
+        instance=0,
+        name="tool.execute.before",
+        input={"tool": "hive_whoami", "sessionID": "ses_x", "callID": "c"},
+        output={"args": {}},
+    )
     assert before["output"]["args"] == {"_hook_session_id": "ses_x"}
 
 
@@ -499,22 +561,30 @@ def updated(session_id: str, title: str, parent: str | None = None) -> dict[str,
 
 def todos(session_id: str, *items: tuple[str, str]) -> dict[str, Any]:
     """opencode's todo.updated, as its todowrite tool makes it: (content, status) pairs."""
-    return {"type": "todo.updated", "properties": {"sessionID": session_id, "todos": [
-        {"id": str(n), "content": content, "status": status, "priority": "medium"}
-        for n, (content, status) in enumerate(items)]}}
+    return {
+        "type": "todo.updated",
+        "properties": {
+            "sessionID": session_id,
+            "todos": [
+                {"id": str(n), "content": content, "status": status, "priority": "medium"}
+                for n, (content, status) in enumerate(items)
+            ],
+        },
+    }
 
 
-def test_opencode_session_title_and_todo_in_progress_show_as_doing(compiled: Callable[[str], Path],
-                                                                   drivers: Any, sidecar: Sidecar,
-                                                                   tmp_path: Path) -> None:
+def test_opencode_session_title_and_todo_in_progress_show_as_doing(
+    compiled: Callable[[str], Path], drivers: Any, sidecar: Sidecar, tmp_path: Path
+) -> None:
     project = tmp_path / "billing"
     project.mkdir()
     driver = drivers("opencode_driver.mjs", [str(compiled("opencode"))], sidecar.env)
     driver.call(do="load", directory=str(project))
 
     def doing(expected: str) -> None:
-        eventually(lambda: (sidecar.session("opencode") or {}).get("doing") == expected,
-                   what=f"doing to read {expected!r}")
+        eventually(
+            lambda: (sidecar.session("opencode") or {}).get("doing") == expected, what=f"doing to read {expected!r}"
+        )
 
     # opencode's placeholder title is no title: the session registers with nothing to show.
     placeholder = updated("ses_bill", "New session - 2026-12-03T06:00:00.000Z")
@@ -525,9 +595,16 @@ def test_opencode_session_title_and_todo_in_progress_show_as_doing(compiled: Cal
     # The title opencode gives it, then the todo its todowrite tool marks in progress.
     driver.call(do="event", instance=0, event=updated("ses_bill", "Fix refund\nrounding"))
     doing("Fix refund rounding")
-    driver.call(do="event", instance=0, event=todos("ses_bill", ("read the ledger", "completed"),
-                                                     ("round refunds half-even", "in_progress"),
-                                                     ("add a test", "pending")))
+    driver.call(
+        do="event",
+        instance=0,
+        event=todos(
+            "ses_bill",
+            ("read the ledger", "completed"),
+            ("round refunds half-even", "in_progress"),
+            ("add a test", "pending"),
+        ),
+    )
     doing("Fix refund rounding · round refunds half-even")
 
     # A subagent's title and todos are its parent's business, not a hive session's doing.
@@ -545,8 +622,11 @@ def test_opencode_session_title_and_todo_in_progress_show_as_doing(compiled: Cal
     doing("Fix refund rounding · round refunds half-even")
 
     # Everything done: the title alone.
-    driver.call(do="event", instance=0, event=todos("ses_bill", ("read the ledger", "completed"),
-                                                     ("round refunds half-even", "completed")))
+    driver.call(
+        do="event",
+        instance=0,
+        event=todos("ses_bill", ("read the ledger", "completed"), ("round refunds half-even", "completed")),
+    )
     doing("Fix refund rounding")
     assert len(sidecar.json("who", "--all")["sessions"]) == 1
 
@@ -554,8 +634,9 @@ def test_opencode_session_title_and_todo_in_progress_show_as_doing(compiled: Cal
 # ---- pi ----------------------------------------------------------------------------------------
 
 
-def test_pi_extension_tools_push_and_injection(compiled: Callable[[str], Path], drivers: Any, sidecar: Sidecar,
-                                              tmp_path: Path) -> None:
+def test_pi_extension_tools_push_and_injection(
+    compiled: Callable[[str], Path], drivers: Any, sidecar: Sidecar, tmp_path: Path
+) -> None:
     project = tmp_path / "engine"
     project.mkdir()
     session_id = "019a0000-0000-7000-8000-000000000001"
@@ -563,8 +644,14 @@ def test_pi_extension_tools_push_and_injection(compiled: Callable[[str], Path], 
     listing = driver.call(do="tools")
     # The very tools hive's MCP server offers, described as it describes them (test_pi_tools_match_mcp).
     assert sorted(t["name"] for t in listing["tools"]) == sorted(t["name"] for t in tool_table())
-    assert {"session_start", "session_shutdown", "message_end", "tool_result", "before_agent_start",
-            "before_provider_request"} <= set(listing["events"])
+    assert {
+        "session_start",
+        "session_shutdown",
+        "message_end",
+        "tool_result",
+        "before_agent_start",
+        "before_provider_request",
+    } <= set(listing["events"])
 
     driver.call(do="emit", event="session_start", payload={"reason": "startup"})
     entry = eventually(lambda: sidecar.session("pi"), what="the pi session to register")
@@ -581,8 +668,16 @@ def test_pi_extension_tools_push_and_injection(compiled: Callable[[str], Path], 
 
     with _socket.socket(_socket.AF_UNIX) as raw:
         raw.connect(sidecar.json("status")["socket"])
-        raw.sendall(json.dumps({"id": 1, "op": "register", "session": {
-            "key": "codex-thread-1", "agent": "codex", "cwd": "/srv/api", "tier": "turn"}}).encode() + b"\n")
+        raw.sendall(
+            json.dumps(
+                {
+                    "id": 1,
+                    "op": "register",
+                    "session": {"key": "codex-thread-1", "agent": "codex", "cwd": "/srv/api", "tier": "turn"},
+                }
+            ).encode()
+            + b"\n"
+        )
         assert json.loads(raw.makefile().readline())["ok"]
     team = driver.call(do="tool", name="list_team")["result"]["content"][0]["text"]
     assert team.startswith("You are alice/engine-pi. Sessions on your team:") and "alice/api-codex" in team
@@ -604,8 +699,13 @@ def test_pi_extension_tools_push_and_injection(compiled: Callable[[str], Path], 
     assert message["content"].startswith("<hive-message ") and "the port is 8443" in message["content"]
     request()  # a request built while the steer still waits in pi's queue does not carry it
     writes = driver.call(do="socket_writes")["writes"]
-    driver.call(do="emit", event="message_end", payload={
-        "message": {"role": "user", "content": [{"type": "text", "text": message["content"]}], "timestamp": 1}})
+    driver.call(
+        do="emit",
+        event="message_end",
+        payload={
+            "message": {"role": "user", "content": [{"type": "text", "text": message["content"]}], "timestamp": 1}
+        },
+    )
     assert driver.call(do="socket_writes")["writes"] == writes, "message_end alone must not confirm anything"
     assert sidecar.state(pushed["id"]) == "queued"
     assert pushed["id"] not in sidecar.peek(address), "pi holds the steered message: no other reader may take it"
@@ -636,17 +736,29 @@ def test_pi_extension_tools_push_and_injection(compiled: Callable[[str], Path], 
     refused = sidecar.send(address, "while sending fails")
     assert driver.wait_for("user_message")["failed"]
     eventually(lambda: refused["id"] in sidecar.peek(address), what="the refused push to be released")
-    result = driver.call(do="emit", event="tool_result", payload={
-        "toolName": "bash", "toolCallId": "t1", "input": {}, "content": [{"type": "text", "text": "ok"}],
-        "isError": False, "details": None})["results"][0]
+    result = driver.call(
+        do="emit",
+        event="tool_result",
+        payload={
+            "toolName": "bash",
+            "toolCallId": "t1",
+            "input": {},
+            "content": [{"type": "text", "text": "ok"}],
+            "isError": False,
+            "details": None,
+        },
+    )["results"][0]
     assert result["content"][0] == {"type": "text", "text": "ok"}
     assert "while sending fails" in result["content"][1]["text"]
     request()
     eventually(lambda: sidecar.state(refused["id"]) == "read", what="the tool_result injection to be read")
 
     quiet = sidecar.send(address, "fyi: no rush", "--fyi")
-    result = driver.call(do="emit", event="tool_result", payload={
-        "toolName": "bash", "toolCallId": "t2", "input": {}, "content": [], "isError": False, "details": None})
+    result = driver.call(
+        do="emit",
+        event="tool_result",
+        payload={"toolName": "bash", "toolCallId": "t2", "input": {}, "content": [], "isError": False, "details": None},
+    )
     assert result["results"] == [None]
     eventually(lambda: quiet["id"] in sidecar.peek(address), what="fyi mail to be released")
     started = driver.call(do="emit", event="before_agent_start", payload={"prompt": "go", "systemPrompt": ""})
@@ -666,8 +778,9 @@ def test_pi_extension_tools_push_and_injection(compiled: Callable[[str], Path], 
     eventually(lambda: not sidecar.session("pi")["live"], what="the pi session to end")
 
 
-def test_pi_session_name_shows_as_doing(compiled: Callable[[str], Path], drivers: Any, sidecar: Sidecar,
-                                        tmp_path: Path) -> None:
+def test_pi_session_name_shows_as_doing(
+    compiled: Callable[[str], Path], drivers: Any, sidecar: Sidecar, tmp_path: Path
+) -> None:
     project = tmp_path / "parser"
     project.mkdir()
     session_id = "019a0000-0000-7000-8000-0000000000d0"
@@ -691,8 +804,7 @@ def test_pi_session_name_shows_as_doing(compiled: Callable[[str], Path], drivers
     assert len(sidecar.json("who", "--all")["sessions"]) == 1
 
 
-def test_pi_tools_report_an_unreachable_sidecar(compiled: Callable[[str], Path], drivers: Any,
-                                               tmp_path: Path) -> None:
+def test_pi_tools_report_an_unreachable_sidecar(compiled: Callable[[str], Path], drivers: Any, tmp_path: Path) -> None:
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("")
     env = {**os.environ, "HIVE_HOME": str(blocker / "home")}
@@ -700,8 +812,11 @@ def test_pi_tools_report_an_unreachable_sidecar(compiled: Callable[[str], Path],
     driver.call(do="emit", event="session_start", payload={"reason": "startup"})
     failed = driver.call(do="tool", name="list_team")
     assert failed["error"].startswith("hive: ") and "cannot start a sidecar" in failed["error"]
-    quiet = driver.call(do="emit", event="tool_result", payload={
-        "toolName": "bash", "toolCallId": "t", "input": {}, "content": [], "isError": False, "details": None})
+    quiet = driver.call(
+        do="emit",
+        event="tool_result",
+        payload={"toolName": "bash", "toolCallId": "t", "input": {}, "content": [], "isError": False, "details": None},
+    )
     assert quiet["results"] == [None]
 
 
@@ -735,20 +850,38 @@ class FakeModel:
                 if "SLOW" in said:
                     time.sleep(2)
                 if "CALL_LIST_TEAM" in said:
-                    delta: dict[str, Any] = {"role": "assistant", "tool_calls": [{
-                        "index": 0, "id": "call_1", "type": "function",
-                        "function": {"name": "list_team", "arguments": "{}"}}]}
+                    delta: dict[str, Any] = {
+                        "role": "assistant",
+                        "tool_calls": [
+                            {
+                                "index": 0,
+                                "id": "call_1",
+                                "type": "function",
+                                "function": {"name": "list_team", "arguments": "{}"},
+                            }
+                        ],
+                    }
                     finish = "tool_calls"
                 else:
                     delta, finish = {"role": "assistant", "content": "ok"}, "stop"
                 self.send_response(200)
                 self.send_header("content-type", "text/event-stream")
                 self.end_headers()
-                for choice, extra in (({"index": 0, "delta": delta, "finish_reason": None}, {}),
-                                      ({"index": 0, "delta": {}, "finish_reason": finish},
-                                       {"usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})):
-                    chunk = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "fake-model",
-                             "choices": [choice], **extra}
+                for choice, extra in (
+                    ({"index": 0, "delta": delta, "finish_reason": None}, {}),
+                    (
+                        {"index": 0, "delta": {}, "finish_reason": finish},
+                        {"usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}},
+                    ),
+                ):
+                    chunk = {
+                        "id": "c",
+                        "object": "chat.completion.chunk",
+                        "created": 0,
+                        "model": "fake-model",
+                        "choices": [choice],
+                        **extra,
+                    }
                     self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 self.wfile.write(b"data: [DONE]\n\n")
 
@@ -776,14 +909,30 @@ def test_pi_extension_in_real_pi(sidecar: Sidecar, tmp_path: Path) -> None:
     extension = tmp_path / "hive.ts"
     extension.write_text(render("pi", SAMPLE_COMMAND), encoding="utf-8")
     model = FakeModel()
-    (home / ".pi" / "agent" / "models.json").write_text(json.dumps({"providers": {"fake": {
-        "baseUrl": f"http://127.0.0.1:{model.port}/v1", "api": "openai-completions", "apiKey": "sk-fake",
-        "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
-        "models": [{"id": "fake-model", "contextWindow": 128000, "maxTokens": 4096}]}}}))
+    (home / ".pi" / "agent" / "models.json").write_text(
+        json.dumps(
+            {
+                "providers": {
+                    "fake": {
+                        "baseUrl": f"http://127.0.0.1:{model.port}/v1",
+                        "api": "openai-completions",
+                        "apiKey": "sk-fake",
+                        "compat": {"supportsDeveloperRole": False, "supportsReasoningEffort": False},
+                        "models": [{"id": "fake-model", "contextWindow": 128000, "maxTokens": 4096}],
+                    }
+                }
+            }
+        )
+    )
     env = {**sidecar.env, "HOME": str(home), "PI_OFFLINE": "1", "PI_TELEMETRY": "0", "PI_SKIP_VERSION_CHECK": "1"}
     process = subprocess.Popen(
         [str(pi_bin), "--mode", "rpc", "--no-session", "-e", str(extension), "--model", "fake/fake-model"],
-        cwd=project, env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        cwd=project,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     assert process.stdin is not None and process.stderr is not None
 
@@ -793,8 +942,11 @@ def test_pi_extension_in_real_pi(sidecar: Sidecar, tmp_path: Path) -> None:
         process.stdin.flush()
 
     try:
-        entry = eventually(lambda: (sidecar.session("pi") or {}).get("live") and sidecar.session("pi"),
-                           timeout=30, what="pi to load the extension and register")
+        entry = eventually(
+            lambda: (sidecar.session("pi") or {}).get("live") and sidecar.session("pi"),
+            timeout=30,
+            what="pi to load the extension and register",
+        )
         address = entry["address"]
         assert address == "alice/lab-pi" and entry["tier"] == "push"
 
@@ -856,29 +1008,62 @@ def test_opencode_plugin_in_real_opencode(sidecar: Sidecar, tmp_path: Path) -> N
     project.mkdir()
     (config / "plugin" / "hive.ts").write_text(render("opencode", SAMPLE_COMMAND), encoding="utf-8")
     model = FakeModel()
-    (config / "opencode.json").write_text(json.dumps({
-        "model": "fake/fake-model", "small_model": "fake/fake-model", "autoupdate": False, "share": "disabled",
-        "permission": {"*": "allow"},
-        "provider": {"fake": {"npm": "@ai-sdk/openai-compatible", "name": "Fake",
-                              "options": {"baseURL": f"http://127.0.0.1:{model.port}/v1", "apiKey": "sk-fake"},
-                              "models": {"fake-model": {"name": "Fake", "tool_call": True,
-                                                        "limit": {"context": 128000, "output": 4096}}}}}}))
+    (config / "opencode.json").write_text(
+        json.dumps(
+            {
+                "model": "fake/fake-model",
+                "small_model": "fake/fake-model",
+                "autoupdate": False,
+                "share": "disabled",
+                "permission": {"*": "allow"},
+                "provider": {
+                    "fake": {
+                        "npm": "@ai-sdk/openai-compatible",
+                        "name": "Fake",
+                        "options": {"baseURL": f"http://127.0.0.1:{model.port}/v1", "apiKey": "sk-fake"},
+                        "models": {
+                            "fake-model": {
+                                "name": "Fake",
+                                "tool_call": True,
+                                "limit": {"context": 128000, "output": 4096},
+                            }
+                        },
+                    }
+                },
+            }
+        )
+    )
     port = _free_port()
-    env = {**sidecar.env, "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"),
-           "XDG_DATA_HOME": str(home / ".local" / "share"), "XDG_STATE_HOME": str(home / ".local" / "state"),
-           "XDG_CACHE_HOME": str(home / ".cache"), "OPENCODE_DISABLE_AUTOUPDATE": "1",
-           "OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
-           "OPENCODE_DISABLE_LSP_DOWNLOAD": "1", "OPENCODE_DISABLE_SHARE": "1"}
+    env = {
+        **sidecar.env,
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_DATA_HOME": str(home / ".local" / "share"),
+        "XDG_STATE_HOME": str(home / ".local" / "state"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "OPENCODE_DISABLE_AUTOUPDATE": "1",
+        "OPENCODE_DISABLE_MODELS_FETCH": "1",
+        "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
+        "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+        "OPENCODE_DISABLE_SHARE": "1",
+    }
     log = (tmp_path / "opencode.log").open("w")
-    process = subprocess.Popen([str(opencode_bin), "serve", "--port", str(port), "--hostname", "127.0.0.1"],
-                               cwd=project, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        [str(opencode_bin), "serve", "--port", str(port), "--hostname", "127.0.0.1"],
+        cwd=project,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
     base = f"http://127.0.0.1:{port}"
 
     def http(method: str, path: str, body: Any = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(base + path, data=data, method=method,
-                                         headers={"content-type": "application/json"})
+        request = urllib.request.Request(
+            base + path, data=data, method=method, headers={"content-type": "application/json"}
+        )
         with urllib.request.urlopen(request, timeout=10) as response:
             raw = response.read()
         return json.loads(raw) if raw else None
@@ -895,8 +1080,11 @@ def test_opencode_plugin_in_real_opencode(sidecar: Sidecar, tmp_path: Path) -> N
         eventually(up, timeout=120, what="opencode serve to listen")
         assert process.poll() is None, (tmp_path / "opencode.log").read_text()[-2000:]
         session = http("POST", "/session", {})["id"]
-        entry = eventually(lambda: (sidecar.session("opencode") or {}).get("live") and sidecar.session("opencode"),
-                           timeout=30, what="the plugin to register the new session")
+        entry = eventually(
+            lambda: (sidecar.session("opencode") or {}).get("live") and sidecar.session("opencode"),
+            timeout=30,
+            what="the plugin to register the new session",
+        )
         address = entry["address"]
         assert address == "alice/site-opencode" and entry["tier"] == "push"
 
@@ -906,8 +1094,11 @@ def test_opencode_plugin_in_real_opencode(sidecar: Sidecar, tmp_path: Path) -> N
         eventually(lambda: model.seen("PUSHMARK_idle"), timeout=30, what="the idle push to reach the model")
         assert model.seen(f'id=\\"{idle["id"]}\\"'), "the model sees the framed message"
         eventually(lambda: sidecar.state(idle["id"]) == "read", what="the idle push to be read")
-        eventually(lambda: http("GET", "/session/status").get(session, {"type": "idle"})["type"] == "idle",
-                   timeout=30, what="the session to go idle")
+        eventually(
+            lambda: http("GET", "/session/status").get(session, {"type": "idle"})["type"] == "idle",
+            timeout=30,
+            what="the session to go idle",
+        )
 
         # Busy: pushed while the model is answering a prompt; it still reaches the model.
         http("POST", f"/session/{session}/prompt_async", {"parts": [{"type": "text", "text": "SLOW answer please"}]})
@@ -931,20 +1122,23 @@ def test_opencode_plugin_in_real_opencode(sidecar: Sidecar, tmp_path: Path) -> N
 
 
 def test_pi_offers_every_tool_hive_mcp_lists_and_describes_each_as_it_does(
-        compiled: Callable[[str], Path], drivers: Any, sidecar: Sidecar, tmp_path: Path) -> None:
+    compiled: Callable[[str], Path], drivers: Any, sidecar: Sidecar, tmp_path: Path
+) -> None:
     """One tool table: what pi's model is offered is what `hive mcp` lists to an MCP client."""
     import anyio
     from mcp.client import Client
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
     async def listed(errlog: Any) -> dict[str, tuple[str | None, dict[str, Any]]]:
-        params = StdioServerParameters(command=SAMPLE_COMMAND[0], args=[*SAMPLE_COMMAND[1:], "mcp"], env=sidecar.env,
-                                       cwd=tmp_path)
+        params = StdioServerParameters(
+            command=SAMPLE_COMMAND[0], args=[*SAMPLE_COMMAND[1:], "mcp"], env=sidecar.env, cwd=tmp_path
+        )
         async with Client(stdio_client(params, errlog=errlog)) as session:
             return {t.name: (t.description, t.input_schema) for t in (await session.list_tools()).tools}
 
-    driver = drivers("pi_driver.mjs", [str(compiled("pi")), "019a0000-0000-7000-8000-0000000000e1", str(tmp_path)],
-                     sidecar.env)
+    driver = drivers(
+        "pi_driver.mjs", [str(compiled("pi")), "019a0000-0000-7000-8000-0000000000e1", str(tmp_path)], sidecar.env
+    )
     offered = {t["name"]: (t["description"], t["parameters"]) for t in driver.call(do="tools")["tools"]}
     with open(tmp_path / "mcp.stderr", "w") as errlog:
         assert offered == anyio.run(listed, errlog)
@@ -952,14 +1146,16 @@ def test_pi_offers_every_tool_hive_mcp_lists_and_describes_each_as_it_does(
 
 
 def test_pi_tells_what_it_does_as_a_hooked_harness_would_busy_idle_files_and_overlaps_on_both_sides(
-        compiled: Callable[[str], Path], drivers: Any, sidecar: Sidecar, tmp_path: Path) -> None:
+    compiled: Callable[[str], Path], drivers: Any, sidecar: Sidecar, tmp_path: Path
+) -> None:
     project = tmp_path / "engine"
     (project / ".git").mkdir(parents=True)
     (project / "src").mkdir()
     edited = project / "src" / "auth.py"
     edited.write_text("token = None\n")
-    driver = drivers("pi_driver.mjs", [str(compiled("pi")), "019a0000-0000-7000-8000-0000000000f1", str(project)],
-                     sidecar.env)
+    driver = drivers(
+        "pi_driver.mjs", [str(compiled("pi")), "019a0000-0000-7000-8000-0000000000f1", str(project)], sidecar.env
+    )
     driver.call(do="emit", event="session_start", payload={"reason": "startup"})
     eventually(lambda: sidecar.session("pi"), what="the pi session to register")
     driver.call(do="emit", event="before_agent_start", payload={"prompt": "fix the token refresh", "systemPrompt": ""})
@@ -971,19 +1167,41 @@ def test_pi_tells_what_it_does_as_a_hooked_harness_would_busy_idle_files_and_ove
         for n, event in enumerate(("SessionStart", "PostToolUse")):
             payload = {"session_id": "cc-1", "cwd": str(project), "hook_event_name": event}
             if event == "PostToolUse":
-                payload.update(tool_name="Edit", tool_use_id="toolu_1", tool_response={"success": True},
-                               tool_input={"file_path": str(edited), "old_string": "a", "new_string": "b"})
-            stream.write(json.dumps({"id": n, "op": "hook", "harness": "claude-code", "event": event,
-                                     "payload": payload, "env": {"CLAUDECODE": "1"}}) + "\n")
+                payload.update(
+                    tool_name="Edit",
+                    tool_use_id="toolu_1",
+                    tool_response={"success": True},
+                    tool_input={"file_path": str(edited), "old_string": "a", "new_string": "b"},
+                )
+            stream.write(
+                json.dumps(
+                    {
+                        "id": n,
+                        "op": "hook",
+                        "harness": "claude-code",
+                        "event": event,
+                        "payload": payload,
+                        "env": {"CLAUDECODE": "1"},
+                    }
+                )
+                + "\n"
+            )
             stream.flush()
             assert json.loads(stream.readline())["ok"]
-    call = {"toolName": "edit", "toolCallId": "call-7", "input": {"path": str(edited), "oldText": "None",
-                                                                   "newText": "refresh()"}}
+    call = {
+        "toolName": "edit",
+        "toolCallId": "call-7",
+        "input": {"path": str(edited), "oldText": "None", "newText": "refresh()"},
+    }
     driver.call(do="emit", event="tool_call", payload=call)
-    driver.call(do="emit", event="tool_result", payload={**call, "content": [{"type": "text", "text": "ok"}],
-                                                         "isError": False, "details": None})
-    entry = eventually(lambda: (s := sidecar.session("pi")) and "src/auth.py" in s["files"] and s,
-                       what="pi's edit to show in who")
+    driver.call(
+        do="emit",
+        event="tool_result",
+        payload={**call, "content": [{"type": "text", "text": "ok"}], "isError": False, "details": None},
+    )
+    entry = eventually(
+        lambda: (s := sidecar.session("pi")) and "src/auth.py" in s["files"] and s, what="pi's edit to show in who"
+    )
     assert entry["state"] == "busy"
     # Both sessions are offered a notice of the other (the gate picks the moment), once each.
     claude = next(s for s in sidecar.json("who")["sessions"] if s["agent"] == "claude-code")
@@ -1001,7 +1219,8 @@ def test_pi_tells_what_it_does_as_a_hooked_harness_would_busy_idle_files_and_ove
 
 
 def test_opencode_tells_what_it_does_as_a_hooked_harness_would_busy_idle_files_and_commands(
-        compiled: Callable[[str], Path], drivers: Any, sidecar: Sidecar, tmp_path: Path) -> None:
+    compiled: Callable[[str], Path], drivers: Any, sidecar: Sidecar, tmp_path: Path
+) -> None:
     project = tmp_path / "webapp"
     (project / ".git").mkdir(parents=True)
     edited = project / "src" / "auth.ts"
@@ -1009,22 +1228,52 @@ def test_opencode_tells_what_it_does_as_a_hooked_harness_would_busy_idle_files_a
     driver.call(do="load", directory=str(project))
     driver.call(do="event", instance=0, event=created("ses_work"))
     eventually(lambda: sidecar.session("opencode"), what="the opencode session to register")
-    driver.call(do="hook", instance=0, name="chat.message", input={"sessionID": "ses_work"},
-                output={"message": {"id": "msg_1", "sessionID": "ses_work"},
-                        "parts": [{"type": "text", "text": "fix the token refresh"}]})
+    driver.call(
+        do="hook",
+        instance=0,
+        name="chat.message",
+        input={"sessionID": "ses_work"},
+        output={
+            "message": {"id": "msg_1", "sessionID": "ses_work"},
+            "parts": [{"type": "text", "text": "fix the token refresh"}],
+        },
+    )
     eventually(lambda: sidecar.session("opencode")["state"] == "busy", what="the prompt to make opencode busy")
-    for tool, args, metadata in (("edit", {"filePath": str(edited), "oldString": "a", "newString": "b"}, {}),
-                                 ("bash", {"command": "npm test"}, {"exit": 1})):
+    for tool, args, metadata in (
+        ("edit", {"filePath": str(edited), "oldString": "a", "newString": "b"}, {}),
+        ("bash", {"command": "npm test"}, {"exit": 1}),
+    ):
         call = {"tool": tool, "sessionID": "ses_work", "callID": f"call_{tool}"}
         driver.call(do="hook", instance=0, name="tool.execute.before", input=call, output={"args": dict(args)})
         if tool == "bash":  # opencode asks its person first: the session waits for approval
-            driver.call(do="event", instance=0, event={"type": "permission.updated", "properties": {
-                "id": "per_1", "type": "bash", "sessionID": "ses_work", "messageID": "msg_1", "callID": "call_bash",
-                "title": "npm test", "metadata": {}, "time": {"created": 0}}})
-            eventually(lambda: sidecar.session("opencode")["state"] == "waiting_approval",
-                       what="the permission asked to show as waiting for approval")
-        driver.call(do="hook", instance=0, name="tool.execute.after", input={**call, "args": args},
-                    output={"title": tool, "output": "done", "metadata": metadata})
+            driver.call(
+                do="event",
+                instance=0,
+                event={
+                    "type": "permission.updated",
+                    "properties": {
+                        "id": "per_1",
+                        "type": "bash",
+                        "sessionID": "ses_work",
+                        "messageID": "msg_1",
+                        "callID": "call_bash",
+                        "title": "npm test",
+                        "metadata": {},
+                        "time": {"created": 0},
+                    },
+                },
+            )
+            eventually(
+                lambda: sidecar.session("opencode")["state"] == "waiting_approval",
+                what="the permission asked to show as waiting for approval",
+            )
+        driver.call(
+            do="hook",
+            instance=0,
+            name="tool.execute.after",
+            input={**call, "args": args},
+            output={"title": tool, "output": "done", "metadata": metadata},
+        )
     eventually(lambda: "src/auth.ts" in sidecar.session("opencode")["files"], what="the edit to show in who")
     assert sidecar.session("opencode")["state"] == "busy"  # the approved command ran
     recorded = sidecar.json("events", "--session", "ses_work")["events"]

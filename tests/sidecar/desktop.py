@@ -107,8 +107,11 @@ class Desktop:
 def _require_programs() -> None:
     missing = [p for p in PROGRAMS if shutil.which(p) is None]
     if missing:
-        pytest.fail(f"the pop-up tests need {', '.join(missing)}: install the Debian packages listed in "
-                    ".ci/apt-packages (xvfb, dbus, dunst, …); .ci/run does this", pytrace=False)
+        pytest.fail(
+            f"the pop-up tests need {', '.join(missing)}: install the Debian packages listed in "
+            ".ci/apt-packages (xvfb, dbus, dunst, …); .ci/run does this",
+            pytrace=False,
+        )
 
 
 def _read_fd_line(fd: int, what: str, process: subprocess.Popen[Any]) -> str:
@@ -158,9 +161,13 @@ def running_desktop() -> Iterator[Desktop]:
     try:
         # Xvfb picks a free display number itself and writes it to -displayfd.
         read_fd, write_fd = os.pipe()
-        xvfb = subprocess.Popen(["Xvfb", "-displayfd", str(write_fd), "-screen", "0", "1280x800x24",
-                                 "-nolisten", "tcp"], pass_fds=(write_fd,), stdout=log("xvfb"),
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        xvfb = subprocess.Popen(
+            ["Xvfb", "-displayfd", str(write_fd), "-screen", "0", "1280x800x24", "-nolisten", "tcp"],
+            pass_fds=(write_fd,),
+            stdout=log("xvfb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         processes.append(xvfb)
         os.close(write_fd)
         try:
@@ -170,9 +177,19 @@ def running_desktop() -> Iterator[Desktop]:
 
         read_fd, write_fd = os.pipe()
         bus_daemon = subprocess.Popen(
-            ["dbus-daemon", "--session", "--nofork", "--nopidfile", f"--address=unix:path={runtime / 'bus'}",
-             f"--print-address={write_fd}"],
-            pass_fds=(write_fd,), stdout=log("dbus"), stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                "dbus-daemon",
+                "--session",
+                "--nofork",
+                "--nopidfile",
+                f"--address=unix:path={runtime / 'bus'}",
+                f"--print-address={write_fd}",
+            ],
+            pass_fds=(write_fd,),
+            stdout=log("dbus"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         processes.append(bus_daemon)
         os.close(write_fd)
         try:
@@ -181,8 +198,13 @@ def running_desktop() -> Iterator[Desktop]:
             os.close(read_fd)
 
         desktop = Desktop(root=root, runtime=runtime, bus=bus, display=display)
-        dunst = subprocess.Popen(["dunst", "-config", str(root / "dunstrc")], env=desktop.env,
-                                 stdout=log("dunst"), stderr=subprocess.STDOUT, start_new_session=True)
+        dunst = subprocess.Popen(
+            ["dunst", "-config", str(root / "dunstrc")],
+            env=desktop.env,
+            stdout=log("dunst"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         processes.append(dunst)
         deadline = time.monotonic() + START_TIMEOUT
         while not _name_has_owner(bus, "org.freedesktop.Notifications"):
@@ -208,6 +230,11 @@ def running_desktop() -> Iterator[Desktop]:
 
 def start_sidecar(hive: Hive, env: dict[str, str]) -> None:
     """Start ``hive``'s sidecar with exactly ``env`` (as a hook or service would, with or without a desktop)."""
-    result = subprocess.run([sys.executable, "-m", "hive.sidecar.cli", "status", "--json"],
-                            env={**env, "HIVE_HOME": str(hive.home)}, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "hive.sidecar.cli", "status", "--json"],
+        env={**env, "HIVE_HOME": str(hive.home)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr

@@ -12,8 +12,16 @@ from ..conftest import Hive
 from .terminal import run_in_terminal_answering
 
 
-def propose(hive: Hive, text: str, *, kind: str = "gotcha", scope: str = "team", evidence: tuple[str, ...] = (),
-            cwd: Path | None = None, extra: tuple[str, ...] = ()) -> dict[str, Any]:
+def propose(
+    hive: Hive,
+    text: str,
+    *,
+    kind: str = "gotcha",
+    scope: str = "team",
+    evidence: tuple[str, ...] = (),
+    cwd: Path | None = None,
+    extra: tuple[str, ...] = (),
+) -> dict[str, Any]:
     args = ["lessons", "propose", text, "--kind", kind, "--scope", scope, "--json", *extra]
     for item in evidence or ("file:src/app.py",):
         args += ["--evidence", item]
@@ -25,8 +33,16 @@ def propose(hive: Hive, text: str, *, kind: str = "gotcha", scope: str = "team",
 def run(hive: Hive, *args: str, cwd: Path | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     """The CLI as a script or an agent's tool would run it: no terminal, no desktop."""
     env = {k: v for k, v in hive.env.items() if k not in ("DBUS_SESSION_BUS_ADDRESS", "DISPLAY", "WAYLAND_DISPLAY")}
-    return subprocess.run([sys.executable, "-m", "hive.sidecar.cli", *args], env=env, cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL, start_new_session=True)
+    return subprocess.run(
+        [sys.executable, "-m", "hive.sidecar.cli", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 def run_json(hive: Hive, *args: str, cwd: Path | None = None) -> Any:
@@ -38,8 +54,9 @@ def run_json(hive: Hive, *args: str, cwd: Path | None = None) -> Any:
 def at_terminal(hive: Hive, answer: str, *args: str, cwd: Path | None = None, timeout: float = 60) -> tuple[int, str]:
     """Run ``hive ARGS`` with a pty as its controlling terminal; type ``answer`` at its question."""
     env = {k: v for k, v in hive.env.items() if k not in ("DBUS_SESSION_BUS_ADDRESS", "DISPLAY", "WAYLAND_DISPLAY")}
-    return run_in_terminal_answering(env, answer, *args, timeout=timeout, cwd=cwd,
-                                     prompts=(b"to confirm:", b"leaves it pending):"))
+    return run_in_terminal_answering(
+        env, answer, *args, timeout=timeout, cwd=cwd, prompts=(b"to confirm:", b"leaves it pending):")
+    )
 
 
 def approve(hive: Hive, lesson_id: str, cwd: Path | None = None) -> None:

@@ -13,9 +13,15 @@ from pathlib import Path
 PROMPT = b"[y/N] "
 
 
-def run_in_terminal_answering(env: dict[str, str], answer: str, *args: str, timeout: float = 30,
-                              under: str | None = None, cwd: Path | None = None,
-                              prompts: tuple[bytes, ...] = (PROMPT,)) -> tuple[int, str]:
+def run_in_terminal_answering(
+    env: dict[str, str],
+    answer: str,
+    *args: str,
+    timeout: float = 30,
+    under: str | None = None,
+    cwd: Path | None = None,
+    prompts: tuple[bytes, ...] = (PROMPT,),
+) -> tuple[int, str]:
     """Run ``hive ARGS`` with a pty as its controlling terminal; type ``answer`` when it asks.
 
     ``under``: a program path that starts the command and waits for it, as an agent harness
@@ -26,8 +32,7 @@ def run_in_terminal_answering(env: dict[str, str], answer: str, *args: str, time
     if under:
         command = [under, "-c", "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))", *command]
     process = subprocess.Popen(
-        command, env=env, cwd=cwd,
-        stdin=slave, stdout=slave, stderr=slave, preexec_fn=lambda: os.login_tty(slave),
+        command, env=env, cwd=cwd, stdin=slave, stdout=slave, stderr=slave, preexec_fn=lambda: os.login_tty(slave)
     )
     os.close(slave)
     output = b""

@@ -49,9 +49,16 @@ def team_of(*people: str) -> tuple[TeamState, list[Identity]]:
 
 
 def record(**changes: Any) -> Approval:
-    base = Approval(about=new_ulid(), asker="alice/web-codex", approver="bob", decision="approved",
-                    request="May I drop the users table?", question="Let alice's web agent drop it?",
-                    note="answered in a desktop pop-up", at=T0 + 100)
+    base = Approval(
+        about=new_ulid(),
+        asker="alice/web-codex",
+        approver="bob",
+        decision="approved",
+        request="May I drop the users table?",
+        question="Let alice's web agent drop it?",
+        note="answered in a desktop pop-up",
+        at=T0 + 100,
+    )
     return dataclasses.replace(base, **changes)
 
 
@@ -105,8 +112,9 @@ def test_an_approval_for_another_session_or_with_too_much_text_does_not_verify()
 def test_an_approval_still_verifies_after_the_team_is_renamed_but_not_in_another_team() -> None:
     state, (alice, bob) = team_of("alice", "bob")
     wire = sign_approval(bob, state.id, record()).to_wire()
-    renamed, refused = absorb(state, [Entry("meta", sign(alice, state.id, "meta", Meta(name="acme-2", ts=T0 + 50)))],
-                              T0 + 60)
+    renamed, refused = absorb(
+        state, [Entry("meta", sign(alice, state.id, "meta", Meta(name="acme-2", ts=T0 + 50)))], T0 + 60
+    )
     assert not refused and roster(renamed).name == "acme-2"
     check_approval(wire, roster=roster(renamed), delivered_by=bob.key_id, arrived_at="alice/web-codex")
     other, _ = team_of("alice", "bob")
@@ -119,28 +127,42 @@ def test_a_failing_approval_is_stripped_and_the_message_says_so_and_a_good_one_i
     good = sign_approval(bob, state.id, record()).to_wire()
     bad = json.loads(json.dumps(good))
     bad["body"]["question"] = "something else"
-    kept, body, why = receive_approval(good, roster=roster(state), delivered_by=bob.key_id,
-                                       arrived_at="alice/web-codex", body="bob approved")
-    stripped, noted, failed = receive_approval(bad, roster=roster(state), delivered_by=bob.key_id,
-                                               arrived_at="alice/web-codex", body="bob approved")
+    kept, body, why = receive_approval(
+        good, roster=roster(state), delivered_by=bob.key_id, arrived_at="alice/web-codex", body="bob approved"
+    )
+    stripped, noted, failed = receive_approval(
+        bad, roster=roster(state), delivered_by=bob.key_id, arrived_at="alice/web-codex", body="bob approved"
+    )
     assert kept is not None and body == "bob approved" and why is None
     assert stripped is None and noted == f"bob approved\n\n{NOT_VERIFIED_NOTE}" and failed
-    message = Message(id=new_ulid(), sender="bob/api-codex", sender_kind="agent", sender_agent="codex",
-                      sender_repo="", recipient="alice/web-codex", reply_to=None, body=body, wake=True,
-                      sent_at=time.time(), approval=kept)
+    message = Message(
+        id=new_ulid(),
+        sender="bob/api-codex",
+        sender_kind="agent",
+        sender_agent="codex",
+        sender_repo="",
+        recipient="alice/web-codex",
+        reply_to=None,
+        body=body,
+        wake=True,
+        sent_at=time.time(),
+        approval=kept,
+    )
     assert '<hive-approval from="bob" asker="alice/web-codex"' in frame(message)
     assert "<hive-approval" not in frame(dataclasses.replace(message, approval=None, body=noted))
 
 
 # ---- between two sidecars --------------------------------------------------------------------
 
+
 @pytest.fixture(autouse=True)
 def _keys_in_files(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HIVE_KEYRING", "off")  # several machines on one host: each key in its own folder
 
 
-def test_bobs_answer_reaches_alices_agent_as_a_verified_approval(make_hive: Any, desktop: Desktop,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bobs_answer_reaches_alices_agent_as_a_verified_approval(
+    make_hive: Any, desktop: Desktop, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(desktop.runtime))  # bob starts his sidecar on this desktop
     alice, bob = form_team(make_hive, ["alice", "bob"])
     web = register(alice, "a1", "/src/web")
@@ -151,8 +173,17 @@ def test_bobs_answer_reaches_alices_agent_as_a_verified_approval(make_hive: Any,
     wait_for(lambda: ok(bob, "unread", session="b1")["count"] == 1, what="the request at bob's")
 
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        asking = pool.submit(bob.request, {"id": 1, "op": "ask", "session": "b1", "about": request_id,
-                                           "question": "Let alice's web agent drop the users table?"}, 60)
+        asking = pool.submit(
+            bob.request,
+            {
+                "id": 1,
+                "op": "ask",
+                "session": "b1",
+                "about": request_id,
+                "question": "Let alice's web agent drop the users table?",
+            },
+            60,
+        )
         desktop.click("approve")
         answer = asking.result(timeout=60)
 
@@ -178,8 +209,9 @@ def _approval_frames(team_id: str, keys: dict[str, Identity]) -> dict[str, dict[
     cases["approver not bob"] = sign_approval(keys["bob"], team_id, record(approver="carol")).to_wire()
     cases["signed for another team"] = sign_approval(keys["bob"], "0" * 32, good).to_wire()
     cases["verified"] = sign_approval(keys["bob"], team_id, good).to_wire()
-    return {name: _msg(new_ulid(), "bob/api-codex", "alice/web-codex", name, approval=wire)
-            for name, wire in cases.items()}
+    return {
+        name: _msg(new_ulid(), "bob/api-codex", "alice/web-codex", name, approval=wire) for name, wire in cases.items()
+    }
 
 
 def test_approvals_that_do_not_hold_are_stripped_on_arrival_and_the_message_says_so(make_hive: Any) -> None:
@@ -208,8 +240,11 @@ def test_an_approval_still_verifies_after_a_teammate_renames_the_team(make_hive:
     keys = {"alice": load_identity(alice.home), "bob": load_identity(bob.home)}
     bob.stop()
     founder = keys["alice"].key_id
-    rename = TeamState(id=team_id, founder=founder,
-                       meta=sign(keys["bob"], team_id, "meta", Meta(name="acme-renamed", ts=int(time.time() * 1000))))
+    rename = TeamState(
+        id=team_id,
+        founder=founder,
+        meta=sign(keys["bob"], team_id, "meta", Meta(name="acme-renamed", ts=int(time.time() * 1000))),
+    )
     signed_before = sign_approval(keys["bob"], team_id, record(asker="alice/web-codex")).to_wire()
     frames: list[dict[str, Any] | bytes] = [
         {"t": "state", "state": rename.to_wire()},

@@ -77,14 +77,17 @@ def sidecar_on_desktop(hive: Hive, desktop: Desktop) -> None:
 
 
 async def test_approve_and_deny_clicked_in_the_pop_up_are_the_answers_ask_user_returns(
-        make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
+    make_hive: Any, desktop: Desktop, empty_runtime: Path
+) -> None:
     hive = make_hive()
     sidecar_on_desktop(hive, desktop)
     async with hive_mcp(hive) as mcp:
-        approved = await answered_after(lambda: desktop.click("approve"),
-                                        lambda: call(mcp, "ask_user", as_="a", question="Deploy to staging?"))
-        denied = await answered_after(lambda: desktop.click("deny"),
-                                      lambda: call(mcp, "ask_user", as_="a", question="Drop the old table?"))
+        approved = await answered_after(
+            lambda: desktop.click("approve"), lambda: call(mcp, "ask_user", as_="a", question="Deploy to staging?")
+        )
+        denied = await answered_after(
+            lambda: desktop.click("deny"), lambda: call(mcp, "ask_user", as_="a", question="Drop the old table?")
+        )
 
     assert data(approved)["answer"] == "approved" and text(approved).startswith("Your person approved.")
     assert data(approved)["question"] == "Deploy to staging?"
@@ -96,13 +99,15 @@ async def test_without_a_client_desktop_the_sidecar_finds_the_users_own_bus(make
     sidecar_without_desktop(hive, desktop.runtime)  # only XDG_RUNTIME_DIR/bus leads to the desktop
     async with client(hive) as c:
         await register(c, "s1", "/src/api")
-        result = await answered_after(lambda: desktop.click("deny"),
-                                      lambda: c.call("ask", session="s1", question="Merge it?"))
+        result = await answered_after(
+            lambda: desktop.click("deny"), lambda: c.call("ask", session="s1", question="Merge it?")
+        )
     assert result["answer"] == "denied"
 
 
 async def test_a_forged_action_invoked_from_another_bus_client_is_ignored(
-        make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
+    make_hive: Any, desktop: Desktop, empty_runtime: Path
+) -> None:
     from jeepney import DBusAddress, HeaderFields, new_signal
     from jeepney.bus_messages import message_bus
     from jeepney.io.blocking import open_dbus_connection
@@ -127,13 +132,13 @@ async def test_a_forged_action_invoked_from_another_bus_client_is_ignored(
         desktop.click("deny")
 
     async with client(hive) as c:
-        result = await answered_after(
-            forge_then_deny, lambda: c.call("ask", question="Rotate the keys?"))
+        result = await answered_after(forge_then_deny, lambda: c.call("ask", question="Rotate the keys?"))
     assert result["answer"] == "denied"
 
 
 async def test_closing_the_pop_up_or_letting_it_expire_is_a_clear_non_answer(
-        make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
+    make_hive: Any, desktop: Desktop, empty_runtime: Path
+) -> None:
     hive = make_hive()
     sidecar_on_desktop(hive, desktop)
     async with client(hive) as c:
@@ -146,7 +151,8 @@ async def test_closing_the_pop_up_or_letting_it_expire_is_a_clear_non_answer(
 
 
 async def test_no_session_bus_is_no_desktop_and_the_agent_is_told_to_ask_in_its_session(
-        make_hive: Any, empty_runtime: Path) -> None:
+    make_hive: Any, empty_runtime: Path
+) -> None:
     hive = make_hive()
     sidecar_without_desktop(hive, empty_runtime)
     async with client(hive) as c:
@@ -154,14 +160,19 @@ async def test_no_session_bus_is_no_desktop_and_the_agent_is_told_to_ask_in_its_
         with pytest.raises(NoDesktop) as raised:
             await c.call("ask", session="s1", question="Deploy?")
         with pytest.raises(NoDesktop) as bogus:
-            await c.call("ask", session="s1", question="Deploy?",
-                         desktop={"DBUS_SESSION_BUS_ADDRESS": f"unix:path={empty_runtime}/nothing-here"})
+            await c.call(
+                "ask",
+                session="s1",
+                question="Deploy?",
+                desktop={"DBUS_SESSION_BUS_ADDRESS": f"unix:path={empty_runtime}/nothing-here"},
+            )
     assert raised.value.code == bogus.value.code == "no_desktop"
     assert "in your own session" in raised.value.message
 
 
 async def test_one_question_per_session_the_same_one_joins_the_wait_a_different_one_is_refused(
-        make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
+    make_hive: Any, desktop: Desktop, empty_runtime: Path
+) -> None:
     hive = make_hive()
     sidecar_on_desktop(hive, desktop)
     answers: list[str] = []
@@ -179,8 +190,10 @@ async def test_one_question_per_session_the_same_one_joins_the_wait_a_different_
                 tg.start_soon(ask)
                 with pytest.raises(Conflict):
                     await c.call("ask", session="s1", question="Tag v3?")
-                other = await answered_after(lambda: (desktop.wait_displayed(2), desktop.click("deny", "web-codex")),
-                                             lambda: c.call("ask", session="s2", question="Tag v3?"))
+                other = await answered_after(
+                    lambda: (desktop.wait_displayed(2), desktop.click("deny", "web-codex")),
+                    lambda: c.call("ask", session="s2", question="Tag v3?"),
+                )
                 await anyio.to_thread.run_sync(desktop.click, "approve", "api-codex")
 
     assert other["answer"] == "denied"  # another session's question is its own
@@ -189,7 +202,8 @@ async def test_one_question_per_session_the_same_one_joins_the_wait_a_different_
 
 
 async def test_an_answer_after_the_call_gave_up_arrives_as_a_message_from_the_persons_terminal(
-        make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
+    make_hive: Any, desktop: Desktop, empty_runtime: Path
+) -> None:
     hive = make_hive()
     sidecar_on_desktop(hive, desktop)
     async with client(hive) as c:
@@ -206,7 +220,8 @@ async def test_an_answer_after_the_call_gave_up_arrives_as_a_message_from_the_pe
 
 
 async def test_about_shows_the_teammates_request_first_and_sends_them_the_approval(
-        make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
+    make_hive: Any, desktop: Desktop, empty_runtime: Path
+) -> None:
     hive = make_hive()
     sidecar_on_desktop(hive, desktop)
     long_request = "May I drop the legacy users table? " + "x" * 600
@@ -217,8 +232,8 @@ async def test_about_shows_the_teammates_request_first_and_sends_them_the_approv
         request_id = sent["results"][0]["id"]
         question = "Let web drop the users table?\u202e\u200b " + "q" * 500
         result = await answered_after(
-            lambda: desktop.click("approve"),
-            lambda: c.call("ask", session="s1", question=question, about=request_id))
+            lambda: desktop.click("approve"), lambda: c.call("ask", session="s1", question=question, about=request_id)
+        )
         inbox = await c.call("inbox", session="s2")
 
     assert result["answer"] == "approved" and result["from"] == web
@@ -233,12 +248,12 @@ async def test_about_shows_the_teammates_request_first_and_sends_them_the_approv
     approval = message["approval"]
     assert approval["decision"] == "approved" and approval["approver"] == "alice" and approval["asker"] == web
     assert approval["request"] == result["request"] and approval["question"] == result["question"]
-    assert f'<hive-approval from="alice" asker="{web}" about="{request_id}" decision="approved" verified>' \
-        in inbox["text"]
+    assert (
+        f'<hive-approval from="alice" asker="{web}" about="{request_id}" decision="approved" verified>' in inbox["text"]
+    )
 
 
-async def test_about_must_name_a_message_to_this_session(make_hive: Any, desktop: Desktop,
-                                                          empty_runtime: Path) -> None:
+async def test_about_must_name_a_message_to_this_session(make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
     hive = make_hive()
     sidecar_on_desktop(hive, desktop)
     async with client(hive) as c:
@@ -252,24 +267,35 @@ async def test_about_must_name_a_message_to_this_session(make_hive: Any, desktop
 
 # ---- group sends ---------------------------------------------------------------------------
 
+
 def hive_send(hive: Hive, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "hive.sidecar.cli", "send", *args],
-                          env={**env, "HIVE_HOME": str(hive.home)}, capture_output=True, text=True, timeout=60,
-                          stdin=subprocess.DEVNULL, start_new_session=True)  # no controlling terminal
+    return subprocess.run(
+        [sys.executable, "-m", "hive.sidecar.cli", "send", *args],
+        env={**env, "HIVE_HOME": str(hive.home)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # no controlling terminal
 
 
-async def test_a_group_send_from_the_cli_is_confirmed_in_a_pop_up(make_hive: Any, desktop: Desktop,
-                                                                   empty_runtime: Path) -> None:
+async def test_a_group_send_from_the_cli_is_confirmed_in_a_pop_up(
+    make_hive: Any, desktop: Desktop, empty_runtime: Path
+) -> None:
     hive = make_hive()
     sidecar_on_desktop(hive, desktop)
     async with client(hive) as c:
         await register(c, "s1", "/src/api")
         await register(c, "s2", "/src/web")
-        approved = await answered_after(lambda: desktop.click("approve"),
-                                        lambda: anyio.to_thread.run_sync(hive_send, hive, desktop.env, "*", "lunch"))
+        approved = await answered_after(
+            lambda: desktop.click("approve"),
+            lambda: anyio.to_thread.run_sync(hive_send, hive, desktop.env, "*", "lunch"),
+        )
         shown = json.loads(desktop.history())["data"][0][0]["body"]["data"]
-        denied = await answered_after(lambda: desktop.click("deny"),
-                                      lambda: anyio.to_thread.run_sync(hive_send, hive, desktop.env, "*", "again"))
+        denied = await answered_after(
+            lambda: desktop.click("deny"), lambda: anyio.to_thread.run_sync(hive_send, hive, desktop.env, "*", "again")
+        )
         unread = [(await c.call("unread", session=s))["count"] for s in ("s1", "s2")]
         framed = (await c.call("inbox", session="s1"))["text"]
 
@@ -280,8 +306,7 @@ async def test_a_group_send_from_the_cli_is_confirmed_in_a_pop_up(make_hive: Any
     assert "Typed by alice at a terminal" in framed
 
 
-async def test_a_group_send_with_neither_desktop_nor_terminal_is_refused(make_hive: Any,
-                                                                         empty_runtime: Path) -> None:
+async def test_a_group_send_with_neither_desktop_nor_terminal_is_refused(make_hive: Any, empty_runtime: Path) -> None:
     hive = make_hive()
     sidecar_without_desktop(hive, empty_runtime)
     async with client(hive) as c:
@@ -292,8 +317,9 @@ async def test_a_group_send_with_neither_desktop_nor_terminal_is_refused(make_hi
     assert unread == 0
 
 
-def test_a_group_send_without_a_desktop_is_confirmed_at_the_clis_own_terminal(make_hive: Any,
-                                                                               empty_runtime: Path) -> None:
+def test_a_group_send_without_a_desktop_is_confirmed_at_the_clis_own_terminal(
+    make_hive: Any, empty_runtime: Path
+) -> None:
     from tests.sidecar.terminal import run_in_terminal_answering
 
     hive = make_hive()
@@ -324,16 +350,16 @@ async def test_an_agent_still_cannot_address_a_group(make_hive: Any, desktop: De
 
 # ---- notify --------------------------------------------------------------------------------
 
-async def test_notify_shows_the_message_once_a_minute_per_sending_person(make_hive: Any, desktop: Desktop,
-                                                                          empty_runtime: Path) -> None:
+
+async def test_notify_shows_the_message_once_a_minute_per_sending_person(
+    make_hive: Any, desktop: Desktop, empty_runtime: Path
+) -> None:
     hive = make_hive()
     sidecar_on_desktop(hive, desktop)
     async with hive_mcp(hive) as mcp:
         await call(mcp, "whoami", as_="web")
-        first = await call(mcp, "send_message", as_="a", to="alice/terminal", message="build is green",
-                           notify=True)
-        second = await call(mcp, "send_message", as_="a", to="alice/terminal", message="and deployed",
-                            notify=True)
+        first = await call(mcp, "send_message", as_="a", to="alice/terminal", message="build is green", notify=True)
+        second = await call(mcp, "send_message", as_="a", to="alice/terminal", message="and deployed", notify=True)
         await anyio.to_thread.run_sync(desktop.wait_displayed)
 
     assert data(first)["notified"] is True
@@ -342,7 +368,8 @@ async def test_notify_shows_the_message_once_a_minute_per_sending_person(make_hi
 
 
 async def test_notify_without_a_desktop_still_sends_and_says_why_nothing_was_shown(
-        make_hive: Any, empty_runtime: Path) -> None:
+    make_hive: Any, empty_runtime: Path
+) -> None:
     hive = make_hive()
     sidecar_without_desktop(hive, empty_runtime)
     async with hive_mcp(hive) as mcp:
@@ -361,27 +388,36 @@ async def test_ask_user_with_no_desktop_is_an_error_code_through_mcp(make_hive: 
     assert "01JZZZZZZZZZZZZZZZZZZZZZZZ" in text(result)
 
 
-async def test_hive_ask_prints_the_answer_and_exits_0_only_when_approved(make_hive: Any, desktop: Desktop,
-                                                                         empty_runtime: Path) -> None:
+async def test_hive_ask_prints_the_answer_and_exits_0_only_when_approved(
+    make_hive: Any, desktop: Desktop, empty_runtime: Path
+) -> None:
     hive = make_hive()
     sidecar_on_desktop(hive, desktop)
 
     def hive_ask(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "hive.sidecar.cli", "ask", *args],
-                              env={**desktop.env, "HIVE_HOME": str(hive.home)}, capture_output=True, text=True,
-                              timeout=60, stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            [sys.executable, "-m", "hive.sidecar.cli", "ask", *args],
+            env={**desktop.env, "HIVE_HOME": str(hive.home)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
 
-    approved = await answered_after(lambda: desktop.click("approve"),
-                                    lambda: anyio.to_thread.run_sync(hive_ask, "Release", "1.2?"))
-    denied = await answered_after(lambda: desktop.click("deny"),
-                                  lambda: anyio.to_thread.run_sync(hive_ask, "Release 1.3?", "--json"))
+    approved = await answered_after(
+        lambda: desktop.click("approve"), lambda: anyio.to_thread.run_sync(hive_ask, "Release", "1.2?")
+    )
+    denied = await answered_after(
+        lambda: desktop.click("deny"), lambda: anyio.to_thread.run_sync(hive_ask, "Release 1.3?", "--json")
+    )
 
     assert approved.returncode == 0 and approved.stdout.startswith("Your person approved."), approved.stderr
     assert denied.returncode == 3 and json.loads(denied.stdout)["answer"] == "denied"
 
 
-async def test_a_client_that_stops_waiting_gets_the_answer_later_as_a_message(make_hive: Any, desktop: Desktop,
-                                                                               empty_runtime: Path) -> None:
+async def test_a_client_that_stops_waiting_gets_the_answer_later_as_a_message(
+    make_hive: Any, desktop: Desktop, empty_runtime: Path
+) -> None:
     hive = make_hive()
     sidecar_on_desktop(hive, desktop)
     async with client(hive) as c:
@@ -405,8 +441,10 @@ async def test_a_client_that_stops_waiting_gets_the_answer_later_as_a_message(ma
 
 # ---- across machines: notify, and the loop guard ------------------------------------------
 
-def team_with_bob_at_his_desktop(make_hive: Any, desktop: Desktop, runtime: Path,
-                                 bob_config: str = "") -> tuple[Hive, Hive]:
+
+def team_with_bob_at_his_desktop(
+    make_hive: Any, desktop: Desktop, runtime: Path, bob_config: str = ""
+) -> tuple[Hive, Hive]:
     """alice's sidecar with no desktop, bob's started inside the desktop (as his session would start it)."""
     from tests.sidecar.test_mesh import MESH, linked, wait_for
 
@@ -432,14 +470,17 @@ def notify_rows(hive: Hive) -> list[dict[str, Any]]:
 
 
 async def test_notify_pops_up_on_the_recipients_own_machine_and_its_gate_records_why(
-        make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
+    make_hive: Any, desktop: Desktop, empty_runtime: Path
+) -> None:
     alice, bob = team_with_bob_at_his_desktop(make_hive, desktop, empty_runtime)
     async with client(bob) as b, client(alice) as a:
         target = await register(b, "b1", "/src/api")
         await register(a, "a1", "/src/web")
-        await anyio.to_thread.run_sync(wait_until, lambda: any(
-            s["address"] == target for s in alice.request({"id": 1, "op": "who"})["result"]["sessions"]),
-            "bob's session at alice's")
+        await anyio.to_thread.run_sync(
+            wait_until,
+            lambda: any(s["address"] == target for s in alice.request({"id": 1, "op": "who"})["result"]["sessions"]),
+            "bob's session at alice's",
+        )
         sent = await a.call("send", **{"from": "a1", "to": target, "body": "the migration is ready", "notify": True})
         await anyio.to_thread.run_sync(desktop.wait_displayed, 1, 30.0)
         rows = await anyio.to_thread.run_sync(wait_until, lambda: notify_rows(bob), "bob's gate to record it")
@@ -451,15 +492,18 @@ async def test_notify_pops_up_on_the_recipients_own_machine_and_its_gate_records
 
 
 async def test_notify_for_a_teammate_in_quiet_hours_shows_nothing_and_says_so_in_their_ledger(
-        make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
+    make_hive: Any, desktop: Desktop, empty_runtime: Path
+) -> None:
     quiet = '[gate.people.bob]\nquiet = "00:00-23:59"\ntimezone = "UTC"\n'
     alice, bob = team_with_bob_at_his_desktop(make_hive, desktop, empty_runtime, quiet)
     async with client(bob) as b, client(alice) as a:
         target = await register(b, "b1", "/src/api")
         await register(a, "a1", "/src/web")
-        await anyio.to_thread.run_sync(wait_until, lambda: any(
-            s["address"] == target for s in alice.request({"id": 1, "op": "who"})["result"]["sessions"]),
-            "bob's session at alice's")
+        await anyio.to_thread.run_sync(
+            wait_until,
+            lambda: any(s["address"] == target for s in alice.request({"id": 1, "op": "who"})["result"]["sessions"]),
+            "bob's session at alice's",
+        )
         await a.call("send", **{"from": "a1", "to": target, "body": "ping", "notify": True})
         rows = await anyio.to_thread.run_sync(wait_until, lambda: notify_rows(bob), "bob's gate to record it")
         unread = (await b.call("unread", session="b1"))["count"]
@@ -476,7 +520,8 @@ def notify_titles(hive: Hive, person: str) -> list[tuple[str, str, str]]:
 
 
 async def test_notify_shows_on_each_online_machine_of_the_recipient_person_and_on_no_one_elses(
-        make_hive: Any, desktop: Desktop, empty_runtime: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    make_hive: Any, desktop: Desktop, empty_runtime: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from tests.sidecar.desktop import running_desktop
     from tests.sidecar.test_mesh import MESH, linked, who
 
@@ -497,10 +542,14 @@ async def test_notify_shows_on_each_online_machine_of_the_recipient_person_and_o
             await register(a, "a1", "/src/web")
             to_bob = await register(b, "b1", "/src/api")
             to_carol = await register(c, "c1", "/src/docs")
-            await anyio.to_thread.run_sync(wait_until, lambda: {to_bob, to_carol} <= {
-                s["address"] for s in who(alice)}, "bob's and carol's sessions at alice's")
-            sent = await a.call("send", **{"from": "a1", "to": to_bob, "body": "the migration is ready",
-                                           "notify": True})
+            await anyio.to_thread.run_sync(
+                wait_until,
+                lambda: {to_bob, to_carol} <= {s["address"] for s in who(alice)},
+                "bob's and carol's sessions at alice's",
+            )
+            sent = await a.call(
+                "send", **{"from": "a1", "to": to_bob, "body": "the migration is ready", "notify": True}
+            )
             await anyio.to_thread.run_sync(desktop.wait_displayed, 1, 30.0)
             await anyio.to_thread.run_sync(second_desktop.wait_displayed, 1, 30.0)
             # Carol's own notification travels after anything alice's machine sent carol's about bob's
@@ -509,23 +558,32 @@ async def test_notify_shows_on_each_online_machine_of_the_recipient_person_and_o
             # it in her digest; that last row is what says her machine is done with it.
             await a.call("send", **{"from": "a1", "to": to_carol, "body": "docs are yours", "notify": True})
             carols = await anyio.to_thread.run_sync(
-                wait_until, lambda: (rows := notify_titles(carol, "carol")) and rows[-1][2] == "deliver.failed"
-                and rows, "carol's gate to decide her notification and her machine to fail to show it")
-            bobs = [await anyio.to_thread.run_sync(wait_until, lambda m=m: notify_titles(m, "bob"),
-                                                   "bob's gate to record it") for m in (bob1, bob2)]
+                wait_until,
+                lambda: (rows := notify_titles(carol, "carol")) and rows[-1][2] == "deliver.failed" and rows,
+                "carol's gate to decide her notification and her machine to fail to show it",
+            )
+            bobs = [
+                await anyio.to_thread.run_sync(
+                    wait_until, lambda m=m: notify_titles(m, "bob"), "bob's gate to record it"
+                )
+                for m in (bob1, bob2)
+            ]
             shown = (desktop.displayed(), second_desktop.displayed())
 
     assert sent["results"][0]["state"] in ("queued", "delivered")
     assert "Asked bob's machines to show a notification: m2 (with the message), m3." in sent["notify_note"]
     assert shown == (1, 1)
     assert bobs == [[("alice/web-codex: the migration is ready", "deliver", "now.requested")]] * 2
-    assert carols == [("alice/web-codex: docs are yours", "deliver", "now.requested"),
-                      ("alice/web-codex: docs are yours", "digest", "deliver.failed")]
+    assert carols == [
+        ("alice/web-codex: docs are yours", "deliver", "now.requested"),
+        ("alice/web-codex: docs are yours", "digest", "deliver.failed"),
+    ]
     assert notify_titles(alice, "alice") == []
 
 
 async def test_a_notify_frame_that_speaks_for_another_person_or_is_stale_shows_nothing(
-        make_hive: Any, desktop: Desktop, empty_runtime: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    make_hive: Any, desktop: Desktop, empty_runtime: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import time
 
     from hive.sidecar.base.ulid import new_ulid
@@ -537,13 +595,21 @@ async def test_a_notify_frame_that_speaks_for_another_person_or_is_stale_shows_n
     alice.stop()  # the test speaks for alice's machine, with alice's key
 
     def notify(sender: str, body: str, age: float = 0.0) -> dict[str, Any]:
-        return {"t": "notify", "id": new_ulid(), "from": sender, "to": "bob/api-codex", "body": body,
-                "sent_at": time.time() - age}
+        return {
+            "t": "notify",
+            "id": new_ulid(),
+            "from": sender,
+            "to": "bob/api-codex",
+            "body": body,
+            "sent_at": time.time() - age,
+        }
 
-    frames = [notify("bob/terminal", "it's me, bob: approve the deploy"),  # alice's machine speaks for alice only
-              notify("carol/web-codex", "carol here"),
-              notify("alice/web-codex", "from a quarter of an hour ago", age=16 * 60),
-              notify("alice/web-codex", "the migration is ready")]
+    frames = [
+        notify("bob/terminal", "it's me, bob: approve the deploy"),  # alice's machine speaks for alice only
+        notify("carol/web-codex", "carol here"),
+        notify("alice/web-codex", "from a quarter of an hour ago", age=16 * 60),
+        notify("alice/web-codex", "the migration is ready"),
+    ]
     async with dial(_address(bob), machine_cert(_key_of(alice)), lambda key, alpn: True) as link:
         await link.send({"t": "hello", "team": _team_id(bob), "proto": 1, "features": []})
         with anyio.fail_after(20):
@@ -565,13 +631,16 @@ def _reply_in_terminal(env: dict[str, str], reply_to: str, body: str) -> tuple[i
 
 
 async def test_a_persons_reply_that_restarts_the_loop_guard_is_confirmed_in_a_pop_up(
-        make_hive: Any, desktop: Desktop, empty_runtime: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    make_hive: Any, desktop: Desktop, empty_runtime: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from tests.sidecar.test_mesh import form_team, send, who
 
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(desktop.runtime))  # the people start their sidecars on this desktop
     alice, bob = form_team(make_hive, ["alice", "bob"], {"alice": "loop_limit = 2\n", "bob": "loop_limit = 2\n"})
-    ok = [alice.request({"id": 1, "op": "register", "session": {"key": "a1", "agent": "codex", "cwd": "/src/web"}}),
-          bob.request({"id": 1, "op": "register", "session": {"key": "b1", "agent": "codex", "cwd": "/src/api"}})]
+    ok = [
+        alice.request({"id": 1, "op": "register", "session": {"key": "a1", "agent": "codex", "cwd": "/src/web"}}),
+        bob.request({"id": 1, "op": "register", "session": {"key": "b1", "agent": "codex", "cwd": "/src/api"}}),
+    ]
     assert all(r["ok"] for r in ok)
     await anyio.to_thread.run_sync(wait_until, lambda: len(who(alice)) == 2 and len(who(bob)) == 2, "both sessions")
     one = send(alice, "bob/api-codex", "ping", **{"from": "a1"})
@@ -580,12 +649,14 @@ async def test_a_persons_reply_that_restarts_the_loop_guard_is_confirmed_in_a_po
     assert three["state"] == "refused"
     env = {**desktop.env, "HIVE_HOME": str(alice.home)}  # alice at a terminal on her desktop
 
-    denied = await answered_after(lambda: desktop.click("deny"),
-                                  lambda: anyio.to_thread.run_sync(_reply_in_terminal, env, two["id"], "go on"))
+    denied = await answered_after(
+        lambda: desktop.click("deny"), lambda: anyio.to_thread.run_sync(_reply_in_terminal, env, two["id"], "go on")
+    )
     shown = json.loads(desktop.history())["data"][0][0]["body"]["data"]
     still = send(alice, "bob/api-codex", "ping again", **{"from": "a1", "reply_to": two["id"]})
-    approved = await answered_after(lambda: desktop.click("approve"),
-                                    lambda: anyio.to_thread.run_sync(_reply_in_terminal, env, two["id"], "go on"))
+    approved = await answered_after(
+        lambda: desktop.click("approve"), lambda: anyio.to_thread.run_sync(_reply_in_terminal, env, two["id"], "go on")
+    )
     after = send(bob, "alice/web-codex", "pong, with alice's blessing", **{"from": "b1", "reply_to": two["id"]})
 
     assert denied[0] == 1 and "not sent" in denied[1]
@@ -628,7 +699,8 @@ while True:
 MALFORMED_THEN_DENY = STAND_IN.replace(
     'conn.send(new_signal(DBusAddress(PATH, interface=NAME), "ActionInvoked", "us", (shown, "approve")))',
     'conn.send(new_signal(DBusAddress(PATH, interface=NAME), "ActionInvoked", "uas", (shown, ["approve"])))\n'
-    '        conn.send(new_signal(DBusAddress(PATH, interface=NAME), "ActionInvoked", "us", (shown, "deny")))')
+    '        conn.send(new_signal(DBusAddress(PATH, interface=NAME), "ActionInvoked", "us", (shown, "deny")))',
+)
 
 
 @contextmanager
@@ -638,14 +710,23 @@ def a_stand_in_that_clicks_approve(root: Path, script: str = STAND_IN) -> Iterat
     runtime = root / "run"
     runtime.mkdir(mode=0o700)
     log = root / "shown"
-    bus = subprocess.Popen(["dbus-daemon", "--session", "--nofork", "--nopidfile", "--print-address",
-                            f"--address=unix:path={runtime / 'bus'}"], stdout=subprocess.PIPE, text=True)
+    bus = subprocess.Popen(
+        [
+            "dbus-daemon",
+            "--session",
+            "--nofork",
+            "--nopidfile",
+            "--print-address",
+            f"--address=unix:path={runtime / 'bus'}",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     server = None
     try:
         assert bus.stdout is not None
         address = bus.stdout.readline().strip()
-        server = subprocess.Popen([sys.executable, "-c", script, address, str(log)], stdout=subprocess.PIPE,
-                                  text=True)
+        server = subprocess.Popen([sys.executable, "-c", script, address, str(log)], stdout=subprocess.PIPE, text=True)
         assert server.stdout is not None and server.stdout.readline().strip() == "ready"
         yield {"DBUS_SESSION_BUS_ADDRESS": address, "XDG_RUNTIME_DIR": str(runtime), "DISPLAY": ":99"}, log
     finally:
@@ -659,13 +740,28 @@ def a_stand_in_that_clicks_approve(root: Path, script: str = STAND_IN) -> Iterat
 
 def agent_runs(harness: Path, hive: Hive, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     """``hive ARGS`` as a tool call of an agent harness (a process named like one) in its own session."""
-    return subprocess.run([str(harness), "-c", "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))",
-                           sys.executable, "-m", "hive.sidecar.cli", *args], env={**env, "HIVE_HOME": str(hive.home)},
-                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, start_new_session=True)
+    return subprocess.run(
+        [
+            str(harness),
+            "-c",
+            "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))",
+            sys.executable,
+            "-m",
+            "hive.sidecar.cli",
+            *args,
+        ],
+        env={**env, "HIVE_HOME": str(hive.home)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 def test_an_agents_own_notification_server_never_answers_for_its_person(
-        make_hive: Any, empty_runtime: Path, tmp_path: Path) -> None:
+    make_hive: Any, empty_runtime: Path, tmp_path: Path
+) -> None:
     hive = make_hive()
     sidecar_without_desktop(hive, empty_runtime)  # the person's machine has no desktop to ask on
     harness = tmp_path / "claude"
@@ -691,7 +787,8 @@ def test_an_agents_own_notification_server_never_answers_for_its_person(
 
 
 async def test_a_notification_servers_malformed_answer_is_ignored_and_its_next_answer_counts(
-        make_hive: Any, empty_runtime: Path, tmp_path: Path) -> None:
+    make_hive: Any, empty_runtime: Path, tmp_path: Path
+) -> None:
     hive = make_hive()
     with a_stand_in_that_clicks_approve(tmp_path, MALFORMED_THEN_DENY) as (desktop_env, shown):
         start_sidecar(hive, no_desktop_env(empty_runtime, **desktop_env))  # the person's own desktop

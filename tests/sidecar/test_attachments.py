@@ -74,13 +74,23 @@ def start(tmp_path: Path) -> Iterator[Start]:
     running: list[subprocess.Popen[str]] = []
 
     def started(hive: Hive, key: str, cwd: str) -> None:
-        process = subprocess.Popen([str(harness), "-c", STAND_IN], cwd=cwd, text=True, stdin=subprocess.PIPE,
-                                   stdout=subprocess.PIPE, env={**hive.env, "CLAUDECODE": "1"})
+        process = subprocess.Popen(
+            [str(harness), "-c", STAND_IN],
+            cwd=cwd,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env={**hive.env, "CLAUDECODE": "1"},
+        )
         running.append(process)
         assert process.stdin is not None and process.stdout is not None
         payload = claude(key, cwd, "SessionStart", source="startup")
-        process.stdin.write(" ".join([sys.executable, "-I", "-S", str(HOOK_SCRIPT), "claude-code", "SessionStart"])
-                            + "\n" + json.dumps(payload) + "\n")
+        process.stdin.write(
+            " ".join([sys.executable, "-I", "-S", str(HOOK_SCRIPT), "claude-code", "SessionStart"])
+            + "\n"
+            + json.dumps(payload)
+            + "\n"
+        )
         process.stdin.flush()
         assert process.stdout.readline().strip() == "0"  # hooks always exit 0: the session list says more
         folder = os.path.basename(cwd.rstrip("/"))
@@ -105,7 +115,8 @@ def mode(path: Path) -> int:
 
 
 def test_an_agents_files_cross_to_a_teammate_saved_privately_and_listed_after_the_frame(
-        make_hive: Any, repo: Path, start: Start) -> None:
+    make_hive: Any, repo: Path, start: Start
+) -> None:
     alice, bob = form_team(make_hive, ["alice", "bob"])
     start(alice, "a1", str(repo / "src"))
     register(bob, "b1", "/src/api")
@@ -136,7 +147,8 @@ def test_an_agents_files_cross_to_a_teammate_saved_privately_and_listed_after_th
 
 
 def test_a_file_sent_to_a_session_on_the_same_machine_is_saved_the_same_way(
-        hive: Hive, repo: Path, start: Start) -> None:
+    hive: Hive, repo: Path, start: Start
+) -> None:
     start(hive, "a1", str(repo))
     register(hive, "a2", "/src/web")
     reply = send_files(hive, "alice/web-codex", "here", ["notes.md"], **{"from": "a1"})
@@ -194,7 +206,8 @@ def test_an_agent_may_attach_only_plain_text_files_of_its_own_folder(hive: Hive,
 
 
 def test_hard_links_in_the_repository_to_keys_and_settings_are_refused(
-        make_hive: Any, repo: Path, monkeypatch: pytest.MonkeyPatch, start: Start) -> None:
+    make_hive: Any, repo: Path, monkeypatch: pytest.MonkeyPatch, start: Start
+) -> None:
     home = Path(tempfile.mkdtemp(prefix="hive-home-", dir="/tmp")).resolve()  # one file system with the repo
     try:
         monkeypatch.setenv("HOME", str(home))
@@ -206,16 +219,20 @@ def test_hard_links_in_the_repository_to_keys_and_settings_are_refused(
         hive.start()
         hive.cli("init", "acme", "--as", "alice", check=True)  # the machine key is made for a team
         assert (hive.home / "machine.key").exists()
-        targets = {"aws.txt": home / ".aws" / "credentials", "machine.txt": hive.home / "machine.key",
-                   "gh.txt": home / ".config" / "gh" / "hosts.yml"}
+        targets = {
+            "aws.txt": home / ".aws" / "credentials",
+            "machine.txt": hive.home / "machine.key",
+            "gh.txt": home / ".config" / "gh" / "hosts.yml",
+        }
         for name, target in targets.items():
             os.link(target, repo / name)
         (repo / "plain.txt").write_text("one name only\n")
         start(hive, "a1", str(repo))
         register(hive, "a2", "/src/web")
         for name in targets:
-            assert code_of(send_files(hive, "alice/web-codex", "look", [name], **{"from": "a1"})) \
-                == "attachment_hard_link", name
+            assert (
+                code_of(send_files(hive, "alice/web-codex", "look", [name], **{"from": "a1"})) == "attachment_hard_link"
+            ), name
         assert inbox(hive, "web-codex") == []
         assert send_files(hive, "alice/web-codex", "fine", ["plain.txt"], **{"from": "a1"})["ok"]
     finally:
@@ -223,12 +240,12 @@ def test_hard_links_in_the_repository_to_keys_and_settings_are_refused(
 
 
 def test_the_folder_an_agent_attaches_from_is_the_one_its_harness_reported_not_one_it_declares(
-        hive: Hive, repo: Path, start: Start) -> None:
+    hive: Hive, repo: Path, start: Start
+) -> None:
     register(hive, "a2", "/src/web")
     register(hive, "x1", "/etc")  # a client declaring a session in /etc, with no harness behind it
     assert code_of(send_files(hive, "alice/web-codex", "look", ["passwd"], **{"from": "x1"})) == "attachment_home"
-    assert code_of(send_files(hive, "alice/web-codex", "look", ["/etc/passwd"], **{"from": "x1"})) \
-        == "attachment_home"
+    assert code_of(send_files(hive, "alice/web-codex", "look", ["/etc/passwd"], **{"from": "x1"})) == "attachment_home"
     # Naming its own pid as the harness's does not make a client a harness's plugin.
     ok(hive, "register", session={"key": "x2", "agent": "opencode", "cwd": "/etc", "pid": os.getpid()})
     assert code_of(send_files(hive, "alice/web-codex", "look", ["passwd"], **{"from": "x2"})) == "attachment_home"
@@ -236,14 +253,21 @@ def test_the_folder_an_agent_attaches_from_is_the_one_its_harness_reported_not_o
     start(hive, "a1", str(repo))
     register(hive, "a1", "/etc")
     assert code_of(send_files(hive, "alice/web-codex", "look", ["passwd"], **{"from": "a1"})) == "attachment_missing"
-    assert code_of(send_files(hive, "alice/web-codex", "look", ["/etc/passwd"], **{"from": "a1"})) \
-        == "attachment_outside"
+    assert (
+        code_of(send_files(hive, "alice/web-codex", "look", ["/etc/passwd"], **{"from": "a1"})) == "attachment_outside"
+    )
     # A hook request any client on the socket can send, naming /etc as the session's folder: the
     # harness process still runs in the repository, and that is where its files come from.
-    hook(hive, "claude-code", "UserPromptSubmit", claude("a1", "/etc", "UserPromptSubmit", prompt="hi"),
-         {"CLAUDECODE": "1"})
-    assert code_of(send_files(hive, "alice/web-codex", "look", ["/etc/passwd"], **{"from": "a1"})) \
-        == "attachment_outside"
+    hook(
+        hive,
+        "claude-code",
+        "UserPromptSubmit",
+        claude("a1", "/etc", "UserPromptSubmit", prompt="hi"),
+        {"CLAUDECODE": "1"},
+    )
+    assert (
+        code_of(send_files(hive, "alice/web-codex", "look", ["/etc/passwd"], **{"from": "a1"})) == "attachment_outside"
+    )
     assert code_of(send_files(hive, "alice/web-codex", "look", ["passwd"], **{"from": "a1"})) == "attachment_missing"
     # A client with no session and no terminal names its folder in vain: the one it runs in counts.
     assert code_of(send_files(hive, "alice/web-codex", "look", ["/etc/passwd"], cwd="/etc")) == "attachment_outside"
@@ -252,7 +276,8 @@ def test_the_folder_an_agent_attaches_from_is_the_one_its_harness_reported_not_o
 
 
 def test_a_plugin_registering_from_inside_its_harness_sets_the_folder_its_agent_attaches_from(
-        hive: Hive, repo: Path, tmp_path: Path) -> None:
+    hive: Hive, repo: Path, tmp_path: Path
+) -> None:
     # A process that runs as opencode and registers its own session, as hive's opencode plugin does.
     plugin = tmp_path / "opencode"
     session = {"key": "o1", "agent": "opencode", "cwd": str(repo), "tier": "push"}
@@ -262,17 +287,21 @@ def test_a_plugin_registering_from_inside_its_harness_sets_the_folder_its_agent_
         "link = socket.socket(socket.AF_UNIX)\n"
         f"link.connect({str(hive.paths.socket)!r})\n"
         "link.sendall((json.dumps({'id': 1, 'op': 'register', 'session': session}) + '\\n').encode())\n"
-        "print(link.makefile().readline())\n")
+        "print(link.makefile().readline())\n"
+    )
     plugin.write_text(plugin.read_text() + "import sys; sys.stdin.read()\n")  # the harness runs on
-    running = subprocess.Popen([sys.executable, str(plugin)], cwd=repo, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               text=True, env=hive.env)
+    running = subprocess.Popen(
+        [sys.executable, str(plugin)], cwd=repo, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=hive.env
+    )
     try:
         assert running.stdout is not None
         assert json.loads(running.stdout.readline())["ok"]
         register(hive, "a2", "/src/web")
         assert send_files(hive, "alice/web-codex", "see", ["notes.md"], **{"from": "o1"})["ok"]
-        assert code_of(send_files(hive, "alice/web-codex", "look", ["/etc/passwd"], **{"from": "o1"})) \
+        assert (
+            code_of(send_files(hive, "alice/web-codex", "look", ["/etc/passwd"], **{"from": "o1"}))
             == "attachment_outside"
+        )
     finally:
         running.communicate(timeout=30)
     # Its harness gone, the session has no folder to attach from.
@@ -280,7 +309,8 @@ def test_a_plugin_registering_from_inside_its_harness_sets_the_folder_its_agent_
 
 
 def test_a_person_at_the_terminal_may_attach_any_text_file_their_script_only_its_folders_and_an_agents_shell_none(
-        hive: Hive, repo: Path) -> None:
+    hive: Hive, repo: Path
+) -> None:
     outside = Path(tempfile.mkdtemp(prefix="hive-out-", dir="/tmp"))
     try:
         (outside / "plan.txt").write_text("the plan\n")
@@ -291,19 +321,37 @@ def test_a_person_at_the_terminal_may_attach_any_text_file_their_script_only_its
         [message] = inbox(hive, "web-codex")
         assert Path(message["files"][0]).read_text() == "the plan\n"  # a person's link is followed
         # The person's command with no terminal (a script) is held to the agent's rules in the folder it runs in.
-        script = subprocess.run([*HIVE, "send", "--file", str(outside / "plan.txt"), "alice/web-codex", "again"],
-                                env=hive.env, cwd=repo, capture_output=True, text=True, timeout=60)
+        script = subprocess.run(
+            [*HIVE, "send", "--file", str(outside / "plan.txt"), "alice/web-codex", "again"],
+            env=hive.env,
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert script.stderr.rstrip().endswith("[attachment_outside]"), script.stderr
-        script = subprocess.run([*HIVE, "send", "--file", ".env", "alice/web-codex", "again"],
-                                env=hive.env, cwd=repo, capture_output=True, text=True, timeout=60)
+        script = subprocess.run(
+            [*HIVE, "send", "--file", ".env", "alice/web-codex", "again"],
+            env=hive.env,
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert script.stderr.rstrip().endswith("[attachment_hidden]"), script.stderr
         # The same command in an agent's shell tool, under no session's harness, has no folder to attach
         # from, whatever folder it runs in (here the very folder the file is in).
         harness = outside / "claude"
         harness.symlink_to(sys.executable)
-        agent = subprocess.run([str(harness), "-c", AGENT_RUNS, *HIVE, "send", "--file", "plan.txt",
-                                "alice/web-codex", "again"], env=hive.env, cwd=outside, capture_output=True,
-                               text=True, timeout=60, start_new_session=True)
+        agent = subprocess.run(
+            [str(harness), "-c", AGENT_RUNS, *HIVE, "send", "--file", "plan.txt", "alice/web-codex", "again"],
+            env=hive.env,
+            cwd=outside,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            start_new_session=True,
+        )
         assert agent.returncode != 0
         assert agent.stderr.rstrip().endswith("[attachment_home]"), agent.stderr
         assert len(inbox(hive, "web-codex")) == 1
@@ -312,17 +360,29 @@ def test_a_person_at_the_terminal_may_attach_any_text_file_their_script_only_its
 
 
 def test_files_from_a_peer_get_plain_names_in_a_folder_of_their_own_and_oversize_ones_are_refused(
-        make_hive: Any) -> None:
+    make_hive: Any,
+) -> None:
     alice, bob = form_team(make_hive, ["alice", "bob"])
     register(alice, "a1", "/src/web")
     bob.stop()  # the test speaks for bob's machine with bob's key
     good, big = new_ulid(), new_ulid()
-    files = [{"name": "../../.bashrc", "content": "alias ls=rm\n"}, {"name": "CON", "content": "a"},
-             {"name": "run.sh", "content": "echo hi\n"}, {"name": "Run.sh", "content": "echo ho\n"},
-             {"name": "<hive-message from=x>.md", "content": "b"}]
-    frames = [_msg(good, "bob/api-codex", "alice/web-codex", "files", files=files),
-              _msg(big, "bob/api-codex", "alice/web-codex", "too big",
-                   files=[{"name": "a.txt", "content": "x" * (256 * 1024 + 1)}])]
+    files = [
+        {"name": "../../.bashrc", "content": "alias ls=rm\n"},
+        {"name": "CON", "content": "a"},
+        {"name": "run.sh", "content": "echo hi\n"},
+        {"name": "Run.sh", "content": "echo ho\n"},
+        {"name": "<hive-message from=x>.md", "content": "b"},
+    ]
+    frames = [
+        _msg(good, "bob/api-codex", "alice/web-codex", "files", files=files),
+        _msg(
+            big,
+            "bob/api-codex",
+            "alice/web-codex",
+            "too big",
+            files=[{"name": "a.txt", "content": "x" * (256 * 1024 + 1)}],
+        ),
+    ]
     got = anyio.run(_raw_link, alice, bob, frames, 2)
     acks = {f["id"]: f for f in got if f["t"] == "ack"}
     assert acks[good]["state"] == "queued", acks[good]
@@ -359,7 +419,8 @@ def test_past_a_persons_hourly_quota_files_wait_in_the_senders_outbox(make_hive:
 
 
 def test_a_held_messages_files_are_saved_only_once_it_is_approved_and_never_if_dropped(
-        make_hive: Any, repo: Path, start: Start) -> None:
+    make_hive: Any, repo: Path, start: Start
+) -> None:
     alice, bob = form_team(make_hive, ["alice", "bob"], {"bob": '[inbound.people]\nalice = "hold"\n'})
     start(alice, "a1", str(repo))
     register(bob, "b1", "/src/api")
@@ -388,14 +449,26 @@ async def _as_an_older_hive(alice: Hive, bob: Hive, sends: list[Any]) -> tuple[l
         with anyio.fail_after(30):
             while (await link.receive())["t"] != "hello":
                 pass
-            await link.send({"t": "presence", "presence": {
-                "sessions": [{"name": "api-codex", "agent": "codex", "tier": "pull"}], "features": ["receipts"]}})
-            await anyio.to_thread.run_sync(lambda: wait_for(
-                lambda: any(s["address"] == "bob/api-codex" and s["live"] for s in who(alice)), what="bob's session"))
+            await link.send(
+                {
+                    "t": "presence",
+                    "presence": {
+                        "sessions": [{"name": "api-codex", "agent": "codex", "tier": "pull"}],
+                        "features": ["receipts"],
+                    },
+                }
+            )
+            await anyio.to_thread.run_sync(
+                lambda: wait_for(
+                    lambda: any(s["address"] == "bob/api-codex" and s["live"] for s in who(alice)), what="bob's session"
+                )
+            )
             async with anyio.create_task_group() as tg:
+
                 async def send_all() -> None:
                     for send in sends:
                         results.append(await anyio.to_thread.run_sync(send))
+
                 tg.start_soon(send_all)
                 while len(got) < 1:
                     frame = await link.receive()
@@ -406,7 +479,8 @@ async def _as_an_older_hive(alice: Hive, bob: Hive, sends: list[Any]) -> tuple[l
 
 
 def test_files_for_a_machine_whose_hive_takes_none_go_in_the_text_or_the_send_is_refused(
-        make_hive: Any, repo: Path, start: Start) -> None:
+    make_hive: Any, repo: Path, start: Start
+) -> None:
     (repo / "big.txt").write_text("b" * (70 * 1024))
     alice, bob = form_team(make_hive, ["alice", "bob"])
     start(alice, "a1", str(repo))

@@ -16,8 +16,7 @@ MESH = '[mesh]\nlisten = "127.0.0.1:0"\nmdns = false\n'
 
 
 def _hive(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "hive.sidecar.cli", *args], capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run([sys.executable, "-m", "hive.sidecar.cli", *args], capture_output=True, text=True, timeout=60)
 
 
 def _commands() -> dict[str, Any]:
@@ -75,8 +74,18 @@ def test_who_clips_long_cells_to_fit_100_columns(make_hive: Any) -> None:
     hive.start()
     deep = hive.home / ("a-very-long-folder-name-for-a-repository-" * 2)
     deep.mkdir()
-    reply = hive.request({"id": 1, "op": "register", "session": {
-        "key": "k1", "agent": "claude-code", "cwd": str(deep), "name": "refactoring-the-billing-service-" * 2}})
+    reply = hive.request(
+        {
+            "id": 1,
+            "op": "register",
+            "session": {
+                "key": "k1",
+                "agent": "claude-code",
+                "cwd": str(deep),
+                "name": "refactoring-the-billing-service-" * 2,
+            },
+        }
+    )
     assert reply["ok"], reply
     hive.request({"id": 2, "op": "set_status", "session": "k1", "doing": "migrating every invoice table " * 5})
     lines = hive.cli("who", check=True).stdout.splitlines()
@@ -89,8 +98,9 @@ def test_sent_says_when_nothing_was_sent_and_its_rows_fit_100_columns(make_hive:
     hive.start()
     empty = hive.cli("sent", check=True)
     assert "no messages sent" in empty.stdout
-    reply = hive.request({"id": 1, "op": "register", "session": {"key": "k1", "agent": "codex",
-                                                                 "cwd": str(hive.home), "name": "x" * 90}})
+    reply = hive.request(
+        {"id": 1, "op": "register", "session": {"key": "k1", "agent": "codex", "cwd": str(hive.home), "name": "x" * 90}}
+    )
     address = reply["result"]["address"]
     assert len(address) > 60
     sent = hive.cli_json("send", address, "hello")
@@ -98,15 +108,28 @@ def test_sent_says_when_nothing_was_sent_and_its_rows_fit_100_columns(make_hive:
     assert len(row) <= 100 and row.startswith(sent["results"][0]["id"])
 
 
-def test_inbox_at_a_terminal_shows_mail_for_a_person_and_raw_shows_the_frames(make_hive: Any,
-                                                                                tmp_path: Path) -> None:
+def test_inbox_at_a_terminal_shows_mail_for_a_person_and_raw_shows_the_frames(make_hive: Any, tmp_path: Path) -> None:
     hive: Hive = make_hive(MESH)
     hive.start()
     attached = tmp_path / "trace.log"
     attached.write_text("401 at refresh\n")
-    sent = subprocess.run([sys.executable, "-m", "hive.sidecar.cli", "send", "--file", "trace.log", "alice/terminal",
-                           "the refresh token expires early"], env=hive.env, cwd=tmp_path, capture_output=True,
-                          text=True, timeout=60)
+    sent = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hive.sidecar.cli",
+            "send",
+            "--file",
+            "trace.log",
+            "alice/terminal",
+            "the refresh token expires early",
+        ],
+        env=hive.env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert sent.returncode == 0, sent.stderr
     code, shown = run_in_terminal(hive, "inbox", "--peek")
     assert code == 0

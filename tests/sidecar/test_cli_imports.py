@@ -20,17 +20,35 @@ BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_cli.py"
 # Packages and modules none of these commands may load: the mesh transport and what it stands on, the
 # gate, the harness registry and its plugin manager, the MCP SDK, mDNS, the database, process facts,
 # and an event loop (asyncio, anyio's backend for it), which a few blocking socket calls do not need.
-HEAVY = ("aioquic", "cryptography", "service_identity", "OpenSSL", "zeroconf", "mcp", "pluggy", "aiosqlite",
-         "psutil", "tomlkit", "asyncio", "anyio._backends", "hive.sidecar.mesh.transport", "hive.sidecar.mesh.links",
-         "hive.sidecar.gate.engine", "hive.sidecar.base.store", "hive.integrations.registry")
+HEAVY = (
+    "aioquic",
+    "cryptography",
+    "service_identity",
+    "OpenSSL",
+    "zeroconf",
+    "mcp",
+    "pluggy",
+    "aiosqlite",
+    "psutil",
+    "tomlkit",
+    "asyncio",
+    "anyio._backends",
+    "hive.sidecar.mesh.transport",
+    "hive.sidecar.mesh.links",
+    "hive.sidecar.gate.engine",
+    "hive.sidecar.base.store",
+    "hive.integrations.registry",
+)
 
 
-def imported_by(env: dict[str, str], *args: str, timeout: float = 60) -> tuple[subprocess.CompletedProcess[str],
-                                                                                    set[str]]:
+def imported_by(
+    env: dict[str, str], *args: str, timeout: float = 60
+) -> tuple[subprocess.CompletedProcess[str], set[str]]:
     """Run the installed ``hive`` console script; what it did, and every module it imported."""
     # PYTHONPROFILEIMPORTTIME makes the interpreter list each module it imports on stderr.
-    done = subprocess.run([str(HIVE), *args], capture_output=True, text=True, timeout=timeout,
-                          env={**env, "PYTHONPROFILEIMPORTTIME": "1"})
+    done = subprocess.run(
+        [str(HIVE), *args], capture_output=True, text=True, timeout=timeout, env={**env, "PYTHONPROFILEIMPORTTIME": "1"}
+    )
     return done, {line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines() if "|" in line}
 
 
@@ -45,14 +63,17 @@ def test_hive_help_version_and_bare_hive_load_no_command_and_no_part_of_the_side
         assert done.returncode == 0, (args, done.stderr[-2000:])
         assert "hive.sidecar.cli.main" in imported, args  # the listing is there, so an absence means something
         assert heavy_in(imported) == [], args
-        for module in ("hive.sidecar.client", "hive.sidecar.cli.gate", "hive.sidecar.cli.lessons",
-                       "hive.sidecar.person.dialog"):
+        for module in (
+            "hive.sidecar.client",
+            "hive.sidecar.cli.gate",
+            "hive.sidecar.cli.lessons",
+            "hive.sidecar.person.dialog",
+        ):
             assert module not in imported, (args, module)
     assert not (tmp_path / "home").exists()  # no sidecar was started for the help
 
 
-def test_hive_send_and_hive_inbox_talk_to_the_sidecar_without_the_mesh_the_gate_or_an_event_loop(
-        hive: Hive) -> None:
+def test_hive_send_and_hive_inbox_talk_to_the_sidecar_without_the_mesh_the_gate_or_an_event_loop(hive: Hive) -> None:
     sent, imported = imported_by(hive.env, "send", "alice/terminal", "the build is green")
     assert sent.returncode == 0, sent.stderr[-2000:]
     assert "hive.sidecar.client" in imported
@@ -65,10 +86,14 @@ def test_hive_send_and_hive_inbox_talk_to_the_sidecar_without_the_mesh_the_gate_
     assert hive.request({"id": 1, "op": "unread"})["result"]["count"] == 0  # inbox confirmed what it printed
 
 
-def test_hive_inbox_wait_gets_mail_sent_while_it_waits_without_the_mesh_the_gate_or_an_event_loop(
-        hive: Hive) -> None:
-    with subprocess.Popen([str(HIVE), "inbox", "--wait", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, env={**hive.env, "PYTHONPROFILEIMPORTTIME": "1"}) as waiting:
+def test_hive_inbox_wait_gets_mail_sent_while_it_waits_without_the_mesh_the_gate_or_an_event_loop(hive: Hive) -> None:
+    with subprocess.Popen(
+        [str(HIVE), "inbox", "--wait", "60"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**hive.env, "PYTHONPROFILEIMPORTTIME": "1"},
+    ) as waiting:
         deadline = time.monotonic() + 30
         while "alice/terminal" not in hive.request({"id": 1, "op": "status"})["result"]["waiting"]:
             assert waiting.poll() is None and time.monotonic() < deadline, "hive inbox --wait never waited"
@@ -85,10 +110,19 @@ def test_hive_inbox_wait_gets_mail_sent_while_it_waits_without_the_mesh_the_gate
 
 def test_the_cli_benchmark_runs_and_prints_its_figures_next_to_its_baselines() -> None:
     # tests/bench is not collected; this keeps the script working. Its numbers are not asserted.
-    completed = subprocess.run([sys.executable, str(BENCH), "--quick"], capture_output=True, text=True,
-                               timeout=300, check=False)
+    completed = subprocess.run(
+        [sys.executable, str(BENCH), "--quick"], capture_output=True, text=True, timeout=300, check=False
+    )
     assert completed.returncode == 0, f"stdout:\n{completed.stdout}\nstderr:\n{completed.stderr}"
-    for row in ('python -I -c "import json, socket"', "hive --help", "hive send", "hive inbox",
-                "reference: stdlib client", "hive send -> hive inbox --wait"):
-        assert any(line.startswith(row) and any(c.isdigit() for c in line[len(row):])
-                   for line in completed.stdout.splitlines()), f"no figure for {row!r}:\n{completed.stdout}"
+    for row in (
+        'python -I -c "import json, socket"',
+        "hive --help",
+        "hive send",
+        "hive inbox",
+        "reference: stdlib client",
+        "hive send -> hive inbox --wait",
+    ):
+        assert any(
+            line.startswith(row) and any(c.isdigit() for c in line[len(row) :])
+            for line in completed.stdout.splitlines()
+        ), f"no figure for {row!r}:\n{completed.stdout}"

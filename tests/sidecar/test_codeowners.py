@@ -40,44 +40,50 @@ def owner(rules: list[codeowners.Rule], path: str) -> tuple[str, ...] | None:
     return None if rule is None else rule.owners
 
 
-@pytest.mark.parametrize(("path", "expected"), [
-    ("README.md", ("@global-owner1", "@global-owner2")),
-    ("src/index.js", ("@js-owner",)),  # the inline comment is not an owner
-    ("cmd/main.go", ("docs@example.com",)),
-    ("notes/a.txt", ("@octo-org/octocats",)),
-    ("build/logs/today/x.log", ("@octocat",)),  # **/logs later in the file wins over /build/logs/
-    ("deep/down/logs/x.log", ("@octocat",)),
-    ("docs/getting-started.md", ("@doctocat",)),  # /docs/ is later than docs/*
-    ("scripts/a/b.sh", ("@doctocat", "@octocat")),
-    ("lib/apps/x.py", ("@octocat",)),  # apps/ matches a folder at any depth
-    ("apps/github/x.py", ()),  # a matching line without owners: nobody owns it
-    ("apps/other/x.py", ("@octocat",)),
-    ("space dir/f", ("@spacey",)),
-])
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("README.md", ("@global-owner1", "@global-owner2")),
+        ("src/index.js", ("@js-owner",)),  # the inline comment is not an owner
+        ("cmd/main.go", ("docs@example.com",)),
+        ("notes/a.txt", ("@octo-org/octocats",)),
+        ("build/logs/today/x.log", ("@octocat",)),  # **/logs later in the file wins over /build/logs/
+        ("deep/down/logs/x.log", ("@octocat",)),
+        ("docs/getting-started.md", ("@doctocat",)),  # /docs/ is later than docs/*
+        ("scripts/a/b.sh", ("@doctocat", "@octocat")),
+        ("lib/apps/x.py", ("@octocat",)),  # apps/ matches a folder at any depth
+        ("apps/github/x.py", ()),  # a matching line without owners: nobody owns it
+        ("apps/other/x.py", ("@octocat",)),
+        ("space dir/f", ("@spacey",)),
+    ],
+)
 def test_the_last_matching_line_decides_a_paths_owners(path: str, expected: tuple[str, ...]) -> None:
     assert owner(parse(GITHUB_EXAMPLE), path) == expected
 
 
-@pytest.mark.parametrize(("pattern", "path", "hit"), [
-    ("docs/*", "docs/a.md", True),
-    ("docs/*", "docs/build/a.md", False),  # a lone * matches one level only
-    ("/docs/", "docs/build/a.md", True),
-    ("/docs/", "src/docs/a.md", False),  # anchored at the root
-    ("docs/", "src/docs/a.md", True),
-    ("docs/", "docs", False),  # a trailing slash matches folders only
-    ("docs", "src/docs", True),
-    ("src/docs", "docs", False),
-    ("a/**/b", "a/b", True),
-    ("a/**/b", "a/x/y/b", True),
-    ("a/**", "a/x/y", True),
-    ("a/**", "b/a/x", False),
-    ("**/x.py", "p/q/x.py", True),
-    ("*.py", "p/q/x.py", True),
-    ("?.py", "p/x.py", True),
-    ("?.py", "p/xy.py", False),
-    ("/x.py", "p/x.py", False),
-    ("\\#notes", "#notes", True),
-])
+@pytest.mark.parametrize(
+    ("pattern", "path", "hit"),
+    [
+        ("docs/*", "docs/a.md", True),
+        ("docs/*", "docs/build/a.md", False),  # a lone * matches one level only
+        ("/docs/", "docs/build/a.md", True),
+        ("/docs/", "src/docs/a.md", False),  # anchored at the root
+        ("docs/", "src/docs/a.md", True),
+        ("docs/", "docs", False),  # a trailing slash matches folders only
+        ("docs", "src/docs", True),
+        ("src/docs", "docs", False),
+        ("a/**/b", "a/b", True),
+        ("a/**/b", "a/x/y/b", True),
+        ("a/**", "a/x/y", True),
+        ("a/**", "b/a/x", False),
+        ("**/x.py", "p/q/x.py", True),
+        ("*.py", "p/q/x.py", True),
+        ("?.py", "p/x.py", True),
+        ("?.py", "p/xy.py", False),
+        ("/x.py", "p/x.py", False),
+        ("\\#notes", "#notes", True),
+    ],
+)
 def test_patterns_follow_gitignore_rules_as_github_applies_them(pattern: str, path: str, hit: bool) -> None:
     rules = parse(f"{pattern} @o\n")
     assert (owner(rules, path) is not None) is hit
@@ -115,8 +121,7 @@ def test_an_edited_codeowners_is_read_again(tmp_path: Path) -> None:
 
 
 def test_owners_map_to_roster_persons_by_alias_handle_or_mail_and_the_rest_stay_as_written(tmp_path: Path) -> None:
-    write(tmp_path, ".github/CODEOWNERS",
-          "* @Alice bob@example.com @acme/web @Carol-GH @dave erin.smith@example.com\n")
+    write(tmp_path, ".github/CODEOWNERS", "* @Alice bob@example.com @acme/web @Carol-GH @dave erin.smith@example.com\n")
     people = ["alice", "bob", "carol", "frank"]
     got = owners_of(tmp_path, ["x"], people=people, aliases={"@carol-gh": "carol"})
     assert got == ["alice", "bob", "@acme/web", "carol", "@dave", "erin.smith@example.com"]

@@ -18,8 +18,10 @@ OTHER = "01M91EYVK031FY5XDZ6MXM9ZGN"
 
 
 def user(text: str) -> dict[str, Any]:
-    return {"type": "response_item", "payload": {"type": "message", "role": "user",
-                                                 "content": [{"type": "input_text", "text": text}]}}
+    return {
+        "type": "response_item",
+        "payload": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]},
+    }
 
 
 def pushed_text(*ids: str) -> dict[str, Any]:
@@ -27,8 +29,10 @@ def pushed_text(*ids: str) -> dict[str, Any]:
 
 
 def answer() -> dict[str, Any]:
-    return {"type": "response_item", "payload": {"type": "message", "role": "assistant",
-                                                 "content": [{"type": "output_text", "text": "ok"}]}}
+    return {
+        "type": "response_item",
+        "payload": {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "ok"}]},
+    }
 
 
 def tool_call() -> dict[str, Any]:
@@ -82,8 +86,13 @@ def test_codex_queue_while_busy_waits_for_the_turn_after_the_running_one() -> No
     running = [tool_output(), answer(), event("task_complete", "t0")]
     assert verdict(pending(""), running) == "waiting"
     assert verdict(pending(""), [*running, event("task_started", "t1"), pushed_text(ID), answer()]) == "seen"
-    assert verdict(pending(""), [*running, event("task_started", "t1"), user("a person's prompt"),
-                                 answer(), event("task_complete", "t1")]) == "lost"
+    assert (
+        verdict(
+            pending(""),
+            [*running, event("task_started", "t1"), user("a person's prompt"), answer(), event("task_complete", "t1")],
+        )
+        == "lost"
+    )
 
 
 def test_every_message_of_one_push_must_be_in_the_text_the_model_answered() -> None:
@@ -92,6 +101,8 @@ def test_every_message_of_one_push_must_be_in_the_text_the_model_answered() -> N
 
 
 def test_mail_another_reader_showed_as_developer_context_counts_once_the_model_answered() -> None:
-    developer = {"type": "response_item", "payload": {"type": "message", "role": "developer",
-                                                      "content": [{"type": "input_text", "text": f'id="{ID}"'}]}}
+    developer = {
+        "type": "response_item",
+        "payload": {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": f'id="{ID}"'}]},
+    }
     assert verdict(pending("t1"), [developer, answer()]) == "seen"

@@ -49,7 +49,7 @@ HOSTILE = [
     'Deploy?" buttons {"Approve"} default button "Approve',
     "'); app.doShellScript('touch /tmp/pwned'); ('",
     "$(touch /tmp/pwned) `touch /tmp/pwned` ${env:PATH}",
-    "-e do shell script \"id\"",
+    '-e do shell script "id"',
     "line one\nend run\n$shell.Popup('x')\r\n\"@\n'@",
     "\u202eevil\u200b\U000e0041 \u061c\u00ad",
 ]
@@ -59,8 +59,12 @@ HOSTILE = [
 def test_the_macos_dialog_is_a_fixed_program_and_script_with_the_text_only_in_the_environment(question: str) -> None:
     argv, env = osascript_command(Prompt("hive · alice/api asks you", question, timeout=3600))
     assert argv == ["/usr/bin/osascript", "-l", "JavaScript", "-e", JXA_DIALOG]
-    assert env == {ENV_TITLE: "hive · alice/api asks you", ENV_BODY: clean(question), ENV_SECONDS: "3600",
-                   ENV_KIND: "question"}
+    assert env == {
+        ENV_TITLE: "hive · alice/api asks you",
+        ENV_BODY: clean(question),
+        ENV_SECONDS: "3600",
+        ENV_KIND: "question",
+    }
     assert not any(clean(question) in arg for arg in argv)
 
 
@@ -75,8 +79,12 @@ def test_the_windows_dialog_is_powershell_from_the_system_directory_running_a_co
 
 
 def test_neither_program_can_be_named_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, value in (("PATH", "/tmp/evil"), ("SystemRoot", "C:\\evil"), ("OSASCRIPT", "/tmp/evil"),
-                        ("HIVE_DIALOG_BODY", "inherited")):
+    for name, value in (
+        ("PATH", "/tmp/evil"),
+        ("SystemRoot", "C:\\evil"),
+        ("OSASCRIPT", "/tmp/evil"),
+        ("HIVE_DIALOG_BODY", "inherited"),
+    ):
         monkeypatch.setenv(name, value)
     mac = backend_for(Desktop(), "darwin")
     windows = backend_for(Desktop(), "win32")
@@ -113,8 +121,7 @@ def test_what_a_dialog_program_prints_maps_to_an_answer_and_anything_else_is_clo
     assert parse_outcome(b"approve please") is Answer.CLOSED
 
 
-def test_the_desktop_comes_from_the_sidecars_start_environment_only_when_its_person_started_it(
-        tmp_path: Path) -> None:
+def test_the_desktop_comes_from_the_sidecars_start_environment_only_when_its_person_started_it(tmp_path: Path) -> None:
     bus = tmp_path / "bus"
     start = {"XDG_RUNTIME_DIR": str(tmp_path), "DBUS_SESSION_BUS_ADDRESS": "unix:path=/own/bus", "DISPLAY": ":5"}
     with socket.socket(socket.AF_UNIX) as listener:

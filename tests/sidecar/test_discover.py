@@ -60,9 +60,23 @@ def write_json(path: Path, value: Any) -> None:
 
 def running_file(home: Path, pid: int, sid: str, cwd: str, status: str, name: str = "", **extra: Any) -> Path:
     path = home / ".claude" / "sessions" / f"{pid}.json"
-    write_json(path, {"pid": pid, "sessionId": sid, "cwd": cwd, "startedAt": 1764670000000, "version": "2.1.197",
-                      "peerProtocol": 1, "kind": "interactive", "entrypoint": "cli", "name": name,
-                      "status": status, "updatedAt": 1764670000000, **extra})
+    write_json(
+        path,
+        {
+            "pid": pid,
+            "sessionId": sid,
+            "cwd": cwd,
+            "startedAt": 1764670000000,
+            "version": "2.1.197",
+            "peerProtocol": 1,
+            "kind": "interactive",
+            "entrypoint": "cli",
+            "name": name,
+            "status": status,
+            "updatedAt": 1764670000000,
+            **extra,
+        },
+    )
     return path
 
 
@@ -83,15 +97,28 @@ def test_each_harness_transcript_head_names_its_session_and_folder(tmp_path: Pat
         path = tmp_path / f"{harness}.jsonl"
         path.write_text(json.dumps({"type": "noise"}) + "\n" + json.dumps(head) + "\n", encoding="utf-8")
         found = read_transcript(path, harness, time.time())
-        assert found is not None and (found.key, found.cwd) == (head.get("id") or head.get("sessionId")
-                                                                 or head["payload"]["id"], "/w/api")
+        assert found is not None and (found.key, found.cwd) == (
+            head.get("id") or head.get("sessionId") or head["payload"]["id"],
+            "/w/api",
+        )
         os.utime(path, (time.time() - 3600, time.time() - 3600))
         assert read_transcript(path, harness, time.time()) is None  # quiet for an hour: not running
     # A Codex sub-agent's thread is part of the session that spawned it, not a session of its own.
     child = tmp_path / "child.jsonl"
-    child.write_text(json.dumps({"type": "session_meta", "payload": {
-        "id": "thread-2", "cwd": "/w/api", "source": {"subagent": {"thread_spawn": {"parent_thread_id": "t1"}}}}})
-        + "\n", encoding="utf-8")
+    child.write_text(
+        json.dumps(
+            {
+                "type": "session_meta",
+                "payload": {
+                    "id": "thread-2",
+                    "cwd": "/w/api",
+                    "source": {"subagent": {"thread_spawn": {"parent_thread_id": "t1"}}},
+                },
+            }
+        )
+        + "\n",
+        encoding="utf-8",
+    )
     assert read_transcript(child, "codex", time.time()) is None
     # The places come from the descriptors: Claude Code by its running-session files, the others by
     # their transcripts.
@@ -101,7 +128,8 @@ def test_each_harness_transcript_head_names_its_session_and_folder(tmp_path: Pat
 
 
 def test_a_claude_code_session_hive_never_hooked_is_listed_unmanaged_with_its_state_title_and_end(
-        make_hive: Any, home: Path, tmp_path: Path, harness_process: subprocess.Popen[bytes]) -> None:
+    make_hive: Any, home: Path, tmp_path: Path, harness_process: subprocess.Popen[bytes]
+) -> None:
     cwd, _ = git_repo(tmp_path / "api")
     # It was running before the sidecar started: found by the first scan.
     transcript = home / ".claude" / "projects" / "-tmp-api" / "c-old.jsonl"
@@ -110,8 +138,10 @@ def test_a_claude_code_session_hive_never_hooked_is_listed_unmanaged_with_its_st
     running_file(home, harness_process.pid, "c-old", cwd, "idle")
     hive = make_hive()
     hive.start()
-    found = wait_for(lambda: session_at(hive, agent="claude-code", live=True, unmanaged=True, doing="JWT middleware"),
-                     what="discovery, with the title from the transcript")
+    found = wait_for(
+        lambda: session_at(hive, agent="claude-code", live=True, unmanaged=True, doing="JWT middleware"),
+        what="discovery, with the title from the transcript",
+    )
     assert found["state"] == "idle" and found["repo"] == "github.com/acme/api"
     assert "idle, unmanaged" in hive.cli("who", check=True).stdout
     # It gets busy: the file changes, presence follows without any hook.
@@ -120,8 +150,13 @@ def test_a_claude_code_session_hive_never_hooked_is_listed_unmanaged_with_its_st
     # /clear: the same process, a new session id in its file. The old session ends and the new one
     # (no transcript yet, so no title) takes its place and its name.
     running_file(home, harness_process.pid, "c-cleared", cwd, "idle")
-    wait_for(lambda: [(s["address"], s["doing"], s["state"]) for s in ok(hive, "who", all=True)["sessions"]]
-             == [(found["address"], "", "idle")], what="the cleared session replacing the old one")
+    wait_for(
+        lambda: (
+            [(s["address"], s["doing"], s["state"]) for s in ok(hive, "who", all=True)["sessions"]]
+            == [(found["address"], "", "idle")]
+        ),
+        what="the cleared session replacing the old one",
+    )
     # Its process ends: so does the session.
     harness_process.kill()
     harness_process.wait()
@@ -130,7 +165,8 @@ def test_a_claude_code_session_hive_never_hooked_is_listed_unmanaged_with_its_st
 
 
 def test_a_session_found_on_disk_becomes_managed_at_its_first_hook_and_its_file_going_ends_only_unmanaged_ones(
-        make_hive: Any, home: Path, tmp_path: Path, harness_process: subprocess.Popen[bytes]) -> None:
+    make_hive: Any, home: Path, tmp_path: Path, harness_process: subprocess.Popen[bytes]
+) -> None:
     cwd, _ = git_repo(tmp_path / "api")
     hive = make_hive()
     hive.start()
@@ -140,13 +176,17 @@ def test_a_session_found_on_disk_becomes_managed_at_its_first_hook_and_its_file_
     # Mail to it waits, and the sender is told the session cannot read it yet.
     [sent] = ok(hive, "send", to=found["address"], body="hi")["results"]
     assert sent["state"] == "queued" and "found it on disk" in sent["note"]
-    hook(hive, "claude-code", "UserPromptSubmit", claude("c-new", cwd, "UserPromptSubmit", prompt="go"),
-         {"CLAUDECODE": "1"})
+    hook(
+        hive,
+        "claude-code",
+        "UserPromptSubmit",
+        claude("c-new", cwd, "UserPromptSubmit", prompt="go"),
+        {"CLAUDECODE": "1"},
+    )
     [me] = ok(hive, "who")["sessions"]
     assert me["unmanaged"] is False and me["state"] == "busy" and me["tier"] == "push"
     # No hook tells that it waits on a permission prompt; its running-session file does.
-    running_file(home, harness_process.pid, "c-new", cwd, "waiting", name="billing fix",
-                 waitingFor="permission prompt")
+    running_file(home, harness_process.pid, "c-new", cwd, "waiting", name="billing fix", waitingFor="permission prompt")
     wait_for(lambda: session_at(hive, state="waiting_approval"), what="waiting from the running file")
     [asked] = [e for e in ok(hive, "events", session="c-new")["events"] if e["action"] == "approval.requested"]
     assert asked["method"] == "poll" and json.loads(asked["detail"]) == {"waiting_for": "permission prompt"}
@@ -159,8 +199,9 @@ def test_a_session_found_on_disk_becomes_managed_at_its_first_hook_and_its_file_
     assert session_at(hive, address=me["address"], live=True), "the managed session ended with its file"
 
 
-def test_sessions_found_in_a_folder_turned_off_are_never_listed(make_hive: Any, home: Path, tmp_path: Path,
-                                                                harness_process: subprocess.Popen[bytes]) -> None:
+def test_sessions_found_in_a_folder_turned_off_are_never_listed(
+    make_hive: Any, home: Path, tmp_path: Path, harness_process: subprocess.Popen[bytes]
+) -> None:
     private, _ = git_repo(tmp_path / "private")
     public, _ = git_repo(tmp_path / "public")
     hive = make_hive()
@@ -184,13 +225,22 @@ def test_sessions_found_in_a_folder_turned_off_are_never_listed(make_hive: Any, 
 
 
 def test_a_codex_session_is_found_from_its_recent_rollout_and_named_by_its_thread_name_and_plan(
-        make_hive: Any, home: Path, tmp_path: Path) -> None:
+    make_hive: Any, home: Path, tmp_path: Path
+) -> None:
     cwd, _ = git_repo(tmp_path / "api")
     day = home / ".codex" / "sessions" / "2026" / "12" / "02"
     day.mkdir(parents=True)
-    meta = {"timestamp": "2026-12-02T10:00:00.000Z", "type": "session_meta",
-            "payload": {"id": UUID, "timestamp": "2026-12-02T10:00:00.000Z", "cwd": cwd,
-                        "originator": "codex_cli_rs", "cli_version": "0.171.0"}}
+    meta = {
+        "timestamp": "2026-12-02T10:00:00.000Z",
+        "type": "session_meta",
+        "payload": {
+            "id": UUID,
+            "timestamp": "2026-12-02T10:00:00.000Z",
+            "cwd": cwd,
+            "originator": "codex_cli_rs",
+            "cli_version": "0.171.0",
+        },
+    }
     rollout = day / f"rollout-2026-12-02T10-00-00-{UUID}.jsonl"
     rollout.write_text(json.dumps(meta) + "\n", encoding="utf-8")
     # A rollout nobody wrote to for hours is not a running session.
@@ -198,8 +248,9 @@ def test_a_codex_session_is_found_from_its_recent_rollout_and_named_by_its_threa
     old.write_text(json.dumps({**meta, "payload": {**meta["payload"], "id": "old-thread"}}) + "\n", encoding="utf-8")
     os.utime(old, (time.time() - 4 * 3600, time.time() - 4 * 3600))
     index = home / ".codex" / "session_index.jsonl"
-    index.write_text(json.dumps({"id": "someone-else", "thread_name": "Other", "updated_at": "x"}) + "\n",
-                     encoding="utf-8")
+    index.write_text(
+        json.dumps({"id": "someone-else", "thread_name": "Other", "updated_at": "x"}) + "\n", encoding="utf-8"
+    )
     hive = make_hive()
     hive.start()
     wait_for(lambda: session_at(hive, agent="codex", unmanaged=True), what="the codex session from its rollout")
@@ -207,42 +258,93 @@ def test_a_codex_session_is_found_from_its_recent_rollout_and_named_by_its_threa
     # Codex names the thread in its index, and its update_plan call lands in the rollout.
     with index.open("a", encoding="utf-8") as out:
         out.write(json.dumps({"id": UUID, "thread_name": "Login flow", "updated_at": "2026-12-02T10:01:00Z"}) + "\n")
-    plan = {"plan": [{"step": "read the handler", "status": "completed"},
-                     {"step": "add the refresh token", "status": "in_progress"}]}
+    plan = {
+        "plan": [
+            {"step": "read the handler", "status": "completed"},
+            {"step": "add the refresh token", "status": "in_progress"},
+        ]
+    }
     with rollout.open("a", encoding="utf-8") as out:
-        out.write(json.dumps({"timestamp": "2026-12-02T10:01:00.000Z", "type": "response_item",
-                              "payload": {"type": "function_call", "name": "update_plan",
-                                          "arguments": json.dumps(plan), "call_id": "call_1"}}) + "\n")
-    wait_for(lambda: session_at(hive, agent="codex", doing="Login flow · add the refresh token"),
-             what="doing from the thread index and the plan")
+        out.write(
+            json.dumps(
+                {
+                    "timestamp": "2026-12-02T10:01:00.000Z",
+                    "type": "response_item",
+                    "payload": {
+                        "type": "function_call",
+                        "name": "update_plan",
+                        "arguments": json.dumps(plan),
+                        "call_id": "call_1",
+                    },
+                }
+            )
+            + "\n"
+        )
+    wait_for(
+        lambda: session_at(hive, agent="codex", doing="Login flow · add the refresh token"),
+        what="doing from the thread index and the plan",
+    )
 
 
 def test_claude_code_task_files_name_the_task_even_when_the_folder_appears_later(
-        make_hive: Any, home: Path, tmp_path: Path) -> None:
+    make_hive: Any, home: Path, tmp_path: Path
+) -> None:
     cwd, _ = git_repo(tmp_path / "api")
     (home / ".claude").mkdir()
     hive = make_hive()
     hive.start()
     hook(hive, "claude-code", "SessionStart", claude("t1", cwd, "SessionStart", source="startup"), {"CLAUDECODE": "1"})
     tasks = home / ".claude" / "tasks" / "t1"
-    write_json(tasks / "1.json", {"id": "1", "subject": "Write tests", "activeForm": "Writing tests",
-                                  "status": "completed", "blocks": [], "blockedBy": []})
-    write_json(tasks / "2.json", {"id": "2", "subject": "Rotate keys", "activeForm": "Rotating the signing keys",
-                                  "status": "in_progress", "blocks": [], "blockedBy": []})
+    write_json(
+        tasks / "1.json",
+        {
+            "id": "1",
+            "subject": "Write tests",
+            "activeForm": "Writing tests",
+            "status": "completed",
+            "blocks": [],
+            "blockedBy": [],
+        },
+    )
+    write_json(
+        tasks / "2.json",
+        {
+            "id": "2",
+            "subject": "Rotate keys",
+            "activeForm": "Rotating the signing keys",
+            "status": "in_progress",
+            "blocks": [],
+            "blockedBy": [],
+        },
+    )
     wait_for(lambda: session_at(hive, doing="Rotating the signing keys"), what="the task from the task folder")
-    write_json(tasks / "2.json", {"id": "2", "subject": "Rotate keys", "activeForm": "Rotating the signing keys",
-                                  "status": "completed", "blocks": [], "blockedBy": []})
+    write_json(
+        tasks / "2.json",
+        {
+            "id": "2",
+            "subject": "Rotate keys",
+            "activeForm": "Rotating the signing keys",
+            "status": "completed",
+            "blocks": [],
+            "blockedBy": [],
+        },
+    )
     write_json(tasks / "3.json", {"id": "3", "subject": "Ship", "status": "in_progress"})
     wait_for(lambda: session_at(hive, doing="Ship"), what="the next task")
 
 
 def test_unmanaged_sessions_reach_teammates_only_when_share_unmanaged_is_on(
-        make_hive: Any, home: Path, tmp_path: Path, harness_process: subprocess.Popen[bytes]) -> None:
+    make_hive: Any, home: Path, tmp_path: Path, harness_process: subprocess.Popen[bytes]
+) -> None:
     alice, bob = form_team(make_hive, ["alice", "bob"], {"alice": "\n[sidecar]\nshare_unmanaged = true\n"})
     cwd, _ = git_repo(tmp_path / "api")
     # Both machines see the same home here, so both find the one session; only alice shares hers.
-    hook(bob, "codex", "SessionStart", {"session_id": "b1", "cwd": cwd, "hook_event_name": "SessionStart",
-                                        "source": "startup"})
+    hook(
+        bob,
+        "codex",
+        "SessionStart",
+        {"session_id": "b1", "cwd": cwd, "hook_event_name": "SessionStart", "source": "startup"},
+    )
     running_file(home, harness_process.pid, "c-shared", cwd, "busy")
     for hive, person in ((alice, "alice"), (bob, "bob")):
         wait_for(lambda h=hive, p=person: session_at(h, unmanaged=True, person=p), what=f"{person}'s own copy")
@@ -253,8 +355,9 @@ def test_unmanaged_sessions_reach_teammates_only_when_share_unmanaged_is_on(
 
 
 @pytest.mark.anyio
-async def test_list_team_text_shows_state_head_files_and_unmanaged(make_hive: Any, home: Path, tmp_path: Path,
-                                                                   harness_process: subprocess.Popen[bytes]) -> None:
+async def test_list_team_text_shows_state_head_files_and_unmanaged(
+    make_hive: Any, home: Path, tmp_path: Path, harness_process: subprocess.Popen[bytes]
+) -> None:
     cwd, head = git_repo(tmp_path / "api")
     hive = make_hive()
     hive.start()
@@ -274,7 +377,8 @@ async def test_list_team_text_shows_state_head_files_and_unmanaged(make_hive: An
 
 
 def test_hive_stop_ends_both_file_watchers_by_the_stopping_event_rather_than_their_next_wake_up(
-        make_hive: Any, home: Path, tmp_path: Path, harness_process: subprocess.Popen[bytes]) -> None:
+    make_hive: Any, home: Path, tmp_path: Path, harness_process: subprocess.Popen[bytes]
+) -> None:
     cwd, _ = git_repo(tmp_path / "api")
     transcript = home / ".claude" / "projects" / "-tmp-api" / "c-stop.jsonl"
     transcript.parent.mkdir(parents=True)
@@ -300,12 +404,18 @@ def test_hive_stop_ends_both_file_watchers_by_the_stopping_event_rather_than_the
 
 
 def test_a_managed_session_that_ended_never_comes_back_from_a_file_written_after_its_end(
-        make_hive: Any, home: Path, tmp_path: Path, harness_process: subprocess.Popen[bytes]) -> None:
+    make_hive: Any, home: Path, tmp_path: Path, harness_process: subprocess.Popen[bytes]
+) -> None:
     cwd, _ = git_repo(tmp_path / "api")
     hive = make_hive()
     hive.start()
-    hook(hive, "claude-code", "SessionStart", claude("c-done", cwd, "SessionStart", source="startup"),
-         {"CLAUDECODE": "1"})
+    hook(
+        hive,
+        "claude-code",
+        "SessionStart",
+        claude("c-done", cwd, "SessionStart", source="startup"),
+        {"CLAUDECODE": "1"},
+    )
     [me] = ok(hive, "who")["sessions"]
     hook(hive, "claude-code", "SessionEnd", claude("c-done", cwd, "SessionEnd", reason="exit"), {"CLAUDECODE": "1"})
     assert ok(hive, "who")["sessions"] == []

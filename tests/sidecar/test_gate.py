@@ -54,11 +54,19 @@ def failing_ci(hive: Hive) -> list[dict[str, str]]:
 
 def hive_cli(hive: Hive, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     """The CLI as an agent's tool call runs it: no controlling terminal."""
-    return subprocess.run([sys.executable, "-m", "hive.sidecar.cli", *args], env={**env, "HIVE_HOME": str(hive.home)},
-                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL, start_new_session=True)
+    return subprocess.run(
+        [sys.executable, "-m", "hive.sidecar.cli", *args],
+        env={**env, "HIVE_HOME": str(hive.home)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 # ---- items over the socket -----------------------------------------------------------------
+
 
 def test_an_offer_waits_for_its_sessions_breakpoint_then_lands_in_its_mailbox_saying_why(make_hive: Any) -> None:
     hive = make_hive(CONFIG)
@@ -66,9 +74,17 @@ def test_an_offer_waits_for_its_sessions_breakpoint_then_lands_in_its_mailbox_sa
     address = register(hive, "s1")
     register(hive, "s2", "/src/web")
     evidence = failing_ci(hive)
-    offered = ok(hive, "gate_offer", item={"source": "overlap", "session": "s1", "title": "bob/web edits auth.py too",
-                                           "body": "both of you changed src/auth.py in the last 30 min",
-                                           "evidence": evidence})
+    offered = ok(
+        hive,
+        "gate_offer",
+        item={
+            "source": "overlap",
+            "session": "s1",
+            "title": "bob/web edits auth.py too",
+            "body": "both of you changed src/auth.py in the last 30 min",
+            "evidence": evidence,
+        },
+    )
     before = ok(hive, "inbox", session="s1", peek=True)["messages"]
     elsewhere = ok(hive, "gate_breakpoint", session="s2", kind="commit")["delivered"]
     delivered = ok(hive, "gate_breakpoint", session="s1", kind="turn")["delivered"]
@@ -79,17 +95,27 @@ def test_an_offer_waits_for_its_sessions_breakpoint_then_lands_in_its_mailbox_sa
     assert [(d["item"], d["rule"], d["session"]) for d in delivered] == [(offered["item"], "breakpoint.turn", address)]
     [message] = inbox["messages"]
     assert message["from"] == "hive/gate" and message["to"] == address
-    assert message["body"].startswith("[hive gate · overlap · attention] bob/web edits auth.py too\n"
-                                      "both of you changed src/auth.py in the last 30 min\n"
-                                      "Evidence: ci acme/api@main\n"
-                                      f"Why now: attention: delivered at a breakpoint: a turn ended in {address}.")
+    assert message["body"].startswith(
+        "[hive gate · overlap · attention] bob/web edits auth.py too\n"
+        "both of you changed src/auth.py in the last 30 min\n"
+        "Evidence: ci acme/api@main\n"
+        f"Why now: attention: delivered at a breakpoint: a turn ended in {address}."
+    )
 
 
 def test_an_item_that_shouts_and_names_its_own_urgency_gains_nothing(make_hive: Any) -> None:
     hive = make_hive(CONFIG)
     hive.start()
-    decision = ok(hive, "gate_offer", item={"source": "overlap", "title": "URGENT!!! CRITICAL, page alice now",
-                                            "urgency": "alarm", "body": "this is an emergency"})
+    decision = ok(
+        hive,
+        "gate_offer",
+        item={
+            "source": "overlap",
+            "title": "URGENT!!! CRITICAL, page alice now",
+            "urgency": "alarm",
+            "body": "this is an emergency",
+        },
+    )
     assert (decision["urgency"], decision["outcome"], decision["rule"]) == ("info", "digest", "urgency.info")
     assert "the item's own urgency was ignored" in decision["note"]
 
@@ -108,11 +134,14 @@ def test_bad_requests_get_clear_codes_and_nothing_is_recorded(make_hive: Any) ->
 
 
 def test_a_wait_is_bounded_the_sidecars_timer_delivers_it_with_no_breakpoint(make_hive: Any) -> None:
-    hive = make_hive('[gate]\nhold_attention = 0.5\n')
+    hive = make_hive("[gate]\nhold_attention = 0.5\n")
     hive.start()
     address = register(hive, "s1")
-    offered = ok(hive, "gate_offer", item={"source": "overlap", "session": address, "title": "bob edits auth.py",
-                                           "evidence": failing_ci(hive)})
+    offered = ok(
+        hive,
+        "gate_offer",
+        item={"source": "overlap", "session": address, "title": "bob edits auth.py", "evidence": failing_ci(hive)},
+    )
     inbox = ok(hive, "inbox", session="s1", wait=20, timeout=30)  # parked until the timer delivers
     [row] = [r for r in ok(hive, "gate_ledger")["rows"] if r["outcome"] == "deliver"]
 
@@ -126,13 +155,19 @@ def test_waiting_items_and_the_ledger_survive_a_sidecar_restart(make_hive: Any) 
     hive = make_hive(CONFIG)
     hive.start()
     register(hive, "s1")
-    offered = ok(hive, "gate_offer", item={"source": "overlap", "session": "s1", "title": "bob edits auth.py",
-                                           "evidence": failing_ci(hive)})
+    offered = ok(
+        hive,
+        "gate_offer",
+        item={"source": "overlap", "session": "s1", "title": "bob edits auth.py", "evidence": failing_ci(hive)},
+    )
     hive.stop()
     hive.start()
     register(hive, "s1")
-    again = ok(hive, "gate_offer", item={"source": "overlap", "session": "s1", "title": "bob edits auth.py",
-                                         "evidence": failing_ci(hive)})
+    again = ok(
+        hive,
+        "gate_offer",
+        item={"source": "overlap", "session": "s1", "title": "bob edits auth.py", "evidence": failing_ci(hive)},
+    )
     delivered = ok(hive, "gate_breakpoint", session="s1", kind="test")["delivered"]
     assert again["rule"] == "duplicate" and offered["item"] in again["reason"]
     assert [d["item"] for d in delivered] == [offered["item"]]
@@ -140,13 +175,17 @@ def test_waiting_items_and_the_ledger_survive_a_sidecar_restart(make_hive: Any) 
 
 # ---- the CLI -------------------------------------------------------------------------------
 
+
 def test_hive_gate_ledger_and_why_say_why_you_were_told_and_why_not(make_hive: Any) -> None:
     hive = make_hive(CONFIG)
     hive.start()
     register(hive, "s1")
     evidence = failing_ci(hive)
-    told = ok(hive, "gate_offer", item={"source": "overlap", "session": "s1", "title": "bob edits auth.py",
-                                        "evidence": evidence})
+    told = ok(
+        hive,
+        "gate_offer",
+        item={"source": "overlap", "session": "s1", "title": "bob edits auth.py", "evidence": evidence},
+    )
     ok(hive, "gate_breakpoint", session="s1", kind="commit")
     muted = ok(hive, "gate_offer", item={"source": "deps", "title": "a dependency update about kid"})
 
@@ -156,15 +195,18 @@ def test_hive_gate_ledger_and_why_say_why_you_were_told_and_why_not(make_hive: A
     rows = hive.cli_json("gate", "ledger")["rows"]
 
     assert len(ledger) == 3 and [r["rule"] for r in rows] == ["wait", "breakpoint.commit", "urgency.info"]
-    assert f"{told['item']}  alice  overlap  deliver  breakpoint.commit  “bob edits auth.py”: attention: delivered" \
-           in ledger[1]
+    assert (
+        f"{told['item']}  alice  overlap  deliver  breakpoint.commit  “bob edits auth.py”: attention: delivered"
+        in ledger[1]
+    )
     assert "You were told because: attention: delivered at a breakpoint: a commit" in why_told
     assert "wait     wait" in why_told and "deliver  breakpoint.commit" in why_told
     assert "You were not told because: shadow (deps is not live for alice): would digest: info:" in why_not
 
 
 def test_an_agent_can_read_preferences_but_cannot_change_them_without_its_person(
-        make_hive: Any, empty_runtime: Path) -> None:
+    make_hive: Any, empty_runtime: Path
+) -> None:
     hive = make_hive(CONFIG)
     env = no_desktop_env(empty_runtime)
     start_sidecar(hive, env)
@@ -179,13 +221,15 @@ def test_an_agent_can_read_preferences_but_cannot_change_them_without_its_person
 
 
 def test_the_person_confirms_at_the_terminal_and_config_toml_keeps_their_comments(
-        make_hive: Any, empty_runtime: Path) -> None:
+    make_hive: Any, empty_runtime: Path
+) -> None:
     hive = make_hive(CONFIG)
     env = no_desktop_env(empty_runtime, HIVE_HOME=str(hive.home))
     start_sidecar(hive, env)
     declined, said_no = run_in_terminal_answering(env, "n", "gate", "prefs", "budget=3")
-    confirmed, said_yes = run_in_terminal_answering(env, "y", "gate", "prefs", "budget=3", "quiet=22:00-07:30",
-                                                    "mute.lesson=on", "share.review=0.5", "alarms=off")
+    confirmed, said_yes = run_in_terminal_answering(
+        env, "y", "gate", "prefs", "budget=3", "quiet=22:00-07:30", "mute.lesson=on", "share.review=0.5", "alarms=off"
+    )
     prefs = hive.cli_json("gate", "prefs")["prefs"]
     config = (hive.home / "config.toml").read_text()
 
@@ -199,13 +243,15 @@ def test_the_person_confirms_at_the_terminal_and_config_toml_keeps_their_comment
 
 
 def test_a_change_confirmed_in_a_desktop_pop_up_and_a_floor_shown_as_a_notification(
-        make_hive: Any, desktop: Desktop) -> None:
+    make_hive: Any, desktop: Desktop
+) -> None:
     hive = make_hive(CONFIG)
     start_sidecar(hive, no_desktop_env(desktop.runtime))  # the sidecar finds the desktop on the user's bus
 
     async def change() -> subprocess.CompletedProcess[str]:
-        return await anyio.to_thread.run_sync(hive_cli, hive, desktop.env, "gate", "prefs", "alarm_channel=popup",
-                                              "channel=popup")
+        return await anyio.to_thread.run_sync(
+            hive_cli, hive, desktop.env, "gate", "prefs", "alarm_channel=popup", "channel=popup"
+        )
 
     async def scenario() -> subprocess.CompletedProcess[str]:
         async with anyio.create_task_group() as tg:
@@ -221,8 +267,15 @@ def test_a_change_confirmed_in_a_desktop_pop_up_and_a_floor_shown_as_a_notificat
     changed = anyio.run(scenario)
     asked = json.loads(desktop.history())["data"][0][0]["body"]["data"]  # clicking closed it
     ok(hive, "gate_fact", kind="security", ref="GHSA-1@acme/api", state="open")
-    floor = ok(hive, "gate_offer", item={"source": "scanner", "title": "a signing key is committed",
-                                         "evidence": [{"kind": "security", "ref": "GHSA-1@acme/api"}]})
+    floor = ok(
+        hive,
+        "gate_offer",
+        item={
+            "source": "scanner",
+            "title": "a signing key is committed",
+            "evidence": [{"kind": "security", "ref": "GHSA-1@acme/api"}],
+        },
+    )
     desktop.close()  # waits for it to be up, then puts it in the history
     shown = json.loads(desktop.history())["data"][0][0]
 
@@ -234,19 +287,38 @@ def test_a_change_confirmed_in_a_desktop_pop_up_and_a_floor_shown_as_a_notificat
 
 
 def test_a_source_in_shadow_records_what_it_would_do_until_the_person_promotes_it(
-        make_hive: Any, empty_runtime: Path) -> None:
+    make_hive: Any, empty_runtime: Path
+) -> None:
     hive = make_hive(CONFIG)
     env = no_desktop_env(empty_runtime, HIVE_HOME=str(hive.home))
     start_sidecar(hive, env)
     register(hive, "s1")
     evidence = failing_ci(hive)
-    shadowed = ok(hive, "gate_offer", item={"source": "deps", "session": "s1", "title": "bump auth to fix --kid",
-                                            "key": "deps-1", "evidence": evidence})
+    shadowed = ok(
+        hive,
+        "gate_offer",
+        item={
+            "source": "deps",
+            "session": "s1",
+            "title": "bump auth to fix --kid",
+            "key": "deps-1",
+            "evidence": evidence,
+        },
+    )
     ok(hive, "gate_acted", item=shadowed["item"], how="wanted")
     record = hive.cli("gate", "shadow", check=True).stdout
     promoted, said = run_in_terminal_answering(env, "y", "gate", "promote", "deps")
-    live = ok(hive, "gate_offer", item={"source": "deps", "session": "s1", "title": "bump auth to fix --kid, now live",
-                                        "key": "deps-2", "evidence": evidence})
+    live = ok(
+        hive,
+        "gate_offer",
+        item={
+            "source": "deps",
+            "session": "s1",
+            "title": "bump auth to fix --kid, now live",
+            "key": "deps-2",
+            "evidence": evidence,
+        },
+    )
     deps = next(s for s in ok(hive, "gate_shadow")["sources"] if s["source"] == "deps")
 
     assert (shadowed["outcome"], shadowed["would"]) == ("shadow", "wait")
@@ -264,8 +336,15 @@ def test_hive_digest_and_the_mcp_digest_tool_show_what_was_held_and_what_was_che
     ok(hive, "gate_fact", kind="blocked", ref="bob/web", state="blocked", detail="waiting for a review")
     ok(hive, "gate_offer", item={"source": "overlap", "title": "FYI: a note of no urgency <hive-message>"})
     ok(hive, "gate_offer", item={"source": "overlap", "title": "FYI: a note of no urgency <hive-message>"})
-    ok(hive, "gate_offer", item={"source": "review", "title": "PR #41 has no reviewer",
-                                 "evidence": [{"kind": "blocked", "ref": "bob/web"}]})
+    ok(
+        hive,
+        "gate_offer",
+        item={
+            "source": "review",
+            "title": "PR #41 has no reviewer",
+            "evidence": [{"kind": "blocked", "ref": "bob/web"}],
+        },
+    )
 
     async def from_mcp() -> str:
         async with hive_mcp(hive) as session:
@@ -306,8 +385,17 @@ def test_measures_count_delivered_acted_on_and_held_items_that_mattered(make_hiv
 def test_an_item_for_a_person_on_another_machine_is_not_lost_it_waits_in_their_digest(make_hive: Any) -> None:
     hive = make_hive(CONFIG)
     hive.start()
-    offered = ok(hive, "gate_offer", item={"source": "overlap", "person": "bob", "session": "bob/web",
-                                           "title": "alice edits auth.py too", "evidence": failing_ci(hive)})
+    offered = ok(
+        hive,
+        "gate_offer",
+        item={
+            "source": "overlap",
+            "person": "bob",
+            "session": "bob/web",
+            "title": "alice edits auth.py too",
+            "evidence": failing_ci(hive),
+        },
+    )
     delivered = ok(hive, "gate_breakpoint", person="bob", session="bob/web", kind="commit")["delivered"]
     assert (offered["outcome"], offered["person"]) == ("wait", "bob")
     assert [(d["outcome"], d["rule"]) for d in delivered] == [("digest", "deliver.failed")]
@@ -317,8 +405,10 @@ def test_an_item_for_a_person_on_another_machine_is_not_lost_it_waits_in_their_d
 
 # ---- breakpoints and records from what sessions run ---------------------------------------
 
+
 def test_a_failing_test_run_makes_items_about_it_urgent_and_a_commit_is_the_breakpoint_that_delivers(
-        make_hive: Any, tmp_path: Path) -> None:
+    make_hive: Any, tmp_path: Path
+) -> None:
     from tests.sidecar.test_observe import codex, git_repo, hook
 
     hive = make_hive(CONFIG)
@@ -329,12 +419,27 @@ def test_a_failing_test_run_makes_items_about_it_urgent_and_a_commit_is_the_brea
     evidence = [{"kind": "test", "ref": f"{me['repo'] or cwd}@{me['branch']}"}]
 
     def ran(command: str, code: int, call: str) -> None:
-        hook(hive, "codex", "PostToolUse", codex("c1", cwd, "PostToolUse", tool_name="Bash", tool_use_id=call,
-                                                 tool_input={"command": command}, tool_response={"exit_code": code}))
+        hook(
+            hive,
+            "codex",
+            "PostToolUse",
+            codex(
+                "c1",
+                cwd,
+                "PostToolUse",
+                tool_name="Bash",
+                tool_use_id=call,
+                tool_input={"command": command},
+                tool_response={"exit_code": code},
+            ),
+        )
 
     def offer(title: str) -> dict[str, Any]:
-        return ok(hive, "gate_offer", item={"source": "overlap", "session": me["address"], "title": title,
-                                            "key": title, "evidence": evidence})
+        return ok(
+            hive,
+            "gate_offer",
+            item={"source": "overlap", "session": me["address"], "title": title, "key": title, "evidence": evidence},
+        )
 
     before = offer("the login test is flaky")
     ran("uv run pytest -q tests/test_login.py", 1, "call_1")
@@ -350,7 +455,8 @@ def test_a_failing_test_run_makes_items_about_it_urgent_and_a_commit_is_the_brea
     why = ok(hive, "gate_why", item=after["item"])["items"][0]
     assert [d["rule"] for d in why["decisions"]] == ["wait", "breakpoint.commit"]
     assert [m["body"].splitlines()[0] for m in inbox] == [
-        "[hive gate · overlap · attention] the login test fails on main"]
+        "[hive gate · overlap · attention] the login test fails on main"
+    ]
     # The next run passed: nothing checkable makes an item about it urgent any more.
     assert (later["outcome"], later["urgency"]) == ("digest", "info")
 
@@ -366,8 +472,11 @@ def test_a_session_idle_for_a_while_is_at_a_breakpoint_and_a_busy_one_waits(make
     evidence = failing_ci(hive)
 
     def offer(title: str) -> dict[str, Any]:
-        return ok(hive, "gate_offer", item={"source": "overlap", "session": me["address"], "title": title,
-                                            "key": title, "evidence": evidence})
+        return ok(
+            hive,
+            "gate_offer",
+            item={"source": "overlap", "session": me["address"], "title": title, "key": title, "evidence": evidence},
+        )
 
     time.sleep(1.5)  # the condition itself: the session idle for longer than idle_after
     idle = offer("while it is idle")

@@ -76,10 +76,20 @@ class Day:
             await self.gate.wake()
         self.now = target
 
-    async def offer(self, source: str, title: str, *evidence: tuple[str, str], key: str = "",
-                    session: str = "", proposer: str = "") -> Decision:
-        return await self.gate.offer(Item(source=source, person="alice", title=title, key=key, session=session,
-                                          proposer=proposer, evidence=tuple(Evidence(k, r) for k, r in evidence)))
+    async def offer(
+        self, source: str, title: str, *evidence: tuple[str, str], key: str = "", session: str = "", proposer: str = ""
+    ) -> Decision:
+        return await self.gate.offer(
+            Item(
+                source=source,
+                person="alice",
+                title=title,
+                key=key,
+                session=session,
+                proposer=proposer,
+                evidence=tuple(Evidence(k, r) for k, r in evidence),
+            )
+        )
 
 
 @asynccontextmanager
@@ -144,8 +154,13 @@ async def test_a_scripted_day_writes_a_ledger_a_reader_can_check_line_by_line(tm
         await gate.record(*BOB_BLOCKED, "blocked", detail="waiting for review of PR #41", at=at("06:00"))
 
         await day.until("06:30")
-        overlap = await day.offer("overlap", "bob/web edits src/auth.py too", CI,
-                                  key="overlap:acme/api:src/auth.py:bob/web", session="alice/api")
+        overlap = await day.offer(
+            "overlap",
+            "bob/web edits src/auth.py too",
+            CI,
+            key="overlap:acme/api:src/auth.py:bob/web",
+            session="alice/api",
+        )
         await day.until("06:40")
         await gate.record(*SECURITY, "open", at=day.now)
         await day.offer("security", "token signing key in the repo", SECURITY, session="alice/api")
@@ -159,8 +174,13 @@ async def test_a_scripted_day_writes_a_ledger_a_reader_can_check_line_by_line(tm
         await day.until("09:00")
         urgent = await day.offer("notify", "URGENT!!! production is down, tell alice NOW")
         await day.until("09:10")
-        await day.offer("overlap", "bob/web is STILL editing src/auth.py", CI,
-                        key="overlap:acme/api:src/auth.py:bob/web", session="alice/api")
+        await day.offer(
+            "overlap",
+            "bob/web is STILL editing src/auth.py",
+            CI,
+            key="overlap:acme/api:src/auth.py:bob/web",
+            session="alice/api",
+        )
         await day.until("09:15")
         await day.offer("mail", "3 messages held for you", CI)
         notify = []
@@ -215,10 +235,12 @@ async def test_a_scripted_day_writes_a_ledger_a_reader_can_check_line_by_line(tm
     assert reasons["duplicate"].startswith(f"duplicate of {overlap.item_id} (delivered, offered 06:30)")
     assert reasons["urgency.alarm"] == "alarm: ci acme/api@main failed 3 runs in a row; alarms are on"
     assert next(r["reason"] for r in ledger if r["outcome"] == "shadow").startswith(
-        "shadow (deps is not live for alice): would wait: attention (ci acme/api@main is failing); budget: deps 1 of 1")
+        "shadow (deps is not live for alice): would wait: attention (ci acme/api@main is failing); budget: deps 1 of 1"
+    )
 
-    assert why["items"][0]["answer"] == ("You were not told because: notify's share of the daily budget "
-                                         "(2 of 4) is spent; digest")
+    assert why["items"][0]["answer"] == (
+        "You were not told because: notify's share of the daily budget (2 of 4) is spent; digest"
+    )
 
     # The digest: what was held, the groups that unblock most first (the lesson and the evening
     # overlap notice name bob/web, who is blocked), then what the gate checked and silenced.
@@ -226,7 +248,10 @@ async def test_a_scripted_day_writes_a_ledger_a_reader_can_check_line_by_line(tm
     assert digest["groups"][0]["items"][0]["id"] == lesson.item_id
     assert digest["groups"][0]["unblocks"] == 1
     assert [i["title"] for i in digest["groups"][2]["items"]] == [
-        "notify 3: CI failed on main", "notify 4: CI failed on main", "URGENT!!! production is down, tell alice NOW"]
+        "notify 3: CI failed on main",
+        "notify 4: CI failed on main",
+        "URGENT!!! production is down, tell alice NOW",
+    ]
     assert digest["held"] == 5
     assert digest["delivered"] == 6 and digest["silenced"] == 2 and digest["shadow"] == 1
     assert digest["silenced_by"] == {"duplicate": 1, "pref.mute": 1}
@@ -253,8 +278,9 @@ async def test_the_day_survives_a_restart_held_items_waits_budgets_and_dedupe_co
         gate = Gate(store, PrefsFile(tmp_path / "config.toml"), clock=lambda: at("08:06"))
         await gate.load()
         assert gate.next_due() == at("08:10")
-        again = await gate.offer(Item("overlap", "alice", "held over quiet hours, again", key="a",
-                                      evidence=(Evidence(*CI),)))
+        again = await gate.offer(
+            Item("overlap", "alice", "held over quiet hours, again", key="a", evidence=(Evidence(*CI),))
+        )
         third = await gate.offer(Item("notify", "alice", "notify 2", key="n2", evidence=(Evidence(*CI),)))
         delivered = await gate.breakpoint("alice", "alice/api", "test")
     finally:

@@ -46,8 +46,14 @@ def test_a_change_is_written_into_the_persons_table_and_every_comment_stays(tmp_
     path = tmp_path / "config.toml"
     path.write_text(HAND_WRITTEN, encoding="utf-8")
     prefs = PrefsFile(path)
-    changes = [parse_change("budget", "6"), parse_change("mute.lesson", "off"), parse_change("mute.review", True),
-               parse_change("share.notify", 0.1), parse_change("live.deps", "on"), parse_change("quiet", "default")]
+    changes = [
+        parse_change("budget", "6"),
+        parse_change("mute.lesson", "off"),
+        parse_change("mute.review", True),
+        parse_change("share.notify", 0.1),
+        parse_change("live.deps", "on"),
+        parse_change("quiet", "default"),
+    ]
     write_changes(path, "alice", changes, prefs.prefs("alice"))
     prefs.reload()
     alice = prefs.prefs("alice")
@@ -57,8 +63,13 @@ def test_a_change_is_written_into_the_persons_table_and_every_comment_stays(tmp_
     # overlap, notify, lesson and review start live; deps was promoted
     assert alice.live == frozenset({"overlap", "notify", "lesson", "review", "deps"})
     assert prefs.prefs("bob").budget == 2 and prefs.prefs("carol").budget == 10
-    for line in ("# my hive", 'person = "alice"   # that\'s me', "budget = 10        # the team's default",
-                 "# I start late", "[gate.people.bob]\nbudget = 2"):
+    for line in (
+        "# my hive",
+        'person = "alice"   # that\'s me',
+        "budget = 10        # the team's default",
+        "# I start late",
+        "[gate.people.bob]\nbudget = 2",
+    ):
         assert line in written
     assert "[gate.people.alice.shares]\nnotify = 0.1" in written
 
@@ -70,19 +81,47 @@ def test_a_new_file_gets_the_persons_table_and_nothing_else(tmp_path: Path) -> N
     assert path.stat().st_mode & 0o777 == 0o600
 
 
-@pytest.mark.parametrize(("key", "value"), [
-    ("budget", "-1"), ("budget", 2.5), ("budget", True), ("budget", "1001"), ("quiet", "22-8"),
-    ("quiet", "08:00-08:00"), ("timezone", "Mars/Olympus"), ("alarms", "maybe"), ("channel", "email"),
-    ("alarm_channel", "digest"), ("share.notify", 1.5), ("share.Bad Name", 0.1), ("volume", 11), ("mute", True),
-])
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("budget", "-1"),
+        ("budget", 2.5),
+        ("budget", True),
+        ("budget", "1001"),
+        ("quiet", "22-8"),
+        ("quiet", "08:00-08:00"),
+        ("timezone", "Mars/Olympus"),
+        ("alarms", "maybe"),
+        ("channel", "email"),
+        ("alarm_channel", "digest"),
+        ("share.notify", 1.5),
+        ("share.Bad Name", 0.1),
+        ("volume", 11),
+        ("mute", True),
+    ],
+)
 def test_a_change_that_does_not_fit_is_refused_with_the_reason(key: str, value: object) -> None:
     with pytest.raises(BadRequest):
         parse_change(key, value)
 
 
 def test_a_hand_edited_typo_keeps_its_default_and_is_reported_not_fatal() -> None:
-    config = GateConfig.from_toml({"gate": {"window": "a day", "people": {"alice": {
-        "budget": "lots", "quiet": "late", "timezone": "UTC", "mute": "lesson", "shares": {"notify": 7}}}}})
+    config = GateConfig.from_toml(
+        {
+            "gate": {
+                "window": "a day",
+                "people": {
+                    "alice": {
+                        "budget": "lots",
+                        "quiet": "late",
+                        "timezone": "UTC",
+                        "mute": "lesson",
+                        "shares": {"notify": 7},
+                    }
+                },
+            }
+        }
+    )
     alice = config.prefs("alice")
     assert (alice.budget, alice.quiet, alice.timezone, alice.mute) == (12, None, "UTC", frozenset())
     assert alice.shares["notify"] == 0.25
@@ -111,11 +150,15 @@ def test_shares_divide_the_budget_and_every_source_may_spend_at_least_one() -> N
 
 def test_a_fingerprint_ignores_wording_when_a_key_or_evidence_names_the_thing() -> None:
     ci = (Evidence("ci", "acme/api@main"),)
-    assert Item("notify", "alice", "CI broke", evidence=ci).fingerprint == \
-        Item("notify", "alice", "URGENT: CI broke!!!", evidence=ci).fingerprint
+    assert (
+        Item("notify", "alice", "CI broke", evidence=ci).fingerprint
+        == Item("notify", "alice", "URGENT: CI broke!!!", evidence=ci).fingerprint
+    )
     assert Item("overlap", "alice", "a", key="k").fingerprint == Item("overlap", "alice", "b", key="k").fingerprint
-    assert Item("overlap", "alice", "Bob edits auth.py").fingerprint == \
-        Item("overlap", "alice", "bob edits auth.py!").fingerprint
+    assert (
+        Item("overlap", "alice", "Bob edits auth.py").fingerprint
+        == Item("overlap", "alice", "bob edits auth.py!").fingerprint
+    )
     assert Item("overlap", "alice", "a", key="k").fingerprint != Item("overlap", "bob", "a", key="k").fingerprint
     assert Item("overlap", "alice", "a", key="k").fingerprint != Item("lesson", "alice", "a", key="k").fingerprint
 
@@ -123,8 +166,10 @@ def test_a_fingerprint_ignores_wording_when_a_key_or_evidence_names_the_thing() 
 def test_urgency_comes_from_the_records_rules() -> None:
     now = 1_000_000.0
     assert fact_urgency(Fact("ci", "x", "failing", now - 60, now), now)[0] == "attention"
-    assert fact_urgency(Fact("ci", "x", "failing", now - 60, now, runs=3), now) == \
-        ("alarm", "ci x failed 3 runs in a row")
+    assert fact_urgency(Fact("ci", "x", "failing", now - 60, now, runs=3), now) == (
+        "alarm",
+        "ci x failed 3 runs in a row",
+    )
     assert fact_urgency(Fact("test", "x", "failing", now - 5 * 3600, now), now)[0] == "alarm"
     assert fact_urgency(Fact("ci", "x", "passing", now, now), now)[0] == "info"
     assert fact_urgency(Fact("deadline", "x", "open", now, now, due=now + 2 * 3600), now)[0] == "attention"
@@ -138,18 +183,22 @@ def test_urgency_comes_from_the_records_rules() -> None:
 
 @pytest.mark.anyio
 async def test_one_proposing_session_cannot_spend_its_whole_sources_share(tmp_path: Path) -> None:
-    (tmp_path / "config.toml").write_text('[gate]\nbudget = 8\nlive = ["notify"]\nshares = { notify = 0.5 }\n',
-                                          encoding="utf-8")
+    (tmp_path / "config.toml").write_text(
+        '[gate]\nbudget = 8\nlive = ["notify"]\nshares = { notify = 0.5 }\n', encoding="utf-8"
+    )
     store = await Store.open(tmp_path / "hive.db")
     try:
         gate = Gate(store, PrefsFile(tmp_path / "config.toml"), clock=lambda: 1_772_438_400.0)
         await gate.load()
         await gate.record("ci", "acme/api@main", "failing")
         ci = (Evidence("ci", "acme/api@main"),)
-        loud = [await gate.offer(Item("notify", "alice", f"n{n}", key=f"a{n}", proposer="alice/loud", evidence=ci))
-                for n in range(3)]
-        other = await gate.offer(Item("notify", "alice", "from another session", key="b", proposer="alice/quiet",
-                                      evidence=ci))
+        loud = [
+            await gate.offer(Item("notify", "alice", f"n{n}", key=f"a{n}", proposer="alice/loud", evidence=ci))
+            for n in range(3)
+        ]
+        other = await gate.offer(
+            Item("notify", "alice", "from another session", key="b", proposer="alice/quiet", evidence=ci)
+        )
     finally:
         await store.close()
     # notify may spend 4 of 8; one proposer at most half of that.
@@ -161,7 +210,8 @@ async def test_one_proposing_session_cannot_spend_its_whole_sources_share(tmp_pa
 
 @pytest.mark.anyio
 async def test_a_sources_own_deliverer_shows_its_items_and_a_failed_delivery_lands_in_the_digest(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     (tmp_path / "config.toml").write_text('[gate]\nlive = ["overlap", "notify"]\n', encoding="utf-8")
     store = await Store.open(tmp_path / "hive.db")
     shown: list[tuple[str, str]] = []
@@ -195,18 +245,23 @@ async def test_a_sources_own_deliverer_shows_its_items_and_a_failed_delivery_lan
 async def test_a_floor_passes_mutes_digest_only_quiet_hours_and_shadow_and_is_told_once(tmp_path: Path) -> None:
     (tmp_path / "config.toml").write_text(
         '[gate.people.alice]\ntimezone = "UTC"\nquiet = "00:00-23:59"\nchannel = "digest"\nmute = ["scanner"]\n',
-        encoding="utf-8")
+        encoding="utf-8",
+    )
     store = await Store.open(tmp_path / "hive.db")
     try:
         gate = Gate(store, PrefsFile(tmp_path / "config.toml"), clock=lambda: 1_772_438_400.0)
         await gate.load()
         await gate.record("security", "GHSA-9@acme/api", "open")
-        finding = Item("scanner", "alice", "a signing key is committed", evidence=(Evidence("security",
-                                                                                            "GHSA-9@acme/api"),))
+        finding = Item(
+            "scanner", "alice", "a signing key is committed", evidence=(Evidence("security", "GHSA-9@acme/api"),)
+        )
         first = await gate.offer(finding)
         again = await gate.offer(finding)
-        unchecked = await gate.offer(Item("scanner", "alice", "SECURITY: another finding, trust me",
-                                          evidence=(Evidence("security", "GHSA-404"),)))
+        unchecked = await gate.offer(
+            Item(
+                "scanner", "alice", "SECURITY: another finding, trust me", evidence=(Evidence("security", "GHSA-404"),)
+            )
+        )
     finally:
         await store.close()
     assert (first.outcome, first.rule, first.channel) == ("deliver", "floor.security", "popup")
@@ -218,29 +273,33 @@ async def test_a_floor_passes_mutes_digest_only_quiet_hours_and_shadow_and_is_to
 @pytest.mark.anyio
 async def test_with_alarms_off_an_alarm_waits_for_a_breakpoint_on_its_shorter_bound_off_budget(tmp_path: Path) -> None:
     (tmp_path / "config.toml").write_text(
-        '[gate]\nhold_alarm = 120\n[gate.people.alice]\nalarms = false\nbudget = 0\n', encoding="utf-8")
+        "[gate]\nhold_alarm = 120\n[gate.people.alice]\nalarms = false\nbudget = 0\n", encoding="utf-8"
+    )
     store = await Store.open(tmp_path / "hive.db")
     now = [1_772_438_400.0]
     try:
         gate = Gate(store, PrefsFile(tmp_path / "config.toml"), clock=lambda: now[0])
         await gate.load()
         await gate.record("deadline", "release-2.0", "open", due=now[0] - 60)
-        waiting = await gate.offer(Item("overlap", "alice", "the release is late",
-                                        evidence=(Evidence("deadline", "release-2.0"),)))
+        waiting = await gate.offer(
+            Item("overlap", "alice", "the release is late", evidence=(Evidence("deadline", "release-2.0"),))
+        )
         now[0] += 120
         [delivered] = await gate.wake()
     finally:
         await store.close()
     assert (waiting.urgency, waiting.outcome, waiting.due) == ("alarm", "wait", 1_772_438_400.0 + 120)
-    assert waiting.reason.startswith("alarm (deadline release-2.0 passed 60 s ago) with alarms off: waits for a "
-                                     "breakpoint")
+    assert waiting.reason.startswith(
+        "alarm (deadline release-2.0 passed 60 s ago) with alarms off: waits for a breakpoint"
+    )
     assert (delivered.rule, delivered.channel) == ("max-hold", "popup")
 
 
 @pytest.mark.anyio
 async def test_a_held_item_about_a_record_with_a_non_ascii_name_is_marked_as_mattering_when_it_escalates(
-        tmp_path: Path) -> None:
-    (tmp_path / "config.toml").write_text('[gate]\nbudget = 0\n', encoding="utf-8")
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "config.toml").write_text("[gate]\nbudget = 0\n", encoding="utf-8")
     store = await Store.open(tmp_path / "hive.db")
     try:
         gate = Gate(store, PrefsFile(tmp_path / "config.toml"), clock=lambda: 1_772_438_400.0)

@@ -28,9 +28,17 @@ def test_an_item_for_a_teammate_is_decided_by_their_machines_gate_with_the_facts
     address = register(bob, "b1", "/src/api")
     wait_for(lambda: any(s["address"] == address for s in ok(alice, "who")["sessions"]), what="bob's session")
     ok(alice, "gate_fact", kind="ci", ref="acme/api@main", state="failing")
-    offered = ok(alice, "gate_offer", item={"source": "overlap", "person": "bob", "session": address,
-                                            "title": "alice is editing src/auth.py too",
-                                            "evidence": [{"kind": "ci", "ref": "acme/api@main"}]})
+    offered = ok(
+        alice,
+        "gate_offer",
+        item={
+            "source": "overlap",
+            "person": "bob",
+            "session": address,
+            "title": "alice is editing src/auth.py too",
+            "evidence": [{"kind": "ci", "ref": "acme/api@main"}],
+        },
+    )
     there = wait_for(lambda: [r for r in ledger(bob, "bob") if r["source"] == "overlap"], what="bob's gate to decide")
     delivered = ok(bob, "gate_breakpoint", session="b1", kind="turn")["delivered"]
     [message] = ok(bob, "inbox", session="b1")["messages"]
@@ -55,15 +63,26 @@ def _repo(tmp_path: Path) -> Path:
     return repo
 
 
-def test_a_security_finding_reaches_the_code_owner_on_their_machine_through_quiet_hours(make_hive: Any,
-                                                                                          tmp_path: Path) -> None:
+def test_a_security_finding_reaches_the_code_owner_on_their_machine_through_quiet_hours(
+    make_hive: Any, tmp_path: Path
+) -> None:
     alice, bob = form_team(make_hive, ["alice", "bob"], {"bob": ALL_DAY_QUIET})
     repo = _repo(tmp_path)
     register(alice, "a1", str(repo / "src"), repo="acme/api")
     ok(alice, "gate_fact", kind="security", ref="GHSA-1234", state="open")
-    decisions = ok(alice, "gate_offer", item={
-        "source": "review", "person": "alice", "title": "token check skipped in login",
-        "evidence": [{"kind": "security", "ref": "GHSA-1234"}, {"kind": "file", "ref": "acme/api:src/auth/login.py"}]})
+    decisions = ok(
+        alice,
+        "gate_offer",
+        item={
+            "source": "review",
+            "person": "alice",
+            "title": "token check skipped in login",
+            "evidence": [
+                {"kind": "security", "ref": "GHSA-1234"},
+                {"kind": "file", "ref": "acme/api:src/auth/login.py"},
+            ],
+        },
+    )
     rows = wait_for(lambda: [r for r in ledger(bob, "bob") if r["rule"] == "floor.security"], what="bob's floor")
     mail = wait_for(lambda: terminal_mail(bob), what="the finding in bob's mailbox")
     here = ledger(alice, "bob")
@@ -83,8 +102,11 @@ def test_an_item_for_a_machine_that_is_down_is_relayed_when_it_is_back(make_hive
     offered = ok(alice, "gate_offer", item={"source": "overlap", "person": "bob", "title": "lunch at noon?"})
     held = ledger(alice, "bob")
     bob.start()
-    taken = wait_for(lambda: [r for r in ledger(alice, "bob") if r["rule"] == "relay.taken"],
-                     what="the item to be relayed once bob's machine is back", timeout=90)
+    taken = wait_for(
+        lambda: [r for r in ledger(alice, "bob") if r["rule"] == "relay.taken"],
+        what="the item to be relayed once bob's machine is back",
+        timeout=90,
+    )
 
     assert (offered["outcome"], offered["rule"]) == ("hold", "relay.wait")  # nothing lost: it waits here
     assert [r["rule"] for r in held[:2]] == ["relay", "relay.wait"]

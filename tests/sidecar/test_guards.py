@@ -124,9 +124,11 @@ def test_across_machines_the_loop_guard_counts_both_directions_without_reply_to(
     register(alice, "a1", "/src/web")
     register(bob, "b1", "/src/api")
     wait_for(lambda: len(who(alice)) == 2 and len(who(bob)) == 2, what="both sessions")
-    states = [send(alice, "bob/api-codex", "ping", **{"from": "a1"})["state"],
-              send(bob, "alice/web-codex", "pong", **{"from": "b1"})["state"],
-              send(alice, "bob/api-codex", "ping", **{"from": "a1"})["state"]]
+    states = [
+        send(alice, "bob/api-codex", "ping", **{"from": "a1"})["state"],
+        send(bob, "alice/web-codex", "pong", **{"from": "b1"})["state"],
+        send(alice, "bob/api-codex", "ping", **{"from": "a1"})["state"],
+    ]
     assert states == ["queued"] * 3
     fourth = send(bob, "alice/web-codex", "pong", **{"from": "b1"})
     assert (fourth["state"], fourth.get("code")) == ("refused", "loop_guard")
@@ -137,8 +139,9 @@ def test_across_machines_the_loop_guard_counts_both_directions_without_reply_to(
     assert [m["body"] for m in inbox(alice, "a1")] == ["pong"]
 
 
-def test_a_prompt_on_the_recipients_machine_resets_the_run_its_sender_could_not_see(make_hive: Any,
-                                                                                   tmp_path: Any) -> None:
+def test_a_prompt_on_the_recipients_machine_resets_the_run_its_sender_could_not_see(
+    make_hive: Any, tmp_path: Any
+) -> None:
     alice, bob = form_team(make_hive, ["alice", "bob"], {"alice": "loop_limit = 2\n", "bob": "loop_limit = 2\n"})
     register(alice, "a1", "/src/web")
     (tmp_path / "api").mkdir()

@@ -55,8 +55,7 @@ def _still_serving(hive: Hive, pid: int) -> None:
     assert reply["ok"] and reply["result"]["pid"] == pid
 
 
-def test_json_nested_thousands_deep_from_a_stranger_on_the_join_protocol_closes_only_that_link(
-        make_hive: Any) -> None:
+def test_json_nested_thousands_deep_from_a_stranger_on_the_join_protocol_closes_only_that_link(make_hive: Any) -> None:
     alice, bob = form_team(make_hive, ["alice", "bob"])
     pid = alice.pid()
 
@@ -72,8 +71,7 @@ def test_json_nested_thousands_deep_from_a_stranger_on_the_join_protocol_closes_
     assert linked(alice) == 1 and linked(bob) == 1  # the members' link never noticed
 
 
-def test_json_nested_thousands_deep_from_a_member_closes_only_its_link_and_it_can_link_again(
-        make_hive: Any) -> None:
+def test_json_nested_thousands_deep_from_a_member_closes_only_its_link_and_it_can_link_again(make_hive: Any) -> None:
     alice, bob = form_team(make_hive, ["alice", "bob"])
     register(alice, "a1", "/src/web")
     bob.stop()  # the test speaks for bob's machine with bob's key
@@ -95,8 +93,9 @@ def test_json_nested_thousands_deep_from_a_member_closes_only_its_link_and_it_ca
     assert [f["state"] for f in got if f["t"] == "ack"] == ["queued"]
 
 
-async def _member_link(target: Hive, member: Hive, frames: list[dict[str, Any] | bytes],
-                       acks: int) -> list[dict[str, Any]]:
+async def _member_link(
+    target: Hive, member: Hive, frames: list[dict[str, Any] | bytes], acks: int
+) -> list[dict[str, Any]]:
     """Speak for ``member``'s machine: hello, then ``frames``; collect until ``acks`` acks came."""
     got: list[dict[str, Any]] = []
     async with dial(_address(target), machine_cert(_key_of(member)), lambda key, alpn: True) as link:
@@ -114,8 +113,7 @@ async def _member_link(target: Hive, member: Hive, frames: list[dict[str, Any] |
     return got
 
 
-def test_a_members_message_with_a_lone_surrogate_is_refused_with_an_ack_and_the_link_stays(
-        make_hive: Any) -> None:
+def test_a_members_message_with_a_lone_surrogate_is_refused_with_an_ack_and_the_link_stays(make_hive: Any) -> None:
     alice, bob = form_team(make_hive, ["alice", "bob"])
     register(alice, "a1", "/src/web")
     bob.stop()
@@ -138,30 +136,44 @@ WRONG = (5, "x", [1, [2]], {"a": {"b": 1}}, True, 1.5, [])
 def _malformed_frames() -> list[dict[str, Any]]:
     """Every frame kind hive reads, each field in turn replaced by values of every wrong type."""
     shapes: dict[str, list[str]] = {
-        "msg": ["msg"], "ack": ["id", "state", "note", "receipts", "retry_after"], "receipt": ["receipts"],
-        "presence": ["presence"], "state": ["state"], "sync": ["heads", "want", "reply"],
-        "entry": ["entries"], "body": ["blobs"], "gate": ["id", "item"], "gate_ack": ["id"],
-        "notify": ["id", "from", "to", "body", "sent_at"], "hello": ["features", "team"],
+        "msg": ["msg"],
+        "ack": ["id", "state", "note", "receipts", "retry_after"],
+        "receipt": ["receipts"],
+        "presence": ["presence"],
+        "state": ["state"],
+        "sync": ["heads", "want", "reply"],
+        "entry": ["entries"],
+        "body": ["blobs"],
+        "gate": ["id", "item"],
+        "gate_ack": ["id"],
+        "notify": ["id", "from", "to", "body", "sent_at"],
+        "hello": ["features", "team"],
     }
     frames: list[dict[str, Any]] = []
     for kind, fields in shapes.items():
         for name in fields:
             frames.extend({"t": kind, name: value} for value in WRONG)
     # Right types at the top, wrong ones inside.
-    frames += [{"t": "sync", "heads": ["x", 5, [1, 2, 3], [[], {}, None]], "want": [5, [], {}]},
-               {"t": "entry", "entries": ["x", 5, [], {"by": 5, "body": "x"}]},
-               {"t": "body", "blobs": ["x", 5, [], {"lesson": []}]},
-               {"t": "receipt", "receipts": ["x", 5, {"id": [], "state": {}}]},
-               {"t": "ack", "receipts": [5, [[], {}], ["a", 5]]},
-               {"t": "msg", "msg": {"id": new_ulid(), "from": [], "to": {}, "body": 5, "files": "x"}},
-               {"t": "presence", "presence": {"sessions": "x", "addresses": 5, "peers": [], "features": {}}},
-               {"t": "presence", "presence": {"sessions": [{"name": [], "tier": [], "doing": 5, "agent": {},
-                                                            "activity": [1], "branch": True}],
-                                              "known": 5, "peers": {"ab": 5, "0" * 64: "x"}}},
-               {"t": "state", "state": {"id": 5, "entries": "x"}},
-               {"t": "gate", "id": new_ulid(), "item": {"kind": [], "ref": {}, "state": 5}},
-               {"t": "notify", "id": new_ulid(), "from": "bob/x", "to": "alice/web-codex", "body": "x",
-                "sent_at": 1e308}]
+    frames += [
+        {"t": "sync", "heads": ["x", 5, [1, 2, 3], [[], {}, None]], "want": [5, [], {}]},
+        {"t": "entry", "entries": ["x", 5, [], {"by": 5, "body": "x"}]},
+        {"t": "body", "blobs": ["x", 5, [], {"lesson": []}]},
+        {"t": "receipt", "receipts": ["x", 5, {"id": [], "state": {}}]},
+        {"t": "ack", "receipts": [5, [[], {}], ["a", 5]]},
+        {"t": "msg", "msg": {"id": new_ulid(), "from": [], "to": {}, "body": 5, "files": "x"}},
+        {"t": "presence", "presence": {"sessions": "x", "addresses": 5, "peers": [], "features": {}}},
+        {
+            "t": "presence",
+            "presence": {
+                "sessions": [{"name": [], "tier": [], "doing": 5, "agent": {}, "activity": [1], "branch": True}],
+                "known": 5,
+                "peers": {"ab": 5, "0" * 64: "x"},
+            },
+        },
+        {"t": "state", "state": {"id": 5, "entries": "x"}},
+        {"t": "gate", "id": new_ulid(), "item": {"kind": [], "ref": {}, "state": 5}},
+        {"t": "notify", "id": new_ulid(), "from": "bob/x", "to": "alice/web-codex", "body": "x", "sent_at": 1e308},
+    ]
     return frames
 
 

@@ -20,15 +20,26 @@ MESH = '[mesh]\nlisten = "127.0.0.1:0"\nmdns = false\n'
 
 
 def _hook(hive: Hive, event: str, payload: dict[str, Any]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "hive.sidecar.cli", "hook", "claude-code", event],
-                          env=hive.env, input=json.dumps(payload), capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "hive.sidecar.cli", "hook", "claude-code", event],
+        env=hive.env,
+        input=json.dumps(payload),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def _payload(hive: Hive, session: str, event: str) -> dict[str, Any]:
     project = hive.home / "api"
     project.mkdir(exist_ok=True)
-    return {"session_id": session, "transcript_path": str(project / f"{session}.jsonl"), "cwd": str(project),
-            "hook_event_name": event, "reason": "other"}
+    return {
+        "session_id": session,
+        "transcript_path": str(project / f"{session}.jsonl"),
+        "cwd": str(project),
+        "hook_event_name": event,
+        "reason": "other",
+    }
 
 
 def test_a_session_end_hook_for_a_session_never_started_registers_nothing(hive: Hive) -> None:

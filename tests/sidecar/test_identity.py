@@ -63,10 +63,10 @@ def mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
-@pytest.mark.parametrize("choice", [fail.Keyring, null.Keyring, EmptyChainer],
-                         ids=["fail", "null", "empty-chainer"])
+@pytest.mark.parametrize("choice", [fail.Keyring, null.Keyring, EmptyChainer], ids=["fail", "null", "empty-chainer"])
 def test_without_a_real_keyring_the_key_goes_to_a_0600_file_with_a_clean_reason(
-        tmp_path: Path, backend: None, choice: type[KeyringBackend]) -> None:
+    tmp_path: Path, backend: None, choice: type[KeyringBackend]
+) -> None:
     keyring.set_keyring(choice())
     identity = load_identity(tmp_path)
     assert identity.store == "file"
@@ -78,7 +78,8 @@ def test_without_a_real_keyring_the_key_goes_to_a_0600_file_with_a_clean_reason(
 
 
 def test_hive_keyring_off_keeps_the_key_in_the_file_even_with_a_keyring(
-        tmp_path: Path, backend: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, backend: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     memory = MemoryKeyring()
     keyring.set_keyring(memory)
     monkeypatch.setenv("HIVE_KEYRING", "off")
@@ -102,7 +103,8 @@ def test_a_real_keyring_holds_the_key_and_the_state_folder_only_notes_where(tmp_
 
 
 def test_a_key_kept_in_a_keyring_that_is_gone_fails_clearly_rather_than_becoming_a_new_machine(
-        tmp_path: Path, backend: None) -> None:
+    tmp_path: Path, backend: None
+) -> None:
     keyring.set_keyring(MemoryKeyring())
     load_identity(tmp_path)
     keyring.set_keyring(fail.Keyring())
@@ -145,7 +147,8 @@ def test_the_private_key_never_shows_in_repr_and_signatures_verify() -> None:
 
 
 def test_a_sidecar_with_no_keyring_backend_keeps_its_key_in_a_file_and_logs_why_without_the_key(
-        make_hive: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    make_hive: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("HIVE_KEYRING", raising=False)
     monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.fail.Keyring")
     hive: Hive = make_hive()  # type: ignore[operator]

@@ -111,8 +111,11 @@ def _upward(source: str, dest: str) -> bool:
 
 
 def test_no_module_of_the_sidecar_is_over_700_lines() -> None:
-    long = {str(path.relative_to(SIDECAR)): n for path in SIDECAR.rglob("*.py")
-            if (n := len(path.read_text(encoding="utf-8").splitlines())) > 700}
+    long = {
+        str(path.relative_to(SIDECAR)): n
+        for path in SIDECAR.rglob("*.py")
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > 700
+    }
     assert not long, long
 
 
@@ -130,21 +133,30 @@ def test_nothing_imports_the_daemon_at_run_time_but_the_entry_point() -> None:
     at_run_time = []
     for path in SIDECAR.rglob("*.py"):
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        type_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
-                     and ast.unparse(block.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
-                     for stmt in block.body for n in ast.walk(stmt)}
+        type_only = {
+            id(n)
+            for block in ast.walk(tree)
+            if isinstance(block, ast.If) and ast.unparse(block.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+            for stmt in block.body
+            for n in ast.walk(stmt)
+        }
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and id(node) not in type_only and "daemon" in (node.module or ""):
                 at_run_time.append(f"{path.relative_to(SIDECAR)}:{node.lineno}")
-    assert {entry.split(":")[0] for entry in at_run_time} <= {"__main__.py", "daemon/server.py", "daemon/features.py",
-                                                              "daemon/ops.py"}, at_run_time
+    assert {entry.split(":")[0] for entry in at_run_time} <= {
+        "__main__.py",
+        "daemon/server.py",
+        "daemon/features.py",
+        "daemon/ops.py",
+    }, at_run_time
 
 
 def test_nothing_imports_the_daemon_but_the_entry_point_and_the_listed_edges() -> None:
     into_daemon = {source for (source, dest) in _edges() if dest == "daemon"} - {ENTRY_POINT}
     listed = {source for (source, dest) in STILL_UPWARD if dest == "daemon"}
-    assert into_daemon == listed, (f"new: {sorted(into_daemon - listed)}; "
-                                   f"gone, delete from STILL_UPWARD: {sorted(listed - into_daemon)}")
+    assert into_daemon == listed, (
+        f"new: {sorted(into_daemon - listed)}; gone, delete from STILL_UPWARD: {sorted(listed - into_daemon)}"
+    )
 
 
 def test_packages_import_only_downward_but_for_the_listed_edges_which_may_only_shrink() -> None:
@@ -164,7 +176,7 @@ def test_a_cycle_between_packages_exists_only_through_the_listed_upward_edges() 
     path: list[str] = []
 
     def visit(node: str) -> None:
-        assert node not in path, f"import cycle: {' -> '.join([*path[path.index(node):], node])}"
+        assert node not in path, f"import cycle: {' -> '.join([*path[path.index(node) :], node])}"
         if node in seen:
             return
         path.append(node)

@@ -20,8 +20,15 @@ PROJECT = project_id(REPO)
 
 
 def propose(hive: Hive, scope: str, text: str, **extra: Any) -> str:
-    fields = {"kind": "gotcha", "text": text, "applicability": "when running the api tests", "scope": scope,
-              "evidence": [{"kind": "file", "ref": "tests/test_api.py"}], "tags": ["pytest"], **extra}
+    fields = {
+        "kind": "gotcha",
+        "text": text,
+        "applicability": "when running the api tests",
+        "scope": scope,
+        "evidence": [{"kind": "file", "ref": "tests/test_api.py"}],
+        "tags": ["pytest"],
+        **extra,
+    }
     if scope == "project":
         fields["project"] = PROJECT
     return ok(hive, "lesson_propose", **fields)["id"]
@@ -60,8 +67,10 @@ def test_a_project_lesson_reaches_project_members_and_never_a_non_member(make_hi
     code, output = run_in_terminal_answering(alice.env, "y", "project", "confirm", "carol", "--repo", REPO)
     assert code == 0 and "members:  alice, carol" in output, output
     for m in (alice, bob, carol, dave):
-        wait_for(lambda m=m: ok(m, "project_show", project=PROJECT)["members"] == ["alice", "carol"],
-                 what="membership everywhere")
+        wait_for(
+            lambda m=m: ok(m, "project_show", project=PROJECT)["members"] == ["alice", "carol"],
+            what="membership everywhere",
+        )
     wait_for(lambda: (holds(carol, early) or {}).get("has_body"), what="the earlier project lesson once confirmed")
     lesson = propose(alice, "project", "Run the api tests with -x: the fixtures leak sockets after a failure.")
     seen = wait_for(lambda: with_body(carol, lesson), what="the lesson on carol's machine")
@@ -120,8 +129,10 @@ def test_a_retraction_deletes_the_body_on_every_machine_and_a_late_copy_is_refus
 
     carol.stop()  # offline while the lesson is retracted: it learns at its next link
     assert retract(alice, lesson, "it was wrong")["state"] == "retracted"
-    gone = wait_for(lambda: (holds(bob, lesson) or {}).get("state") == "retracted" and holds(bob, lesson),
-                    what="the retraction on bob's machine")
+    gone = wait_for(
+        lambda: (holds(bob, lesson) or {}).get("state") == "retracted" and holds(bob, lesson),
+        what="the retraction on bob's machine",
+    )
     assert not gone["has_body"] and gone["blobs"] == [] and gone["text"] == ""
     assert not holds(alice, lesson)["has_body"]
 

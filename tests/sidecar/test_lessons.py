@@ -37,15 +37,25 @@ async def found(store: LessonStore, text: str, project: str = "", others: bool =
 
 async def indexed(store: LessonStore) -> set[str]:
     return {row[0] for row in await store.store.fetchall("SELECT id FROM lesson_fts")}
+
+
 DAY = 86_400
 
 
 def lesson(author: Identity, person: str = "alice", **changes: Any) -> L.LessonBody:
     fields: dict[str, Any] = dict(
-        kind="gotcha", text="Run the api tests with -x: the fixtures leak sockets after a failure.",
-        applicability="pytest in the api repository", scope="project", project=PROJECT,
-        evidence=[L.Evidence("file", "tests/test_api.py")], tags=("pytest", "fixtures"), author_person=person,
-        author_machine=author.key_id, author_session=f"{person}/api-claude", created_at=1_700_000_000_000)
+        kind="gotcha",
+        text="Run the api tests with -x: the fixtures leak sockets after a failure.",
+        applicability="pytest in the api repository",
+        scope="project",
+        project=PROJECT,
+        evidence=[L.Evidence("file", "tests/test_api.py")],
+        tags=("pytest", "fixtures"),
+        author_person=person,
+        author_machine=author.key_id,
+        author_session=f"{person}/api-claude",
+        created_at=1_700_000_000_000,
+    )
     fields.update(changes)
     return L.new_lesson(**fields)
 
@@ -73,20 +83,23 @@ def test_a_lesson_id_is_the_sha256_of_its_canonical_content_so_the_same_lesson_f
     assert lesson(me, text="Something else entirely.").id != first.id
 
 
-@pytest.mark.parametrize(("changes", "code"), [
-    ({"evidence": []}, "lesson_no_evidence"),
-    ({"kind": "preference"}, "lesson_no_quote"),
-    ({"kind": "decision", "quote": L.Quote("bob", "   ")}, "lesson_no_quote"),
-    ({"text": "x" * (L.MAX_TEXT + 1)}, "lesson_too_long"),
-    ({"applicability": "x" * (L.MAX_APPLICABILITY + 1)}, "lesson_too_long"),
-    ({"kind": "rumour"}, "lesson_bad_kind"),
-    ({"scope": "world"}, "lesson_bad_scope"),
-    ({"project": ""}, "lesson_bad_scope"),
-    ({"project": "acme/api"}, "lesson_bad_scope"),
-    ({"text": "   "}, "lesson_invalid"),
-    ({"evidence": [L.Evidence("hunch", "I think so")]}, "lesson_invalid"),
-    ({"tags": ("Not A Tag!",)}, "lesson_invalid"),
-])
+@pytest.mark.parametrize(
+    ("changes", "code"),
+    [
+        ({"evidence": []}, "lesson_no_evidence"),
+        ({"kind": "preference"}, "lesson_no_quote"),
+        ({"kind": "decision", "quote": L.Quote("bob", "   ")}, "lesson_no_quote"),
+        ({"text": "x" * (L.MAX_TEXT + 1)}, "lesson_too_long"),
+        ({"applicability": "x" * (L.MAX_APPLICABILITY + 1)}, "lesson_too_long"),
+        ({"kind": "rumour"}, "lesson_bad_kind"),
+        ({"scope": "world"}, "lesson_bad_scope"),
+        ({"project": ""}, "lesson_bad_scope"),
+        ({"project": "acme/api"}, "lesson_bad_scope"),
+        ({"text": "   "}, "lesson_invalid"),
+        ({"evidence": [L.Evidence("hunch", "I think so")]}, "lesson_invalid"),
+        ({"tags": ("Not A Tag!",)}, "lesson_invalid"),
+    ],
+)
 def test_a_lesson_that_must_not_be_recorded_is_refused_with_its_reason_code(changes: dict[str, Any], code: str) -> None:
     assert code_of(lesson, Identity.generate(), **changes) == code
 
@@ -102,12 +115,31 @@ def test_a_preference_or_decision_that_quotes_its_person_is_accepted_and_text_at
 def test_a_lesson_from_a_request_never_takes_its_author_from_the_request() -> None:
     me = Identity.generate()
     body = L.lesson_from_request(
-        {"kind": "gotcha", "text": "t", "scope": "team", "evidence": [{"kind": "commit", "ref": "abc123"}],
-         "author_person": "mallory", "author_machine": "0" * 64},
-        author_person="alice", author_machine=me.key_id, author_session="alice/x", created_at=1)
+        {
+            "kind": "gotcha",
+            "text": "t",
+            "scope": "team",
+            "evidence": [{"kind": "commit", "ref": "abc123"}],
+            "author_person": "mallory",
+            "author_machine": "0" * 64,
+        },
+        author_person="alice",
+        author_machine=me.key_id,
+        author_session="alice/x",
+        created_at=1,
+    )
     assert (body.author_person, body.author_machine, body.project) == ("alice", me.key_id, "")
-    assert code_of(L.lesson_from_request, {"kind": "gotcha", "text": "t", "scope": "team"}, author_person="alice",
-                   author_machine=me.key_id, author_session="alice/x", created_at=1) == "lesson_no_evidence"
+    assert (
+        code_of(
+            L.lesson_from_request,
+            {"kind": "gotcha", "text": "t", "scope": "team"},
+            author_person="alice",
+            author_machine=me.key_id,
+            author_session="alice/x",
+            created_at=1,
+        )
+        == "lesson_no_evidence"
+    )
 
 
 def test_the_header_and_body_travel_apart_and_only_a_matching_body_rebuilds_the_lesson() -> None:
@@ -131,11 +163,23 @@ def team() -> dict[str, Any]:
     assert state.link is not None
     link = roster.secret_hash(state.link.body.secret)
     for ident, person, machine in ((desk, "alice", "desk"), (bob, "bob", "box")):
-        state = roster.absorb(state, [roster.Entry("admission", roster.sign(
-            alice, state.id, "admission", roster.Member(key=ident.key_id, person=person, machine=machine,
-                                                        ts=roster.now_ms(), redeems=link)))])[0]
-    return {"state": state, "roster": roster.view(state), "alice": alice, "desk": desk, "bob": bob,
-            "mallory": mallory}
+        state = roster.absorb(
+            state,
+            [
+                roster.Entry(
+                    "admission",
+                    roster.sign(
+                        alice,
+                        state.id,
+                        "admission",
+                        roster.Member(
+                            key=ident.key_id, person=person, machine=machine, ts=roster.now_ms(), redeems=link
+                        ),
+                    ),
+                )
+            ],
+        )[0]
+    return {"state": state, "roster": roster.view(state), "alice": alice, "desk": desk, "bob": bob, "mallory": mallory}
 
 
 def test_an_entry_verifies_only_unaltered_in_its_own_team_and_from_a_roster_machine(team: dict[str, Any]) -> None:
@@ -214,7 +258,8 @@ async def copy_logs(source: LessonStore, target: LessonStore) -> list[str]:
 
 
 async def test_a_proposal_is_held_after_a_day_unanswered_and_proposed_again_once_asked_again(
-        stores: dict[str, LessonStore], team: dict[str, Any]) -> None:
+    stores: dict[str, LessonStore], team: dict[str, Any]
+) -> None:
     store = stores["alice"]
     view = await store.propose(lesson(team["alice"]))
     assert view.state == "proposed" and view.text.startswith("Run the api tests") and view.local
@@ -227,7 +272,8 @@ async def test_a_proposal_is_held_after_a_day_unanswered_and_proposed_again_once
 
 
 async def test_the_first_review_decides_and_a_decided_lesson_cannot_be_reviewed_again(
-        stores: dict[str, LessonStore], team: dict[str, Any]) -> None:
+    stores: dict[str, LessonStore], team: dict[str, Any]
+) -> None:
     store = stores["alice"]
     body = lesson(team["alice"])
     await store.propose(body)
@@ -249,7 +295,8 @@ async def test_the_first_review_decides_and_a_decided_lesson_cannot_be_reviewed_
 
 
 async def test_an_edit_needs_its_text_within_the_limit_and_only_an_edit_carries_text(
-        stores: dict[str, LessonStore], team: dict[str, Any]) -> None:
+    stores: dict[str, LessonStore], team: dict[str, Any]
+) -> None:
     store = stores["alice"]
     body = lesson(team["alice"])
     await store.propose(body)
@@ -261,7 +308,8 @@ async def test_an_edit_needs_its_text_within_the_limit_and_only_an_edit_carries_
 
 
 async def test_a_reviewer_may_narrow_the_scope_but_never_widen_it(
-        stores: dict[str, LessonStore], team: dict[str, Any]) -> None:
+    stores: dict[str, LessonStore], team: dict[str, Any]
+) -> None:
     store = stores["alice"]
     narrowed = lesson(team["alice"], scope="team", project="", text="Use the shared runner.")
     await store.propose(narrowed)
@@ -274,7 +322,8 @@ async def test_a_reviewer_may_narrow_the_scope_but_never_widen_it(
 
 
 async def test_a_lesson_narrowed_after_it_travelled_is_not_shown_outside_its_approved_scope(
-        stores: dict[str, LessonStore], team: dict[str, Any]) -> None:
+    stores: dict[str, LessonStore], team: dict[str, Any]
+) -> None:
     alice, bob = stores["alice"], stores["bob"]
     mine = lesson(team["alice"], scope="team", project="", text="Alice keeps her notes in notes.md.")
     api = lesson(team["alice"], scope="team", project="", text="The api notes live in docs/api.md.")
@@ -289,7 +338,8 @@ async def test_a_lesson_narrowed_after_it_travelled_is_not_shown_outside_its_app
 
 
 async def test_superseding_needs_a_verified_lesson_and_the_old_one_is_superseded_once_the_new_one_is_verified(
-        stores: dict[str, LessonStore], team: dict[str, Any]) -> None:
+    stores: dict[str, LessonStore], team: dict[str, Any]
+) -> None:
     store = stores["alice"]
     old = lesson(team["alice"])
     await store.propose(old)
@@ -313,7 +363,8 @@ async def test_superseding_needs_a_verified_lesson_and_the_old_one_is_superseded
 
 
 async def test_only_the_author_or_a_reviewer_retracts_and_retraction_deletes_the_text_and_its_index(
-        stores: dict[str, LessonStore], team: dict[str, Any]) -> None:
+    stores: dict[str, LessonStore], team: dict[str, Any]
+) -> None:
     alice, bob = stores["alice"], stores["bob"]
     body = lesson(team["alice"], scope="team", project="")
     await alice.propose(body)
@@ -337,7 +388,8 @@ async def test_only_the_author_or_a_reviewer_retracts_and_retraction_deletes_the
 
 
 async def test_a_review_made_on_the_reviewers_machine_verifies_the_lesson_on_the_authors(
-        stores: dict[str, LessonStore], team: dict[str, Any]) -> None:
+    stores: dict[str, LessonStore], team: dict[str, Any]
+) -> None:
     alice, bob = stores["alice"], stores["bob"]
     body = lesson(team["alice"], scope="team", project="")
     await alice.propose(body)
@@ -351,7 +403,8 @@ async def test_a_review_made_on_the_reviewers_machine_verifies_the_lesson_on_the
 
 
 async def test_when_two_reviewers_answer_at_once_the_earlier_review_decides_on_every_machine(
-        stores: dict[str, LessonStore], team: dict[str, Any]) -> None:
+    stores: dict[str, LessonStore], team: dict[str, Any]
+) -> None:
     alice, bob = stores["alice"], stores["bob"]
     body = lesson(team["alice"], scope="team", project="")
     await alice.propose(body)
@@ -367,7 +420,8 @@ async def test_when_two_reviewers_answer_at_once_the_earlier_review_decides_on_e
 
 
 async def test_logs_are_taken_in_order_without_gaps_and_duplicates_change_nothing(
-        stores: dict[str, LessonStore], team: dict[str, Any]) -> None:
+    stores: dict[str, LessonStore], team: dict[str, Any]
+) -> None:
     alice, bob = stores["alice"], stores["bob"]
     first = lesson(team["alice"], scope="team", project="", text="First.")
     second = lesson(team["alice"], scope="team", project="", text="Second.")
@@ -388,7 +442,8 @@ async def test_logs_are_taken_in_order_without_gaps_and_duplicates_change_nothin
 
 
 async def test_another_persons_personal_log_and_forged_entries_are_refused_on_arrival(
-        stores: dict[str, LessonStore], team: dict[str, Any]) -> None:
+    stores: dict[str, LessonStore], team: dict[str, Any]
+) -> None:
     alice, desk, bob = stores["alice"], stores["desk"], stores["bob"]
     personal = lesson(team["alice"], scope="personal", project="", text="My own habit.")
     await alice.propose(personal)
@@ -401,7 +456,8 @@ async def test_another_persons_personal_log_and_forged_entries_are_refused_on_ar
 
 
 async def test_lessons_proposed_on_a_lone_machine_travel_once_it_joins_a_team(
-        team: dict[str, Any], stores: dict[str, LessonStore], tmp_path: Path) -> None:
+    team: dict[str, Any], stores: dict[str, LessonStore], tmp_path: Path
+) -> None:
     db = await Store.open(tmp_path / "lone.db")
     try:
         current = {"ctx": Context(team_id="", identity=team["alice"], person="alice", roster=None)}
@@ -413,8 +469,9 @@ async def test_lessons_proposed_on_a_lone_machine_travel_once_it_joins_a_team(
         body = lesson(team["alice"], scope="team", project="")
         assert (await lone.propose(body)).state == "proposed"  # no team: kept here, signed for none
         assert await lone.adopt_team() == 0
-        current["ctx"] = Context(team_id=team["state"].id, identity=team["alice"], person="alice",
-                                 roster=team["roster"])
+        current["ctx"] = Context(
+            team_id=team["state"].id, identity=team["alice"], person="alice", roster=team["roster"]
+        )
         assert await lone.adopt_team() == 1
         assert await lone.adopt_team() == 0
         assert await copy_logs(lone, stores["bob"]) == ["added", "added"]
@@ -424,7 +481,8 @@ async def test_lessons_proposed_on_a_lone_machine_travel_once_it_joins_a_team(
 
 
 async def test_citations_count_locally_and_the_outcome_rate_starts_at_one_half(
-        stores: dict[str, LessonStore], team: dict[str, Any]) -> None:
+    stores: dict[str, LessonStore], team: dict[str, Any]
+) -> None:
     store = stores["alice"]
     body = lesson(team["alice"])
     view = await store.propose(body)
@@ -449,9 +507,15 @@ async def test_drafts_stay_local_until_proposed(stores: dict[str, LessonStore], 
 
 
 def test_every_spelling_of_one_remote_is_one_project() -> None:
-    spellings = ["git@github.com:acme/api.git", "git@github.com:acme/api", "https://github.com/acme/api",
-                 "https://github.com/acme/api.git", "ssh://git@github.com:22/acme/api.git",
-                 "https://user:secret@GitHub.com/Acme/API/", "github.com/acme/api"]
+    spellings = [
+        "git@github.com:acme/api.git",
+        "git@github.com:acme/api",
+        "https://github.com/acme/api",
+        "https://github.com/acme/api.git",
+        "ssh://git@github.com:22/acme/api.git",
+        "https://user:secret@GitHub.com/Acme/API/",
+        "github.com/acme/api",
+    ]
     assert {normalise_remote(s) for s in spellings} == {"https://github.com/acme/api"}
     assert {project_id(s) for s in spellings} == {PROJECT}
     assert project_id("https://github.com/acme/web") != PROJECT
@@ -483,7 +547,8 @@ def test_a_project_entry_of_another_team_or_altered_is_refused_by_the_roster(tea
     merged, refused = roster.absorb(state, [roster.Entry("project", entry)])
     assert refused and merged.projects == {}
     good = roster.sign(alice, state.id, "project", roster.ProjectMember(PROJECT, "alice", "owner", roster.now_ms()))
-    altered = dataclasses.replace(good, raw={**good.raw, "person": "bob"},
-                                  body=dataclasses.replace(good.body, person="bob"))
+    altered = dataclasses.replace(
+        good, raw={**good.raw, "person": "bob"}, body=dataclasses.replace(good.body, person="bob")
+    )
     merged, refused = roster.absorb(state, [roster.Entry("project", altered)])
     assert refused and merged.projects == {}

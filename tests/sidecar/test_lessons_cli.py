@@ -27,27 +27,54 @@ def error_code(result: Any) -> str:
 
 
 def test_a_lesson_without_evidence_or_a_preference_without_the_persons_words_is_refused_with_its_code(
-        hive: Hive) -> None:
+    hive: Hive,
+) -> None:
     no_evidence = run(hive, "lessons", "propose", "Run the tests with -x", "--kind", "workflow", "--scope", "team")
     assert no_evidence.returncode == 1
     assert error_code(no_evidence) == "lesson_no_evidence"
-    hearsay = run(hive, "lessons", "propose", "Bob prefers squash merges", "--kind", "preference", "--scope", "team",
-                  "--evidence", "message:01JA")
+    hearsay = run(
+        hive,
+        "lessons",
+        "propose",
+        "Bob prefers squash merges",
+        "--kind",
+        "preference",
+        "--scope",
+        "team",
+        "--evidence",
+        "message:01JA",
+    )
     assert error_code(hearsay) == "lesson_no_quote"
-    too_long = run(hive, "lessons", "propose", "x" * 1201, "--kind", "gotcha", "--scope", "team",
-                   "--evidence", "file:a.py")
+    too_long = run(
+        hive, "lessons", "propose", "x" * 1201, "--kind", "gotcha", "--scope", "team", "--evidence", "file:a.py"
+    )
     assert error_code(too_long) == "lesson_too_long"
-    outside = run(hive, "lessons", "propose", "Use the VPN", "--kind", "gotcha", "--scope", "project",
-                  "--evidence", "file:a.py", cwd=Path("/"))
+    outside = run(
+        hive,
+        "lessons",
+        "propose",
+        "Use the VPN",
+        "--kind",
+        "gotcha",
+        "--scope",
+        "project",
+        "--evidence",
+        "file:a.py",
+        cwd=Path("/"),
+    )
     assert error_code(outside) == "lesson_bad_scope"
     assert run_json(hive, "lessons", "list")["lessons"] == []  # nothing half-recorded
 
 
 def test_a_proposal_is_unseen_until_its_reviewer_types_approve_then_it_is_found_shown_listed_and_cited(
-        hive: Hive) -> None:
-    proposed = propose(hive, "The staging database only answers over the VPN; connect it before running psql.",
-                       evidence=("file:db/staging.toml", "command:psql -h staging"),
-                       extra=("--applicability", "connecting to the staging database", "--tag", "db"))
+    hive: Hive,
+) -> None:
+    proposed = propose(
+        hive,
+        "The staging database only answers over the VPN; connect it before running psql.",
+        evidence=("file:db/staging.toml", "command:psql -h staging"),
+        extra=("--applicability", "connecting to the staging database", "--tag", "db"),
+    )
     lesson = proposed["id"]
     assert (proposed["state"], proposed["reviewer"], proposed["reviewer_why"]) == ("proposed", "alice", "proposer")
     assert run_json(hive, "lessons", "search", "staging", "vpn")["lessons"] == []
@@ -85,8 +112,9 @@ def test_reject_and_edit_are_typed_verdicts_and_only_the_edited_text_is_recalled
     edited = propose(hive, "Teh build cache lives in .cache/build.", kind="convention")["id"]
     code, output = at_terminal(hive, "reject", "lessons", "reject", rejected, "--note", "not true")
     assert code == 0, output
-    code, output = at_terminal(hive, "edit", "lessons", "edit", edited, "The build cache lives in .cache/build;",
-                               "clear it with make clean.")
+    code, output = at_terminal(
+        hive, "edit", "lessons", "edit", edited, "The build cache lives in .cache/build;", "clear it with make clean."
+    )
     assert code == 0, output
     assert state(hive, rejected) == "rejected"
     assert state(hive, edited) == "verified"
@@ -98,11 +126,24 @@ def test_reject_and_edit_are_typed_verdicts_and_only_the_edited_text_is_recalled
 
 
 def test_a_superseding_lesson_replaces_the_old_one_once_verified_and_retracting_it_brings_the_old_back(
-        hive: Hive) -> None:
+    hive: Hive,
+) -> None:
     old = propose(hive, "Deploys go out with make deploy.", kind="workflow", evidence=("file:Makefile",))["id"]
     approve(hive, old)
-    result = run(hive, "lessons", "supersede", old, "Deploys go out with make release since March.", "--kind",
-                 "workflow", "--scope", "team", "--evidence", "file:Makefile", "--json")
+    result = run(
+        hive,
+        "lessons",
+        "supersede",
+        old,
+        "Deploys go out with make release since March.",
+        "--kind",
+        "workflow",
+        "--scope",
+        "team",
+        "--evidence",
+        "file:Makefile",
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     new = json.loads(result.stdout)["id"]
     assert [f["id"] for f in run_json(hive, "lessons", "search", "deploys")["lessons"]] == [old]  # until reviewed
@@ -121,8 +162,9 @@ def test_a_superseding_lesson_replaces_the_old_one_once_verified_and_retracting_
 
 def test_a_project_lesson_is_filed_under_the_repository_it_was_proposed_in(hive: Hive, tmp_path: Path) -> None:
     repo = git_repo(tmp_path / "api", origin="git@github.com:acme/api.git")
-    proposed = propose(hive, "The api's fixtures need TZ=UTC.", scope="project", evidence=("file:tests/conftest.py",),
-                       cwd=repo)
+    proposed = propose(
+        hive, "The api's fixtures need TZ=UTC.", scope="project", evidence=("file:tests/conftest.py",), cwd=repo
+    )
     from hive.sidecar.team.projects import project_id
 
     assert proposed["project"] == project_id("https://github.com/acme/api")
@@ -162,13 +204,18 @@ def test_a_held_proposal_is_put_in_its_reviewers_digest_once_and_stays_pending(h
     for seen in (by_tool, digest):
         [group] = seen["groups"]
         assert group["source"] == "review" and [i["state"] for i in group["items"]] == ["digest"]
-        assert lesson[:12] in group["items"][0]["title"] and {"kind": "lesson", "ref": lesson} in \
-            group["items"][0]["evidence"]
+        assert (
+            lesson[:12] in group["items"][0]["title"]
+            and {"kind": "lesson", "ref": lesson} in group["items"][0]["evidence"]
+        )
     assert later["held"] == 0  # listed once, not asked again
     assert [(p["id"], p["state"]) for p in pending] == [(lesson, "held")]
     rows = [r for r in ok(hive, "gate_ledger")["rows"] if r["source"] == "review"]
-    assert [(r["outcome"], r["rule"]) for r in rows] == [("deliver", "now.requested"), ("digest", "deliver.failed"),
-                                                         ("digest", "urgency.info")]
+    assert [(r["outcome"], r["rule"]) for r in rows] == [
+        ("deliver", "now.requested"),
+        ("digest", "deliver.failed"),
+        ("digest", "urgency.info"),
+    ]
 
 
 def beacon_db(path: Path) -> Path:
@@ -180,22 +227,64 @@ def beacon_db(path: Path) -> Path:
     evidence = [{"trace_id": "tr_1", "event_ids": ["ev_3", "ev_4"], "summary": "psql failed, then worked on VPN"}]
 
     def record(schema: str, id_: str, **fields: Any) -> str:
-        return json.dumps({"schema_version": f"beacon.learning.v1.{schema}", "id": id_, "project": project,
-                           "evidence": evidence, "tags": ["Staging DB"], **fields})
+        return json.dumps(
+            {
+                "schema_version": f"beacon.learning.v1.{schema}",
+                "id": id_,
+                "project": project,
+                "evidence": evidence,
+                "tags": ["Staging DB"],
+                **fields,
+            }
+        )
 
-    db.execute("INSERT INTO memories VALUES ('m1', 'sha256:x', '', ?)", (record(
-        "memory", "m1", kind="gotcha", title="Staging needs the VPN", body="Connect the VPN before psql.",
-        applicability="staging database"),))
-    db.execute("INSERT INTO memories VALUES ('m2', 'sha256:x', '', ?)", (record(
-        "memory", "m2", kind="gotcha", title="Old", body="Superseded advice.", superseded_by="m1"),))
-    db.execute("INSERT INTO candidates VALUES ('c1', 'candidate', 'sha256:x', ?)", (record(
-        "candidate", "c1", state="candidate", kind="debugging_pattern", title="Flaky login test",
-        body="Retry once; the fixture races the token refresh."),))
-    db.execute("INSERT INTO candidates VALUES ('c2', 'candidate', 'sha256:x', ?)", (record(
-        "candidate", "c2", state="candidate", kind="correction", title="Scored",
-        body="The evaluator returned scores with no rationale, so no lesson text was extracted."),))
-    db.execute("INSERT INTO candidates VALUES ('c3', 'rejected', 'sha256:x', ?)", (record(
-        "candidate", "c3", state="rejected", kind="gotcha", title="Nope", body="Rejected."),))
+    db.execute(
+        "INSERT INTO memories VALUES ('m1', 'sha256:x', '', ?)",
+        (
+            record(
+                "memory",
+                "m1",
+                kind="gotcha",
+                title="Staging needs the VPN",
+                body="Connect the VPN before psql.",
+                applicability="staging database",
+            ),
+        ),
+    )
+    db.execute(
+        "INSERT INTO memories VALUES ('m2', 'sha256:x', '', ?)",
+        (record("memory", "m2", kind="gotcha", title="Old", body="Superseded advice.", superseded_by="m1"),),
+    )
+    db.execute(
+        "INSERT INTO candidates VALUES ('c1', 'candidate', 'sha256:x', ?)",
+        (
+            record(
+                "candidate",
+                "c1",
+                state="candidate",
+                kind="debugging_pattern",
+                title="Flaky login test",
+                body="Retry once; the fixture races the token refresh.",
+            ),
+        ),
+    )
+    db.execute(
+        "INSERT INTO candidates VALUES ('c2', 'candidate', 'sha256:x', ?)",
+        (
+            record(
+                "candidate",
+                "c2",
+                state="candidate",
+                kind="correction",
+                title="Scored",
+                body="The evaluator returned scores with no rationale, so no lesson text was extracted.",
+            ),
+        ),
+    )
+    db.execute(
+        "INSERT INTO candidates VALUES ('c3', 'rejected', 'sha256:x', ?)",
+        (record("candidate", "c3", state="rejected", kind="gotcha", title="Nope", body="Rejected."),),
+    )
     db.commit()
     db.close()
     return path
@@ -221,8 +310,13 @@ def test_import_brings_beacon_lessons_in_as_proposals_with_their_evidence(hive: 
 
 def test_propose_help_names_every_kind_and_fits_100_columns(hive: Hive) -> None:
     # A 100-column terminal; argparse wraps its help text to it, but not a list of choices.
-    done = subprocess.run([sys.executable, "-m", "hive.sidecar.cli", "lessons", "propose", "--help"],
-                          env={**hive.env, "COLUMNS": "100"}, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "hive.sidecar.cli", "lessons", "propose", "--help"],
+        env={**hive.env, "COLUMNS": "100"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0
     assert "--kind KIND" in done.stdout and "debugging_pattern" in done.stdout
     assert max(len(line) for line in done.stdout.splitlines()) <= 100

@@ -21,8 +21,9 @@ def test_the_first_client_starts_a_sidecar_when_none_is_running(make_hive: Any) 
 
 
 def test_a_second_sidecar_on_the_same_folder_refuses_at_once(hive: Hive) -> None:
-    result = subprocess.run([sys.executable, "-m", "hive.sidecar"], env=hive.env,
-                            capture_output=True, text=True, timeout=30)
+    result = subprocess.run(
+        [sys.executable, "-m", "hive.sidecar"], env=hive.env, capture_output=True, text=True, timeout=30
+    )
     assert result.returncode == 1
     assert "already running" in result.stderr and str(hive.pid()) in result.stderr
     assert hive.request({"id": 1, "op": "ping"})["result"]["pid"] == hive.pid()
@@ -39,8 +40,13 @@ def test_a_stale_socket_and_lock_left_by_a_crash_do_not_stop_the_next_start(hive
 def test_state_files_and_socket_are_private_to_the_user(hive: Hive) -> None:
     hive.cli("send", "alice/terminal", "hi", check=True)
     assert stat.S_IMODE(os.stat(hive.home).st_mode) == 0o700
-    for path in [hive.paths.socket, hive.paths.database, hive.paths.lock, hive.paths.log,
-                 Path(f"{hive.paths.database}-wal")]:
+    for path in [
+        hive.paths.socket,
+        hive.paths.database,
+        hive.paths.lock,
+        hive.paths.log,
+        Path(f"{hive.paths.database}-wal"),
+    ]:
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o600, path
 
 
@@ -75,9 +81,13 @@ def test_it_logs_to_a_file_in_the_state_folder(hive: Hive) -> None:
 def test_a_client_that_cannot_start_a_sidecar_exits_2_with_the_reason(tmp_path: Path) -> None:
     blocked = tmp_path / "file-not-folder"
     blocked.write_text("")
-    result = subprocess.run([sys.executable, "-m", "hive.sidecar.cli", "who"],
-                            env={**os.environ, "HIVE_HOME": str(blocked / "home")},
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "hive.sidecar.cli", "who"],
+        env={**os.environ, "HIVE_HOME": str(blocked / "home")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2
     assert result.stderr.startswith("hive: ") and len(result.stderr.strip().splitlines()) == 1
 

@@ -45,12 +45,14 @@ def test_an_agents_reply_to_a_persons_terminal_arrives_in_their_inbox_on_their_m
     question = ok(bob, "send", to=api, body="is the build green?")["results"][0]
     wait_for(lambda: unread(alice, session="a1"), what="bob's question in alice's session")
 
-    reply = ok(alice, "send", **{"from": "a1", "to": "bob/terminal", "body": "green since 10:02",
-                                 "reply_to": question["id"]})["results"]
+    reply = ok(
+        alice, "send", **{"from": "a1", "to": "bob/terminal", "body": "green since 10:02", "reply_to": question["id"]}
+    )["results"]
     assert [(r["to"], r.get("machine")) for r in reply] == [("bob/terminal", "m2")], reply
     got = wait_for(lambda: unread(bob), what="the reply in bob's terminal mailbox")
     assert [(m["from"], m["body"], m["reply_to"]) for m in got] == [
-        ("alice/api-codex", "green since 10:02", question["id"])]
+        ("alice/api-codex", "green since 10:02", question["id"])
+    ]
     assert unread(alice) == [], "the reply stayed in alice's own terminal mailbox"
     assert "bob" in reply[0]["note"] and "m2" in reply[0]["note"], reply[0]
     assert [m["body"] for m in read(bob)] == ["green since 10:02"]
@@ -61,14 +63,17 @@ def test_an_agents_reply_to_a_persons_terminal_arrives_in_their_inbox_on_their_m
 def test_a_reply_to_a_person_whose_machine_is_offline_arrives_when_it_is_back(make_hive: Any) -> None:
     alice, bob = form_team(make_hive, ["alice", "bob"])
     register(alice, "a1", "/src/api")
-    question = wait_for(lambda: (r := attempt(bob, to="alice/api-codex", body="deploy today?"))["ok"] and r,
-                        what="bob's machine to see alice's session")["result"]["results"][0]
+    question = wait_for(
+        lambda: (r := attempt(bob, to="alice/api-codex", body="deploy today?"))["ok"] and r,
+        what="bob's machine to see alice's session",
+    )["result"]["results"][0]
     wait_for(lambda: unread(alice, session="a1"), what="bob's question at alice's")
     bob.stop()  # bob shut his laptop
     wait_for(lambda: linked(alice) == 0, what="alice's machine to notice bob's is gone")
 
-    reply = ok(alice, "send", **{"from": "a1", "to": "bob/terminal", "body": "yes, at 3",
-                                 "reply_to": question["id"]})["results"][0]
+    reply = ok(alice, "send", **{"from": "a1", "to": "bob/terminal", "body": "yes, at 3", "reply_to": question["id"]})[
+        "results"
+    ][0]
     assert reply["state"] == "queued" and sent(alice, reply["id"])["in_outbox"], reply
     bob.start()
     got = wait_for(lambda: unread(bob), what="the reply at bob's once his machine is back")
@@ -104,8 +109,10 @@ def test_a_named_mailbox_takes_a_teammates_agents_mail_and_hive_inbox_as_reads_i
     assert "bob/ci" in empty
     assert attempt(bob, to="bob/nothing-here", body="x")["error"]["code"] == "not_found"
 
-    result = wait_for(lambda: (r := attempt(alice, **{"from": "a1", "to": "bob/ci", "body": "rerun the nightly"}))["ok"]
-                      and r, what="alice's machine to learn bob's mailbox")["result"]["results"][0]
+    result = wait_for(
+        lambda: (r := attempt(alice, **{"from": "a1", "to": "bob/ci", "body": "rerun the nightly"}))["ok"] and r,
+        what="alice's machine to learn bob's mailbox",
+    )["result"]["results"][0]
     assert result.get("machine") == "m2", result
     wait_for(lambda: unread(bob, **{"as": "ci"}), what="the message in bob/ci")
     assert unread(bob) == [], "mail for bob/ci went to bob's terminal mailbox"
@@ -117,11 +124,18 @@ def test_a_named_mailbox_takes_a_teammates_agents_mail_and_hive_inbox_as_reads_i
 def test_hive_listen_as_a_name_waits_for_the_next_message_to_that_mailbox(make_hive: Any) -> None:
     alice, bob = form_team(make_hive, ["alice", "bob"])
     register(alice, "a1", "/src/api")
-    listener = subprocess.Popen([sys.executable, "-m", "hive.sidecar.cli", "listen", "--as", "notes"],
-                                env=bob.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    listener = subprocess.Popen(
+        [sys.executable, "-m", "hive.sidecar.cli", "listen", "--as", "notes"],
+        env=bob.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        wait_for(lambda: attempt(alice, **{"from": "a1", "to": "bob/notes", "body": "remember the tag"})["ok"],
-                 what="the listener to open bob/notes and alice's machine to learn it")
+        wait_for(
+            lambda: attempt(alice, **{"from": "a1", "to": "bob/notes", "body": "remember the tag"})["ok"],
+            what="the listener to open bob/notes and alice's machine to learn it",
+        )
         out, err = listener.communicate(timeout=60)
     finally:
         listener.kill()
@@ -140,13 +154,27 @@ def test_a_session_never_takes_the_name_of_a_named_mailbox(make_hive: Any) -> No
 
 
 def _entry(person: str, machine: str, name: str, repo: str = "") -> Entry:
-    return Entry(person=person, machine=machine, name=name, agent="codex", repo=repo, branch="", folder="",
-                 doing="", tier="pull", live=True)
+    return Entry(
+        person=person,
+        machine=machine,
+        name=name,
+        agent="codex",
+        repo=repo,
+        branch="",
+        folder="",
+        doing="",
+        tier="pull",
+        live=True,
+    )
 
 
 def test_a_group_with_a_machine_reaches_only_that_machines_sessions() -> None:
-    directory = [_entry("alice", "xps", "api", "acme/api"), _entry("alice", "mini", "web", "acme/web"),
-                 _entry("alice", "mini", "api-2", "acme/api"), _entry("bob", "xps", "docs")]
+    directory = [
+        _entry("alice", "xps", "api", "acme/api"),
+        _entry("alice", "mini", "web", "acme/web"),
+        _entry("alice", "mini", "api-2", "acme/api"),
+        _entry("bob", "xps", "docs"),
+    ]
     people = {"alice", "bob"}
 
     def names(to: str) -> list[str]:

@@ -28,8 +28,20 @@ from tests.conftest import REPO, Hive
 pytestmark = pytest.mark.anyio
 
 HIVE_MCP = [sys.executable, "-m", "hive.sidecar.cli", "mcp"]
-TOOLS = {"list_team", "send_message", "check_inbox", "whoami", "rename", "ask_user", "team", "digest",
-         "search_memory", "get_memory_context", "propose_lesson", "cite_lesson"}
+TOOLS = {
+    "list_team",
+    "send_message",
+    "check_inbox",
+    "whoami",
+    "rename",
+    "ask_user",
+    "team",
+    "digest",
+    "search_memory",
+    "get_memory_context",
+    "propose_lesson",
+    "cite_lesson",
+}
 INSPECTOR = REPO / ".cache" / "npm" / "node_modules" / ".bin" / "mcp-inspector"
 
 
@@ -39,13 +51,14 @@ def _stderr_file(path: Path) -> TextIO:
 
 
 @contextlib.asynccontextmanager
-async def hive_mcp(hive: Hive, *, client: str = "codex-mcp-client", env: dict[str, str] | None = None,
-                   mode: str = "legacy") -> AsyncIterator[Client]:
+async def hive_mcp(
+    hive: Hive, *, client: str = "codex-mcp-client", env: dict[str, str] | None = None, mode: str = "legacy"
+) -> AsyncIterator[Client]:
     """One ``hive mcp`` process for this machine, as a harness would start it."""
     project = hive.home / "api"
     project.mkdir(exist_ok=True)
     params = StdioServerParameters(
-        command=HIVE_MCP[0], args=HIVE_MCP[1:], env={"HIVE_HOME": str(hive.home), **(env or {})}, cwd=project,
+        command=HIVE_MCP[0], args=HIVE_MCP[1:], env={"HIVE_HOME": str(hive.home), **(env or {})}, cwd=project
     )
     with _stderr_file(hive.home / "mcp.stderr") as errlog:
         transport = stdio_client(params, errlog=errlog)
@@ -78,14 +91,15 @@ def error_code(result: CallToolResult) -> str:
 async def send_from_cli(hive: Hive, to: str, message: str) -> dict[str, Any]:
     """``hive send`` as a person would type it, without blocking the event loop the client runs on."""
     completed = await anyio.run_process(
-        [sys.executable, "-m", "hive.sidecar.cli", "send", "--json", to, message], env=hive.env,
+        [sys.executable, "-m", "hive.sidecar.cli", "send", "--json", to, message], env=hive.env
     )
     return dict(json.loads(completed.stdout))
 
 
 async def who_from_cli(hive: Hive) -> dict[str, Any]:
-    completed = await anyio.run_process([sys.executable, "-m", "hive.sidecar.cli", "who", "--all", "--json"],
-                                        env=hive.env)
+    completed = await anyio.run_process(
+        [sys.executable, "-m", "hive.sidecar.cli", "who", "--all", "--json"], env=hive.env
+    )
     return dict(json.loads(completed.stdout))
 
 
@@ -93,8 +107,7 @@ async def address_of(session: Client, key: str) -> str:
     return str(data(await call(session, "whoami", as_=key))["address"])
 
 
-async def test_the_server_initializes_and_offers_hives_tools_with_the_skills_behaviour_rules(
-        make_hive: Any) -> None:
+async def test_the_server_initializes_and_offers_hives_tools_with_the_skills_behaviour_rules(make_hive: Any) -> None:
     hive = make_hive()
     async with hive_mcp(hive) as session:
         listed = await session.list_tools()
@@ -110,7 +123,8 @@ async def test_the_server_initializes_and_offers_hives_tools_with_the_skills_beh
 
 
 async def test_the_server_also_speaks_the_per_request_protocol_and_names_the_agent_from_each_request(
-        make_hive: Any) -> None:
+    make_hive: Any,
+) -> None:
     hive = make_hive()
     async with hive_mcp(hive, client="gemini-cli-mcp-client", mode="auto") as session:
         me = data(await call(session, "whoami", as_="gem-1"))
@@ -120,8 +134,7 @@ async def test_the_server_also_speaks_the_per_request_protocol_and_names_the_age
     assert me["agent"] == "gemini"
 
 
-async def test_whoami_takes_the_session_from_the_calls_meta_and_the_agent_from_client_info(
-        make_hive: Any) -> None:
+async def test_whoami_takes_the_session_from_the_calls_meta_and_the_agent_from_client_info(make_hive: Any) -> None:
     hive = make_hive()
     async with hive_mcp(hive) as session:
         me = data(await call(session, "whoami", as_="thread-1"))
@@ -133,8 +146,7 @@ async def test_whoami_takes_the_session_from_the_calls_meta_and_the_agent_from_c
     assert me["tier"] == "pull"
 
 
-async def test_two_sessions_in_one_process_are_told_apart_by_meta_and_can_message_each_other(
-        make_hive: Any) -> None:
+async def test_two_sessions_in_one_process_are_told_apart_by_meta_and_can_message_each_other(make_hive: Any) -> None:
     hive = make_hive()
     async with hive_mcp(hive, client="opencode") as session:
         first = await address_of(session, "ses_one")
@@ -155,8 +167,9 @@ async def test_two_sessions_in_one_process_are_told_apart_by_meta_and_can_messag
     assert data(own)["ids"] == []
     # What entered ses_two's model context, and through which door (hive events).
     recorded = hive.request({"id": 1, "op": "events", "session": "ses_two", "action": "team.message.injected"})
-    assert [(json.loads(e["detail"])["id"], json.loads(e["detail"])["channel"])
-            for e in recorded["result"]["events"]] == [(sent["results"][0]["id"], "mcp")]
+    assert [
+        (json.loads(e["detail"])["id"], json.loads(e["detail"])["channel"]) for e in recorded["result"]["events"]
+    ] == [(sent["results"][0]["id"], "mcp")]
 
 
 async def test_every_result_carries_an_unread_notice_while_mail_waits(make_hive: Any) -> None:
@@ -190,8 +203,10 @@ async def test_an_agent_addressing_a_group_gets_group_refused(make_hive: Any) ->
     hive = make_hive()
     async with hive_mcp(hive) as session:
         await address_of(session, "other")
-        results = [await call(session, "send_message", as_="s1", to=to, message="hi all")
-                   for to in ("*", "alice/*", "repo:acme/api")]
+        results = [
+            await call(session, "send_message", as_="s1", to=to, message="hi all")
+            for to in ("*", "alice/*", "repo:acme/api")
+        ]
 
     assert [error_code(r) for r in results] == ["group_refused"] * 3
 
@@ -258,13 +273,13 @@ async def test_without_an_exact_id_the_spawn_environment_names_the_session(make_
     assert (second["key"], second["via"]) == ("claude-env-1", "env")
 
 
-async def test_a_session_a_hook_registered_under_the_harness_process_is_found_by_ancestry(
-        make_hive: Any) -> None:
+async def test_a_session_a_hook_registered_under_the_harness_process_is_found_by_ancestry(make_hive: Any) -> None:
     hive = make_hive()
     hive.start()
     # This test process plays the harness: it is the MCP server's parent, as claude or gemini is.
-    registered = hive.request({"id": 1, "op": "register",
-                               "session": {"key": "gemini-hook-1", "agent": "gemini", "pid": os.getpid()}})
+    registered = hive.request(
+        {"id": 1, "op": "register", "session": {"key": "gemini-hook-1", "agent": "gemini", "pid": os.getpid()}}
+    )
     assert registered["ok"], registered
     async with hive_mcp(hive, client="gemini-cli-mcp-client") as session:
         me = data(await call(session, "whoami"))
@@ -275,9 +290,11 @@ async def test_a_session_a_hook_registered_under_the_harness_process_is_found_by
 async def test_a_stale_environment_id_gives_way_to_the_session_hooks_started_after_clear(make_hive: Any) -> None:
     hive = make_hive()
     hive.start()
-    for request in ({"op": "register", "session": {"key": "old", "agent": "claude-code", "pid": os.getpid()}},
-                    {"op": "end", "session": "old"},
-                    {"op": "register", "session": {"key": "new", "agent": "claude-code", "pid": os.getpid()}}):
+    for request in (
+        {"op": "register", "session": {"key": "old", "agent": "claude-code", "pid": os.getpid()}},
+        {"op": "end", "session": "old"},
+        {"op": "register", "session": {"key": "new", "agent": "claude-code", "pid": os.getpid()}},
+    ):
         assert hive.request({"id": 1, **request})["ok"]
     async with hive_mcp(hive, client="claude-code", env={"CLAUDE_CODE_SESSION_ID": "old"}) as session:
         me = data(await call(session, "whoami"))
@@ -310,8 +327,7 @@ async def test_the_sessions_a_server_held_end_when_it_exits(make_hive: Any) -> N
             pass
 
 
-async def test_a_health_check_that_only_lists_tools_leaves_no_session_and_a_tool_call_does(
-        make_hive: Any) -> None:
+async def test_a_health_check_that_only_lists_tools_leaves_no_session_and_a_tool_call_does(make_hive: Any) -> None:
     hive = make_hive('[mesh]\nlisten = "127.0.0.1:0"\nmdns = false\n')
     hive.start()
     spawned_by_claude = {"CLAUDECODE": "1", "CLAUDE_CODE_SESSION_ID": "health-check-session"}
@@ -319,8 +335,9 @@ async def test_a_health_check_that_only_lists_tools_leaves_no_session_and_a_tool
         assert {tool.name for tool in (await session.list_tools()).tools} == TOOLS
 
     assert (await who_from_cli(hive))["sessions"] == []
-    sent = await anyio.run_process([sys.executable, "-m", "hive.sidecar.cli", "send", "alice/api-claude-code", "hi"],
-                                   env=hive.env, check=False)
+    sent = await anyio.run_process(
+        [sys.executable, "-m", "hive.sidecar.cli", "send", "alice/api-claude-code", "hi"], env=hive.env, check=False
+    )
     assert sent.returncode == 1 and b"[not_found]" in sent.stderr
 
     async with hive_mcp(hive, client="claude-code", env=spawned_by_claude) as session:
@@ -413,7 +430,10 @@ def test_the_mcp_inspector_cli_lists_the_tools(make_hive: Any, tmp_path: Path) -
     assert hive_script.exists(), f"no `hive` console script next to {sys.executable}"
     completed = subprocess.run(
         [str(INSPECTOR), "--cli", "-e", f"HIVE_HOME={hive.home}", str(hive_script), "mcp", "--method", "tools/list"],
-        capture_output=True, text=True, timeout=120, check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
         env={**os.environ, "HOME": str(tmp_path)},  # the inspector keeps a catalog in HOME
     )
 
@@ -426,7 +446,10 @@ def test_the_mcp_benchmark_runs_and_prints_each_figure_next_to_its_baseline() ->
     # tests/bench is not collected; this keeps the script working. Its numbers are not asserted.
     completed = subprocess.run(
         [sys.executable, str(REPO / "tests" / "bench" / "bench_mcp.py"), "--quick"],
-        capture_output=True, text=True, timeout=180, check=False,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
     )
 
     assert completed.returncode == 0, completed.stderr

@@ -47,11 +47,16 @@ async def mcp_in(hive: Any, project: Path) -> AsyncIterator[Client]:
     harness.unlink(missing_ok=True)
     harness.symlink_to(sys.executable)
     runs = "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))"
-    params = StdioServerParameters(command=str(harness), args=["-c", runs, *HIVE_MCP], cwd=project,
-                                   env={"HIVE_HOME": str(hive.home), "HIVE_KEYRING": "off"})
+    params = StdioServerParameters(
+        command=str(harness),
+        args=["-c", runs, *HIVE_MCP],
+        cwd=project,
+        env={"HIVE_HOME": str(hive.home), "HIVE_KEYRING": "off"},
+    )
     with _stderr_file(hive.home / "mcp.stderr") as errlog:
-        async with Client(stdio_client(params, errlog=errlog), client_info=Implementation(name="codex-mcp-client",
-                                                                                          version="1.0")) as session:
+        async with Client(
+            stdio_client(params, errlog=errlog), client_info=Implementation(name="codex-mcp-client", version="1.0")
+        ) as session:
             yield session
 
 
@@ -80,16 +85,19 @@ async def test_an_agent_founds_invites_shows_removes_and_leaves_for_its_person(m
         await until(lambda: ok(bob, "team_show")["team"] is None, "bob to learn he was removed")
         assert "Departed: bob@m2" in text(await call(session, "team", as_="a1"))
 
-        assert error_code(await call(session, "team", as_="a1", action="join", link="hive1:nonsense")) \
-            in ("bad_request", "conflict")
+        assert error_code(await call(session, "team", as_="a1", action="join", link="hive1:nonsense")) in (
+            "bad_request",
+            "conflict",
+        )
         assert error_code(await call(session, "team", as_="a1", action="remove")) == "bad_request"
         new = data(await call(session, "team", as_="a1", action="new_link"))
         assert new["link"] != link
 
         left = data(await call(session, "team", as_="a1", action="leave"))
         assert left == {"left": "acme"}
-        await until(lambda: {d["person"] for d in ok(carol, "team_show")["departed"]} >= {"alice"},
-                    "carol to hear alice left")
+        await until(
+            lambda: {d["person"] for d in ok(carol, "team_show")["departed"]} >= {"alice"}, "carol to hear alice left"
+        )
 
 
 async def test_an_agent_of_a_machine_that_joined_sends_a_file_of_its_repo(make_hive: Any, tmp_path: Path) -> None:
@@ -109,10 +117,24 @@ async def test_an_agent_of_a_machine_that_joined_sends_a_file_of_its_repo(make_h
         await until(lambda: any(s["address"] == "alice/web-codex" for s in who(bob)), "alice's session")
         # Its harness's hook reported the folder it works in: the folder the agent may attach from.
         await anyio.to_thread.run_sync(lambda: step(bob, "codex", "start", "b1", str(project)))
-        sent = data(await call(session, "send_message", as_="b1", to="alice/web-codex", message="see the trace",
-                               files=["trace.log"]))
+        sent = data(
+            await call(
+                session, "send_message", as_="b1", to="alice/web-codex", message="see the trace", files=["trace.log"]
+            )
+        )
         assert sent["results"][0]["state"] in ("queued", "delivered")
-        assert error_code(await call(session, "send_message", as_="b1", to="alice/web-codex", message="x",
-                                     files=[str(bob.home / "config.toml")])) == "attachment_outside"
+        assert (
+            error_code(
+                await call(
+                    session,
+                    "send_message",
+                    as_="b1",
+                    to="alice/web-codex",
+                    message="x",
+                    files=[str(bob.home / "config.toml")],
+                )
+            )
+            == "attachment_outside"
+        )
     [message] = await anyio.to_thread.run_sync(lambda: inbox(alice, "web-codex"))
     assert await anyio.Path(message["files"][0]).read_text() == "401 at refresh\n"

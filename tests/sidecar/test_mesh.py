@@ -213,8 +213,11 @@ def _settled(alice: Hive, bob: Hive) -> bool:
     while first is not None and time.monotonic() < deadline:
         time.sleep(0.2)
         now = _one_shared_link(alice, bob)
-        if now is None or [v["dialed"] for v in now] != [v["dialed"] for v in first] or \
-                any(b["age"] < a["age"] for a, b in zip(first, now, strict=True)):
+        if (
+            now is None
+            or [v["dialed"] for v in now] != [v["dialed"] for v in first]
+            or any(b["age"] < a["age"] for a, b in zip(first, now, strict=True))
+        ):
             return False
     return first is not None
 
@@ -244,8 +247,9 @@ def _address(hive: Hive) -> str:
     return f"127.0.0.1:{ok(hive, 'mesh')['listening']}"
 
 
-async def _raw_link(target: Hive, as_machine: Hive, frames: list[dict[str, Any] | bytes],
-                    answers: int) -> list[dict[str, Any]]:
+async def _raw_link(
+    target: Hive, as_machine: Hive, frames: list[dict[str, Any] | bytes], answers: int
+) -> list[dict[str, Any]]:
     """Dial ``target`` with ``as_machine``'s key, say hello, write frames, collect answers."""
     cert = machine_cert(_key_of(as_machine))
     got: list[dict[str, Any]] = []
@@ -270,9 +274,22 @@ async def _raw_link(target: Hive, as_machine: Hive, frames: list[dict[str, Any] 
 
 
 def _msg(message_id: str, sender: str, to: str, body: str, **extra: Any) -> dict[str, Any]:
-    return {"t": "msg", "msg": {"id": message_id, "from": sender, "to": to, "kind": "agent", "agent": "codex",
-                                "repo": "", "reply_to": None, "body": body, "fyi": False, "sent_at": time.time(),
-                                **extra}}
+    return {
+        "t": "msg",
+        "msg": {
+            "id": message_id,
+            "from": sender,
+            "to": to,
+            "kind": "agent",
+            "agent": "codex",
+            "repo": "",
+            "reply_to": None,
+            "body": body,
+            "fyi": False,
+            "sent_at": time.time(),
+            **extra,
+        },
+    }
 
 
 def test_duplicate_reordered_and_unknown_frames_deliver_each_message_once(make_hive: Any) -> None:
@@ -408,8 +425,9 @@ def test_the_loop_guard_stops_agents_and_a_person_resets_it(make_hive: Any) -> N
     assert four["state"] == "refused"
     assert "Check with your person" in four["note"]
     # The person's reply restarts the count, once they confirm it (here at the CLI's own terminal).
-    code, output = run_in_terminal_answering(alice.env, "y", "send", "--reply-to", three["id"], "bob/api-codex",
-                                             "carry on, both")
+    code, output = run_in_terminal_answering(
+        alice.env, "y", "send", "--reply-to", three["id"], "bob/api-codex", "carry on, both"
+    )
     assert code == 0, output
     assert "It restarts the loop guard" in output
     five = send(bob, "alice/web-codex", "pong 2, with alice's blessing", **{"from": "b1", "reply_to": three["id"]})
@@ -418,18 +436,32 @@ def test_the_loop_guard_stops_agents_and_a_person_resets_it(make_hive: Any) -> N
 
 def test_a_teammates_gone_session_keeps_its_agent_repo_branch_and_last_tier(make_hive: Any) -> None:
     alice, bob = form_team(make_hive, ["alice", "bob"])
-    ok(bob, "register", session={"key": "b1", "agent": "codex", "cwd": "/src/api", "repo": "github.com/acme/api",
-                                 "branch": "main", "tier": "turn"})
+    ok(
+        bob,
+        "register",
+        session={
+            "key": "b1",
+            "agent": "codex",
+            "cwd": "/src/api",
+            "repo": "github.com/acme/api",
+            "branch": "main",
+            "tier": "turn",
+        },
+    )
     wait_for(lambda: any(s["person"] == "bob" and s["live"] for s in who(alice)), what="bob's session at alice's")
     ok(bob, "end", session="b1")
 
     def gone() -> dict[str, Any] | None:
-        return next((s for s in ok(alice, "who", all=True)["sessions"] if s["person"] == "bob" and not s["live"]),
-                    None)
+        return next((s for s in ok(alice, "who", all=True)["sessions"] if s["person"] == "bob" and not s["live"]), None)
 
     seen = wait_for(gone, what="bob's session gone at alice's")
     assert (seen["name"], seen["agent"], seen["repo"], seen["branch"], seen["tier"]) == (
-        "api-codex", "codex", "github.com/acme/api", "main", "turn")
+        "api-codex",
+        "codex",
+        "github.com/acme/api",
+        "main",
+        "turn",
+    )
 
 
 # ---- presence sanitising -------------------------------------------------------------------
@@ -437,8 +469,16 @@ def test_a_teammates_gone_session_keeps_its_agent_repo_branch_and_last_tier(make
 
 def test_presence_from_a_peer_is_cut_to_counts_lengths_and_one_printable_line() -> None:
     raw = {
-        "sessions": [{"name": f"S {n}!", "agent": "x" * 500, "repo": "acme/api\n<hive-message>",
-                      "doing": "line one\nline two\u202e", "tier": "root"} for n in range(500)],
+        "sessions": [
+            {
+                "name": f"S {n}!",
+                "agent": "x" * 500,
+                "repo": "acme/api\n<hive-message>",
+                "doing": "line one\nline two\u202e",
+                "tier": "root",
+            }
+            for n in range(500)
+        ],
         "known": [f"old-{n}" for n in range(1000)],
         "features": ["receipts", 42, "y" * 100],
         "addresses": ["127.0.0.1:1", "not an address", "[::1]:2", "x:99999"],
@@ -458,11 +498,25 @@ def test_presence_from_a_peer_is_cut_to_counts_lengths_and_one_printable_line() 
     assert presence["addresses"] == ["127.0.0.1:1", "[::1]:2"]
     assert presence["peers"] == {"a" * 64: ["10.0.0.1:5"]}
     assert presence["mailboxes"][:2] == ["ci", "box-0"] and len(presence["mailboxes"]) <= 16
-    assert sanitise_presence("junk") == {"sessions": [], "known": [], "gone": {}, "features": [], "addresses": [],
-                                         "peers": {}, "mailboxes": []}
-    gone = sanitise_presence({"known": ["old-1", "old-2"], "gone": [
-        {"name": "old-1", "agent": "y" * 99, "repo": "a\n<hive-message>", "tier": "root"},
-        {"name": "never-known", "agent": "codex"}, "junk"]})["gone"]
+    assert sanitise_presence("junk") == {
+        "sessions": [],
+        "known": [],
+        "gone": {},
+        "features": [],
+        "addresses": [],
+        "peers": {},
+        "mailboxes": [],
+    }
+    gone = sanitise_presence(
+        {
+            "known": ["old-1", "old-2"],
+            "gone": [
+                {"name": "old-1", "agent": "y" * 99, "repo": "a\n<hive-message>", "tier": "root"},
+                {"name": "never-known", "agent": "codex"},
+                "junk",
+            ],
+        }
+    )["gone"]
     assert list(gone) == ["old-1"] and len(gone["old-1"]["agent"]) == 32 and gone["old-1"]["tier"] == "pull"
     assert "\n" not in gone["old-1"]["repo"] and "<hive" not in gone["old-1"]["repo"]
     assert json.dumps(presence)  # what is stored is plain JSON
@@ -476,7 +530,10 @@ def test_the_outbox_gives_up_visibly_when_the_recipient_never_comes_back(make_hi
     bob.kill9()
     result = send(alice, "bob/api-codex", "anyone?")
     assert result["state"] == "queued"
-    failed = wait_for(lambda: sent(alice, result["id"])["state"] == "failed" and sent(alice, result["id"]),
-                      what="the outbox to give up", timeout=90)
+    failed = wait_for(
+        lambda: sent(alice, result["id"])["state"] == "failed" and sent(alice, result["id"]),
+        what="the outbox to give up",
+        timeout=90,
+    )
     assert not failed["in_outbox"]
     assert "gave up" in failed["note"]

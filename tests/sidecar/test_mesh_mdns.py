@@ -29,8 +29,9 @@ import pytest
 
 from ..conftest import Hive
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
-                                reason="network namespaces need root and iproute2")
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("ip") is None, reason="network namespaces need root and iproute2"
+)
 
 
 def _ip(*args: str) -> None:
@@ -70,7 +71,10 @@ class NamespacedHive(Hive):
         try:
             self.process = subprocess.Popen(
                 ["ip", "netns", "exec", self.namespace, sys.executable, "-m", "hive.sidecar"],
-                env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
             )
         finally:
             os.close(stderr)
@@ -122,7 +126,8 @@ def test_two_machines_in_separate_namespaces_find_each_other_over_mdns(namespace
             home = Path(tempfile.mkdtemp(prefix="hive-ns-", dir="/tmp"))
             (home / "config.toml").write_text(
                 f'person = "{person}"\nmachine = "m{index + 1}"\n[mesh]\nlisten = "0.0.0.0:0"\nmdns = true\n',
-                encoding="utf-8")
+                encoding="utf-8",
+            )
             machine = NamespacedHive(home)
             machine.namespace = ns
             machine.start()

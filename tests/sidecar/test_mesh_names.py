@@ -59,8 +59,7 @@ def test_mail_addressed_under_the_config_name_moves_to_the_roster_name_on_join(m
     bob.cli("init", "acme", "--as", "bob", check=True)
     alice.cli("join", bob.cli_json("invite")["link"], "--as", "al", check=True)
     [message] = inbox(alice, "api-codex")
-    assert (message["to"], message["from"], message["body"]) == ("al/api-codex", "al/web-codex",
-                                                                 "sent before the join")
+    assert (message["to"], message["from"], message["body"]) == ("al/api-codex", "al/web-codex", "sent before the join")
     terminal = ok(alice, "inbox", peek=True)
     assert terminal["to"] == "al/terminal"
     assert [m["body"] for m in terminal["messages"]] == ["a note to myself"]
@@ -76,12 +75,15 @@ def test_a_second_machine_of_the_same_person_names_its_session_apart(make_hive: 
     assert not reply["ok"] and reply["error"]["code"] == "conflict"
     expected = {("alice/api-codex", "m1"), ("alice/api-codex-2", "m2")}
     for machine in (first, second):
-        wait_for(lambda m=machine: {(s["address"], s["machine"]) for s in who(m)} == expected,
-                 what="one address per session on both machines")
+        wait_for(
+            lambda m=machine: {(s["address"], s["machine"]) for s in who(m)} == expected,
+            what="one address per session on both machines",
+        )
 
 
 def test_sessions_two_machines_of_one_person_named_alike_before_joining_end_with_distinct_addresses(
-        make_hive: Any) -> None:
+    make_hive: Any,
+) -> None:
     def register_both(first: Any, second: Any) -> None:
         register(first, "f1", "/src/api")
         register(second, "s1", "/src/api")
@@ -89,8 +91,10 @@ def test_sessions_two_machines_of_one_person_named_alike_before_joining_end_with
     first, second = own_machines(make_hive, register_both)
     expected_names = {"alice/api-codex", "alice/api-codex-2"}
     for machine in (first, second):
-        wait_for(lambda m=machine: {s["address"] for s in who(m)} == expected_names,
-                 what="the clash renamed on one machine only")
+        wait_for(
+            lambda m=machine: {s["address"] for s in who(m)} == expected_names,
+            what="the clash renamed on one machine only",
+        )
     where = {s["address"]: s["machine"] for s in who(first)}
     assert len(set(where.values())) == 2
     for address, machine_name in where.items():
@@ -99,5 +103,7 @@ def test_sessions_two_machines_of_one_person_named_alike_before_joining_end_with
     for address, machine_name in where.items():
         owner = first if machine_name == "m1" else second
         name = address.split("/", 1)[1]
-        wait_for(lambda m=owner, n=name, a=address: [x["body"] for x in inbox(m, n)] == [f"for {a}"],
-                 what=f"the mail for {address} on its own machine")
+        wait_for(
+            lambda m=owner, n=name, a=address: [x["body"] for x in inbox(m, n)] == [f"for {a}"],
+            what=f"the mail for {address} on its own machine",
+        )

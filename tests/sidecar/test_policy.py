@@ -59,7 +59,8 @@ def test_bad_policy_words_get_bad_request_and_change_nothing(make_hive: Any) -> 
 
 
 def test_an_agent_cannot_change_the_inbound_policy_without_its_person(
-        make_hive: Any, empty_runtime: Path, tmp_path: Path) -> None:
+    make_hive: Any, empty_runtime: Path, tmp_path: Path
+) -> None:
     bob = make_hive(MESH, person="bob")
     env = no_desktop_env(empty_runtime)
     start_sidecar(bob, env)

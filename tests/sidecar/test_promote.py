@@ -24,8 +24,13 @@ def _keys_in_files(monkeypatch: pytest.MonkeyPatch) -> None:
 def valid(skill: Path) -> None:
     """The reference validator, from Python and as its own command, accepts the skill folder."""
     assert validate(skill) == []
-    checked = subprocess.run([sys.executable, "-m", "skills_ref.cli", "validate", str(skill)], capture_output=True,
-                             text=True, timeout=60, check=False)
+    checked = subprocess.run(
+        [sys.executable, "-m", "skills_ref.cli", "validate", str(skill)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert checked.returncode == 0, checked.stderr
 
 
@@ -39,15 +44,23 @@ def promoted(hive: Hive, repo: Path, lesson_id: str, *args: str) -> dict[str, An
     return dict(run_json(hive, "lessons", "promote", lesson_id, *args, cwd=repo))
 
 
-TRICKY = ('Run "make db-reset": it drops --- everything; use `make db-reset KEEP=1` instead. '
-          "Ça marche: 100% # not a comment, key: value, [list], {map}, ! & * ? |")
+TRICKY = (
+    'Run "make db-reset": it drops --- everything; use `make db-reset KEEP=1` instead. '
+    "Ça marche: 100% # not a comment, key: value, [list], {map}, ! & * ? |"
+)
 
 
 def test_a_verified_lesson_becomes_a_valid_skill_with_its_provenance_and_a_relative_link_for_claude_code(
-        hive: Hive, tmp_path: Path) -> None:
+    hive: Hive, tmp_path: Path
+) -> None:
     repo = git_repo(tmp_path / "api")
-    lesson_id = verified(hive, repo, TRICKY, evidence=("file:Makefile", "command:make db-reset"),
-                         extra=("--applicability", "resetting the local database", "--tag", "db"))
+    lesson_id = verified(
+        hive,
+        repo,
+        TRICKY,
+        evidence=("file:Makefile", "command:make db-reset"),
+        extra=("--applicability", "resetting the local database", "--tag", "db"),
+    )
     result = promoted(hive, repo, lesson_id)
     skill = Path(result["path"]).parent
     assert skill.parent == repo / ".agents" / "skills"
@@ -58,7 +71,10 @@ def test_a_verified_lesson_becomes_a_valid_skill_with_its_provenance_and_a_relat
     assert props.description.startswith("Use when resetting the local database.")
     assert props.metadata["hive-lesson"] == lesson_id
     assert (props.metadata["hive-reviewer"], props.metadata["hive-kind"], props.metadata["hive-scope"]) == (
-        "alice", "gotcha", "project")
+        "alice",
+        "gotcha",
+        "project",
+    )
     assert TRICKY in (skill / "SKILL.md").read_text(encoding="utf-8")
     link = repo / ".claude" / "skills" / skill.name
     assert result["claude"] == "link" and link.is_symlink()
@@ -96,12 +112,26 @@ def test_a_hand_edited_skill_is_kept_unless_promoted_with_force(hive: Hive, tmp_
 
 
 def test_superseding_rewrites_the_skill_in_place_and_retracting_removes_it_and_its_link(
-        hive: Hive, tmp_path: Path) -> None:
+    hive: Hive, tmp_path: Path
+) -> None:
     repo = git_repo(tmp_path / "api")
     old = verified(hive, repo, "Deploy with make deploy from the main branch.", evidence=("file:Makefile",))
     skill = Path(promoted(hive, repo, old)["path"]).parent
-    result = run(hive, "lessons", "supersede", old, "Deploy with make release; make deploy is gone.", "--kind",
-                 "workflow", "--scope", "project", "--evidence", "file:Makefile", "--json", cwd=repo)
+    result = run(
+        hive,
+        "lessons",
+        "supersede",
+        old,
+        "Deploy with make release; make deploy is gone.",
+        "--kind",
+        "workflow",
+        "--scope",
+        "project",
+        "--evidence",
+        "file:Makefile",
+        "--json",
+        cwd=repo,
+    )
     assert result.returncode == 0, result.stderr
     new = json.loads(result.stdout)["id"]
     assert read_properties(skill).metadata["hive-lesson"] == old  # not until the replacement is verified
@@ -122,7 +152,8 @@ def test_superseding_rewrites_the_skill_in_place_and_retracting_removes_it_and_i
 def test_the_promotion_benchmark_runs_and_prints_its_figures() -> None:
     # tests/bench is not collected; this keeps the script working. Its numbers are not asserted.
     bench = Path(__file__).resolve().parents[1] / "bench" / "bench_promote.py"
-    completed = subprocess.run([sys.executable, str(bench), "--quick"], capture_output=True, text=True, timeout=600,
-                               check=False)
+    completed = subprocess.run(
+        [sys.executable, str(bench), "--quick"], capture_output=True, text=True, timeout=600, check=False
+    )
     assert completed.returncode == 0, completed.stderr
     assert "promote" in completed.stdout and "validator" in completed.stdout

@@ -104,13 +104,13 @@ def _sidecar(tmp_path: Path) -> Sidecar:
 
 
 @pytest.mark.parametrize(("op", "handler"), REGISTERED, ids=[op for op, _ in REGISTERED])
-def test_every_op_the_sidecar_serves_says_in_a_sentence_what_it_does_and_what_it_returns(
-        op: str, handler: Any) -> None:
+def test_every_op_the_sidecar_serves_says_in_a_sentence_what_it_does_and_what_it_returns(op: str, handler: Any) -> None:
     doc = inspect.getdoc(handler) or ""
     assert doc, f"op {op!r} has no docstring: say what it does, the fields it reads and what it returns"
     summary = doc.split("\n\n", 1)[0]
     assert re.match(r"[A-Z`]", summary) and summary.endswith(".") and len(summary.split()) >= 4, (
-        f"op {op!r}'s docstring does not open with a sentence saying what it does: {summary!r}")
+        f"op {op!r}'s docstring does not open with a sentence saying what it does: {summary!r}"
+    )
     assert "return" in doc.lower(), f"op {op!r}'s docstring does not say what it returns"
 
 
@@ -122,7 +122,8 @@ def test_no_op_name_is_registered_by_two_sources_and_the_sidecar_serves_each_one
 
 
 def test_an_op_name_registered_twice_stops_the_sidecar_naming_both_sources(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setitem(folders.OPS, "ping", folders.op_folder)
     with pytest.raises(RuntimeError, match="'ping'") as raised:
         _sidecar(tmp_path)
@@ -153,7 +154,8 @@ def _alive(hive: Hive, pid: int) -> None:
     ids=["not-utf8", "utf8-surrogate", "nested-5000", "nested-40", "huge-integer"],
 )
 def test_lines_that_are_not_bounded_utf8_json_get_bad_request_and_the_sidecar_keeps_serving(
-        make_hive: Any, line: bytes) -> None:
+    make_hive: Any, line: bytes
+) -> None:
     hive = make_hive(MESH)
     pid = hive.start()
     with hive.connect() as conn:
@@ -201,8 +203,7 @@ def _rss_kib(pid: int) -> int:
     raise AssertionError(f"no VmRSS for {pid}")
 
 
-def test_a_client_that_never_reads_its_replies_is_closed_and_the_sidecars_memory_stays_bounded(
-        make_hive: Any) -> None:
+def test_a_client_that_never_reads_its_replies_is_closed_and_the_sidecars_memory_stays_bounded(make_hive: Any) -> None:
     hive = make_hive(MESH)
     pid = hive.start()
     before = _rss_kib(pid)
@@ -219,7 +220,8 @@ def test_a_client_that_never_reads_its_replies_is_closed_and_the_sidecars_memory
 
 
 def test_1100_idle_connections_under_a_1024_descriptor_limit_cost_the_oldest_their_connection_not_the_sidecar(
-        make_hive: Any) -> None:
+    make_hive: Any,
+) -> None:
     hive = make_hive(MESH)
     pid = hive.start()
     resource.prlimit(pid, resource.RLIMIT_NOFILE, (1024, resource.prlimit(pid, resource.RLIMIT_NOFILE)[1]))

@@ -24,8 +24,10 @@ def index(tmp_path: Path) -> Iterator[sqlite3.Connection]:
 
 
 def add(conn: sqlite3.Connection, rowid: int, text: str, applicability: str = "", tags: str = "") -> None:
-    conn.execute("INSERT INTO lesson_fts (rowid, id, text, applicability, tags) VALUES (?, ?, ?, ?, ?)",
-                 (rowid, f"{rowid:064x}", text, applicability, tags))
+    conn.execute(
+        "INSERT INTO lesson_fts (rowid, id, text, applicability, tags) VALUES (?, ?, ?, ?, ?)",
+        (rowid, f"{rowid:064x}", text, applicability, tags),
+    )
     conn.commit()
 
 
@@ -35,7 +37,8 @@ def top(found: dict[int, relevance.Match], count: int) -> list[tuple[int, float]
 
 
 def test_the_capped_search_puts_the_same_lessons_first_as_scoring_every_lesson_that_holds_a_word(
-        index: sqlite3.Connection) -> None:
+    index: sqlite3.Connection,
+) -> None:
     rng = random.Random(5)
     vocabulary = [f"word{n}" for n in range(300)]
 
@@ -43,8 +46,13 @@ def test_the_capped_search_puts_the_same_lessons_first_as_scoring_every_lesson_t
         return vocabulary[int(len(vocabulary) ** rng.random()) - 1]
 
     for rowid in range(1, 3001):
-        add(index, rowid, " ".join(draw() for _ in range(rng.randint(6, 20))), f"when {draw()}",
-            draw() if rowid % 7 == 0 else "")
+        add(
+            index,
+            rowid,
+            " ".join(draw() for _ in range(rng.randint(6, 20))),
+            f"when {draw()}",
+            draw() if rowid % 7 == 0 else "",
+        )
     queries = [" ".join(draw() for _ in range(rng.choice((1, 2, 3)))) for _ in range(120)]
     capped, whole = relevance.Postings(), relevance.Postings()
     compared = 0
@@ -70,7 +78,8 @@ def test_a_lesson_added_after_a_search_is_found_by_the_next_search(index: sqlite
 
 
 def test_a_word_more_than_half_the_lessons_hold_is_not_searched_for_once_there_are_enough_lessons(
-        index: sqlite3.Connection) -> None:
+    index: sqlite3.Connection,
+) -> None:
     postings = relevance.Postings()
     for rowid in range(1, 41):  # a team's first lessons: "service" in most of them still counts
         add(index, rowid, f"The service note {rowid}" if rowid % 4 else f"Note {rowid}")
@@ -83,7 +92,8 @@ def test_a_word_more_than_half_the_lessons_hold_is_not_searched_for_once_there_a
 
 
 def test_a_lesson_naming_the_words_where_it_says_when_it_applies_ranks_above_one_mentioning_them_in_passing(
-        index: sqlite3.Connection) -> None:
+    index: sqlite3.Connection,
+) -> None:
     add(index, 1, "Retries in the payment client use exponential backoff.")
     add(index, 2, "Retries in the payment client use a budget.", "when changing payment retries")
     add(index, 3, "Retries in the payment client keep one pool.", "", "retries")

@@ -17,14 +17,28 @@ REPLY = re.compile(r'Reply with send_message to "([^"]+)" if useful\.$')
 
 
 def message(kind: str, sender: str) -> Message:
-    return Message(id="01JA0000000000000000000000", sender=sender, sender_kind=kind, sender_agent="codex",
-                   sender_repo="", recipient="bob/api-codex", reply_to=None, body="hi", wake=True, sent_at=0.0)
+    return Message(
+        id="01JA0000000000000000000000",
+        sender=sender,
+        sender_kind=kind,
+        sender_agent="codex",
+        sender_repo="",
+        recipient="bob/api-codex",
+        reply_to=None,
+        body="hi",
+        wake=True,
+        sent_at=0.0,
+    )
 
 
-@given(kind=st.sampled_from(sorted(FOOTERS)), person=st.text(min_size=1, max_size=20),
-       name=st.text(min_size=1, max_size=20))
-def test_every_sender_kind_has_a_footer_and_only_an_address_that_takes_mail_is_offered(kind: str, person: str,
-                                                                                        name: str) -> None:
+@given(
+    kind=st.sampled_from(sorted(FOOTERS)),
+    person=st.text(min_size=1, max_size=20),
+    name=st.text(min_size=1, max_size=20),
+)
+def test_every_sender_kind_has_a_footer_and_only_an_address_that_takes_mail_is_offered(
+    kind: str, person: str, name: str
+) -> None:
     sender = f"{person}/{name}"
     line = footer(message(kind, sender))
     reply = REPLY.search(line)
@@ -50,8 +64,9 @@ def test_each_kind_of_sender_is_named_truly_and_an_answer_to_its_footer_reaches_
     assert hive.cli("send", "--from", "ci", reader, "build 12 is green").returncode == 0
     shown = ok(hive, "inbox", session="r")
     text = frames_by_body(shown["text"])
-    assert text["from an agent"].endswith(f"From alice's agent {writer}. "
-                                          f'Reply with send_message to "{writer}" if useful.')
+    assert text["from an agent"].endswith(
+        f'From alice\'s agent {writer}. Reply with send_message to "{writer}" if useful.'
+    )
     assert "Typed by alice at a terminal." in text["typed by alice"]
     assert "From alice's script alice/terminal." in text["from a script"]
     assert "From alice's script alice/ci." in text["build 12 is green"]
@@ -61,8 +76,10 @@ def test_each_kind_of_sender_is_named_truly_and_an_answer_to_its_footer_reaches_
         answer = send(hive, found.group(1), f"re: {body}", **{"from": "r"})
         assert answer["state"] != "refused", answer
     assert [m["body"] for m in ok(hive, "inbox", session="s", peek=True)["messages"]] == ["re: from an agent"]
-    assert sorted(m["body"] for m in ok(hive, "inbox", peek=True)["messages"]) == ["re: from a script",
-                                                                                   "re: typed by alice"]
+    assert sorted(m["body"] for m in ok(hive, "inbox", peek=True)["messages"]) == [
+        "re: from a script",
+        "re: typed by alice",
+    ]
     assert [m["body"] for m in ok(hive, "inbox", peek=True, **{"as": "ci"})["messages"]] == ["re: build 12 is green"]
 
 

@@ -24,12 +24,12 @@ def _keys_in_files(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def propose_with_desktop(hive: Hive, desktop: Desktop, text: str, **fields: Any) -> dict[str, Any]:
     """What ``propose_lesson`` sends; the pop-up goes to the desktop the sidecar was started on."""
-    return ok(hive, "lesson_propose", kind="gotcha", text=text, scope="team", evidence=["file:src/queue.py"],
-              **fields)
+    return ok(hive, "lesson_propose", kind="gotcha", text=text, scope="team", evidence=["file:src/queue.py"], **fields)
 
 
 def test_the_reviewer_is_asked_in_a_pop_up_showing_text_evidence_and_scope_and_their_click_decides(
-        make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
+    make_hive: Any, desktop: Desktop, empty_runtime: Path
+) -> None:
     hive = make_hive()
     start_sidecar(hive, desktop.env)  # its person started it on this desktop
     first = propose_with_desktop(hive, desktop, "The queue worker must be restarted after a schema change.")
@@ -40,8 +40,11 @@ def test_the_reviewer_is_asked_in_a_pop_up_showing_text_evidence_and_scope_and_t
     assert (review["reviewer"], review["verdict"]) == ("alice", "approve")
     assert review["note"] == "answered in a desktop pop-up"
     shown = desktop.history()  # what the person read
-    for part in ("The queue worker must be restarted after a schema change.", "Evidence: file: src/queue.py",
-                 "Shared with: team"):
+    for part in (
+        "The queue worker must be restarted after a schema change.",
+        "Evidence: file: src/queue.py",
+        "Shared with: team",
+    ):
         assert part in shown, shown
 
     second = propose_with_desktop(hive, desktop, "Never bump the queue's prefetch above 10.")
@@ -50,7 +53,8 @@ def test_the_reviewer_is_asked_in_a_pop_up_showing_text_evidence_and_scope_and_t
 
 
 def test_a_pop_up_closed_without_a_choice_leaves_the_lesson_pending(
-        make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
+    make_hive: Any, desktop: Desktop, empty_runtime: Path
+) -> None:
     hive = make_hive()
     start_sidecar(hive, desktop.env)
     proposed = propose_with_desktop(hive, desktop, "Logs rotate at 100 MB.")
@@ -61,7 +65,8 @@ def test_a_pop_up_closed_without_a_choice_leaves_the_lesson_pending(
 
 
 def test_a_reviewer_who_takes_everything_as_a_digest_gets_no_pop_up_and_the_proposal_waits_in_digest_and_pending(
-        make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
+    make_hive: Any, desktop: Desktop, empty_runtime: Path
+) -> None:
     hive = make_hive('[gate.people.alice]\nchannel = "digest"\n')
     start_sidecar(hive, desktop.env)
     proposed = propose_with_desktop(hive, desktop, "The queue worker must be restarted after a schema change.")
@@ -77,7 +82,8 @@ def test_a_reviewer_who_takes_everything_as_a_digest_gets_no_pop_up_and_the_prop
 
 
 def test_the_review_pop_up_that_went_up_is_in_the_gate_ledger(
-        make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
+    make_hive: Any, desktop: Desktop, empty_runtime: Path
+) -> None:
     hive = make_hive()
     start_sidecar(hive, desktop.env)
     proposed = propose_with_desktop(hive, desktop, "Logs rotate at 100 MB.")
@@ -88,7 +94,8 @@ def test_the_review_pop_up_that_went_up_is_in_the_gate_ledger(
 
 
 def test_hive_lessons_approve_on_a_desktop_is_confirmed_in_a_pop_up(
-        make_hive: Any, desktop: Desktop, empty_runtime: Path) -> None:
+    make_hive: Any, desktop: Desktop, empty_runtime: Path
+) -> None:
     hive = make_hive()
     start_sidecar(hive, desktop.env)
     proposed = propose(hive, "Vendor the proto files; do not fetch them at build time.")
@@ -96,9 +103,15 @@ def test_hive_lessons_approve_on_a_desktop_is_confirmed_in_a_pop_up(
     if "pop-up asks them now" in proposed["note"]:  # the proposal's own pop-up: closing it leaves it pending
         desktop.close()
         wait_for(lambda: desktop.displayed() == 0, what="the proposal's pop-up to go")
-    command = subprocess.Popen([sys.executable, "-m", "hive.sidecar.cli", "lessons", "approve", lesson, "--json"],
-                               env={**desktop.env, "HIVE_HOME": str(hive.home)}, stdin=subprocess.DEVNULL,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    command = subprocess.Popen(
+        [sys.executable, "-m", "hive.sidecar.cli", "lessons", "approve", lesson, "--json"],
+        env={**desktop.env, "HIVE_HOME": str(hive.home)},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         desktop.click("approve")
         _, err = command.communicate(timeout=60)
@@ -113,29 +126,54 @@ def test_hive_lessons_approve_on_a_desktop_is_confirmed_in_a_pop_up(
 
 
 def test_the_reviewer_is_the_person_for_a_personal_lesson_then_codeowners_then_who_touched_the_files(
-        hive: Hive, tmp_path: Path) -> None:
+    hive: Hive, tmp_path: Path
+) -> None:
     repo = git_repo(tmp_path / "api")
     (repo / ".github").mkdir()
     (repo / ".github" / "CODEOWNERS").write_text("/payments/ @alice\n*.md @docs-team\n", encoding="utf-8")
     personal = propose(hive, "I review PRs after lunch.", scope="personal", cwd=repo)
-    owned = propose(hive, "Payments amounts are integers in cents.", scope="project",
-                    evidence=("file:payments/amount.py",), cwd=repo)
-    unknown = propose(hive, "The README badges come from shields.io.", scope="project",
-                      evidence=("file:docs/README.md",), cwd=repo)
+    owned = propose(
+        hive,
+        "Payments amounts are integers in cents.",
+        scope="project",
+        evidence=("file:payments/amount.py",),
+        cwd=repo,
+    )
+    unknown = propose(
+        hive, "The README badges come from shields.io.", scope="project", evidence=("file:docs/README.md",), cwd=repo
+    )
     cwd = str(repo)
-    ok(hive, "hook", harness="claude-code", event="PostToolUse", env={"CLAUDECODE": "1"}, payload={
-        "session_id": "s1", "cwd": cwd, "hook_event_name": "PostToolUse", "tool_name": "Edit", "tool_use_id": "t1",
-        "tool_input": {"file_path": f"{cwd}/src/db.py", "old_string": "a", "new_string": "b"}})
-    touched = propose(hive, "db.py opens one pool per process.", scope="project", evidence=("file:src/db.py",),
-                      cwd=repo)
+    ok(
+        hive,
+        "hook",
+        harness="claude-code",
+        event="PostToolUse",
+        env={"CLAUDECODE": "1"},
+        payload={
+            "session_id": "s1",
+            "cwd": cwd,
+            "hook_event_name": "PostToolUse",
+            "tool_name": "Edit",
+            "tool_use_id": "t1",
+            "tool_input": {"file_path": f"{cwd}/src/db.py", "old_string": "a", "new_string": "b"},
+        },
+    )
+    touched = propose(
+        hive, "db.py opens one pool per process.", scope="project", evidence=("file:src/db.py",), cwd=repo
+    )
     assert [(p["reviewer"], p["reviewer_why"]) for p in (personal, owned, unknown, touched)] == [
-        ("alice", "personal"), ("alice", "codeowners"), ("alice", "proposer"), ("alice", "touches")]
+        ("alice", "personal"),
+        ("alice", "codeowners"),
+        ("alice", "proposer"),
+        ("alice", "touches"),
+    ]
     pending = {p["id"]: p["suggested_reviewer"] for p in run_json(hive, "lessons", "pending")["lessons"]}
     assert pending[owned["id"]] == "alice"
 
 
 def test_a_teammates_proposal_pops_up_on_the_machine_of_the_codeowner_who_reviews_it(
-        make_hive: Any, desktop: Desktop, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    make_hive: Any, desktop: Desktop, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     from hive.sidecar.team.projects import project_id
 
     from .test_mesh import form_team, register
@@ -158,8 +196,15 @@ def test_a_teammates_proposal_pops_up_on_the_machine_of_the_codeowner_who_review
 
     mine = git_repo(tmp_path / "alice-api", origin=origin)  # the same CODEOWNERS in alice's clone: bob reviews
     (mine / "CODEOWNERS").write_text("/billing/ @bob\n", encoding="utf-8")
-    proposed = ok(alice, "lesson_propose", kind="convention", scope="project", cwd=str(mine),
-                  text="Sent invoices are immutable: issue a credit note.", evidence=["file:billing/invoice.py"])
+    proposed = ok(
+        alice,
+        "lesson_propose",
+        kind="convention",
+        scope="project",
+        cwd=str(mine),
+        text="Sent invoices are immutable: issue a credit note.",
+        evidence=["file:billing/invoice.py"],
+    )
     assert (proposed["reviewer"], proposed["reviewer_why"]) == ("bob", "codeowners")
     lesson = proposed["id"]
     desktop.click("approve", which="proposes a lesson")  # bob's sidecar put it up on bob's desktop

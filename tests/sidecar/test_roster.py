@@ -26,8 +26,15 @@ a, b, c = KEYS[0], KEYS[1], KEYS[2]
 PEOPLE = ["alice", "bob", "carol", "dave"]
 
 
-def join(state: TeamState, inviter: Identity, joiner: Identity, person: str, machine: str, now: int,
-         own_machine: bool = False) -> TeamState:
+def join(
+    state: TeamState,
+    inviter: Identity,
+    joiner: Identity,
+    person: str,
+    machine: str,
+    now: int,
+    own_machine: bool = False,
+) -> TeamState:
     state, secret = new_invite(state, inviter, own_machine=own_machine, now=now)
     request = JoinRequest(secret=secret, key=joiner.key_id, person=person, machine=machine, ts=now)
     return admit(state, inviter, request, secret_hash(secret), now=now)
@@ -62,9 +69,28 @@ def absorb_all(state: TeamState, made: Iterable[Entry], now: int) -> TeamState:
 
 OPS = st.lists(
     st.tuples(
-        st.sampled_from(["join", "join", "join", "join_own", "remove", "leave", "update", "self_return", "theft",
-                         "readmit", "link", "invite", "forge", "other_team", "future"]),
-        st.integers(0, len(KEYS) - 1), st.integers(0, len(KEYS) - 1), st.integers(0, len(PEOPLE) - 1),
+        st.sampled_from(
+            [
+                "join",
+                "join",
+                "join",
+                "join_own",
+                "remove",
+                "leave",
+                "update",
+                "self_return",
+                "theft",
+                "readmit",
+                "link",
+                "invite",
+                "forge",
+                "other_team",
+                "future",
+            ]
+        ),
+        st.integers(0, len(KEYS) - 1),
+        st.integers(0, len(KEYS) - 1),
+        st.integers(0, len(PEOPLE) - 1),
         st.integers(0, 3),  # clock step: 0 makes timestamp ties
     ),
     max_size=24,
@@ -113,8 +139,9 @@ def simulate(ops: list[tuple[str, int, int, int, int]]) -> tuple[TeamState, list
             body = Member(key=target.key_id, person=person, machine=f"t{j}", ts=ts)
             state = absorb_all(state, [member_entry(actor, state.id, body)], now)
         elif kind == "readmit" and actor_active and m is not None and not m.active:
-            body = dataclasses.replace(Member(key=m.key, person=m.person, machine=m.machine, ts=0),
-                                       ts=roster.next_ts(state, m.key, now))
+            body = dataclasses.replace(
+                Member(key=m.key, person=m.person, machine=m.machine, ts=0), ts=roster.next_ts(state, m.key, now)
+            )
             state = absorb_all(state, [member_entry(actor, state.id, body)], now)
         elif kind == "link" and actor_active:
             state = new_link(state, actor, now=now)
@@ -133,7 +160,8 @@ def simulate(ops: list[tuple[str, int, int, int, int]]) -> tuple[TeamState, list
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=OPS, data=st.data())
 def test_roster_entries_in_any_order_duplicated_or_partly_missing_converge_on_every_machine(
-        ops: list[tuple[str, int, int, int, int]], data: st.DataObject) -> None:
+    ops: list[tuple[str, int, int, int, int]], data: st.DataObject
+) -> None:
     genesis, made, now = simulate(ops)
     base = skeleton(genesis)
     machines: list[TeamState] = []
@@ -144,7 +172,7 @@ def test_roster_entries_in_any_order_duplicated_or_partly_missing_converge_on_ev
         # example (fresh link secrets break timestamp ties differently), and hypothesis needs the
         # same draws each time.
         picks = data.draw(st.lists(st.integers(0, 2**16), max_size=2 * 24 * 3))
-        chosen = [made[i % len(made)] for i in picks][:2 * len(made)]
+        chosen = [made[i % len(made)] for i in picks][: 2 * len(made)]
         cuts = sorted(c % (len(chosen) + 1) for c in data.draw(st.lists(st.integers(0, 2**16), max_size=4)))
         state = base
         for start, end in zip([0, *cuts], [*cuts, len(chosen)], strict=True):
@@ -175,8 +203,16 @@ def test_roster_entries_in_any_order_duplicated_or_partly_missing_converge_on_ev
 
 
 def test_a_full_history_converges_to_the_authors_own_state() -> None:
-    genesis, made, now = simulate([("join", 0, 1, 1, 1), ("join_own", 1, 2, 0, 1), ("remove", 0, 2, 0, 1),
-                                   ("leave", 1, 1, 0, 1), ("readmit", 0, 1, 0, 1), ("update", 1, 0, 2, 1)])
+    genesis, made, now = simulate(
+        [
+            ("join", 0, 1, 1, 1),
+            ("join_own", 1, 2, 0, 1),
+            ("remove", 0, 2, 0, 1),
+            ("leave", 1, 1, 0, 1),
+            ("readmit", 0, 1, 0, 1),
+            ("update", 1, 0, 2, 1),
+        ]
+    )
     state = absorb_all(skeleton(genesis), reversed(made), now)
     roster_view = view(state, now)
     assert roster_view.is_active(KEYS[1].key_id)
@@ -226,7 +262,8 @@ def test_a_machine_cannot_admit_itself() -> None:
     stranger = KEYS[5]
     body = Member(key=stranger.key_id, person="eve", machine="x", ts=T0 + 5)
     assert refusals(state, [Entry("admission", sign(stranger, state.id, "admission", body))]) == [
-        "a machine cannot admit itself"]
+        "a machine cannot admit itself"
+    ]
     # Nor can it make itself a member without an admission from the chain.
     made = [member_entry(stranger, state.id, body)]
     assert view(absorb_all(state, made, T0 + 10)).status(stranger.key_id) == "stranger"
@@ -241,8 +278,11 @@ def test_an_admission_counts_only_through_a_chain_to_the_founder() -> None:
     assert newcomer.key_id not in view(merged).depth
     # Once the outsider's own admission arrives, the chain reaches the founder and both count.
     admission = through_link(state, Member(key=outsider.key_id, person="olga", machine="y", ts=T0 + 4))
-    merged = absorb_all(merged, [Entry("admission", sign(c, state.id, "admission", admission)),
-                                 member_entry(c, state.id, admission)], T0 + 10)
+    merged = absorb_all(
+        merged,
+        [Entry("admission", sign(c, state.id, "admission", admission)), member_entry(c, state.id, admission)],
+        T0 + 10,
+    )
     assert view(merged).depth[newcomer.key_id] == 4
     assert view(merged).is_active(newcomer.key_id)
 
@@ -366,8 +406,9 @@ def test_a_one_time_invite_is_used_once_and_stays_used() -> None:
     h = secret_hash(secret)
     assert h in view(state, T0 + 10).invites and secret not in json.dumps(state.to_wire())
     fresh = state
-    used = admit(state, a, JoinRequest(secret=secret, key=KEYS[4].key_id, person="dave", machine="x", ts=T0 + 11),
-                 h, now=T0 + 11)
+    used = admit(
+        state, a, JoinRequest(secret=secret, key=KEYS[4].key_id, person="dave", machine="x", ts=T0 + 11), h, now=T0 + 11
+    )
     assert h not in view(used, T0 + 12).invites
     assert used.invites[h].body.used_by == KEYS[4].key_id
     # An older copy of the unused invite arriving later does not revive it.
@@ -436,8 +477,16 @@ def test_every_kind_signs_over_the_team_id_and_the_kind() -> None:
 
 def test_fields_a_newer_hive_adds_travel_and_still_verify() -> None:
     state = team_of_three()
-    raw = {"key": c.key_id, "person": "carol", "machine": "laptop", "ts": T0 + 5, "role": "member",
-           "active": True, "addresses": [], "colour": "teal"}
+    raw = {
+        "key": c.key_id,
+        "person": "carol",
+        "machine": "laptop",
+        "ts": T0 + 5,
+        "role": "member",
+        "active": True,
+        "addresses": [],
+        "colour": "teal",
+    }
     sig = b.sign_bytes(roster.signing_payload(state.id, "member", raw)).hex()
     wire = {"body": raw, "by": b.key_id, "sig": sig}
     signed: Signed[Member] = roster.signed_from_wire(Member, wire)
@@ -463,8 +512,14 @@ def test_malformed_states_and_entries_are_refused_cleanly() -> None:
 
 def make_ticket(**changes: Any) -> Ticket:
     state = team_of_three()
-    base = Ticket(team_id=state.id, secret="s3cret-_A", team="acme", keys=(a.key_id, b.key_id, c.key_id),
-                  addresses=("192.0.2.1:4433", "[2001:db8::1]:4433"), expires=T0 + DAY)
+    base = Ticket(
+        team_id=state.id,
+        secret="s3cret-_A",
+        team="acme",
+        keys=(a.key_id, b.key_id, c.key_id),
+        addresses=("192.0.2.1:4433", "[2001:db8::1]:4433"),
+        expires=T0 + DAY,
+    )
     return dataclasses.replace(base, **changes)
 
 
@@ -486,9 +541,15 @@ def test_a_ticket_carries_at_most_two_addresses_and_three_keys() -> None:
 
 def test_a_damaged_or_tampered_ticket_is_refused() -> None:
     text = encode_ticket(make_ticket())
-    body = text[len("hive1:"):]
-    for damaged in (text[:-3], text[:40], "hive1:" + body[:20] + ("A" if body[20] != "A" else "B") + body[21:],
-                    "hive1:", "hive2:" + body, "no invite here"):
+    body = text[len("hive1:") :]
+    for damaged in (
+        text[:-3],
+        text[:40],
+        "hive1:" + body[:20] + ("A" if body[20] != "A" else "B") + body[21:],
+        "hive1:",
+        "hive2:" + body,
+        "no invite here",
+    ):
         with pytest.raises(roster.Malformed):
             decode_ticket(damaged)
     # A well-formed ticket with a made-up secret decodes, and then opens nothing.
@@ -498,8 +559,11 @@ def test_a_damaged_or_tampered_ticket_is_refused() -> None:
 
 
 def test_a_ticket_with_bad_fields_is_refused_even_with_a_good_checksum() -> None:
-    for bad in (make_ticket(team="Not A Name"), make_ticket(own_machine=True, person=""),
-                make_ticket(addresses=("bad\naddress",))):
+    for bad in (
+        make_ticket(team="Not A Name"),
+        make_ticket(own_machine=True, person=""),
+        make_ticket(addresses=("bad\naddress",)),
+    ):
         with pytest.raises(roster.Malformed):
             decode_ticket(encode_ticket(bad))
 
@@ -516,14 +580,17 @@ def test_an_admission_that_names_no_invite_is_refused_on_arrival() -> None:
     state = team_of_three()
     body = Member(key=KEYS[5].key_id, person="eve", machine="x", ts=T0 + 5)
     assert refusals(state, [Entry("admission", sign(a, state.id, "admission", body))]) == [
-        "an admission names the invite it redeemed"]
+        "an admission names the invite it redeemed"
+    ]
 
 
 def test_an_admission_redeeming_an_invite_the_roster_does_not_hold_admits_no_one() -> None:
     state = team_of_three()
     newcomer = KEYS[5]
-    body = dataclasses.replace(Member(key=newcomer.key_id, person="eve", machine="x", ts=T0 + 5),
-                               redeems=secret_hash("a secret no member ever invited with"))
+    body = dataclasses.replace(
+        Member(key=newcomer.key_id, person="eve", machine="x", ts=T0 + 5),
+        redeems=secret_hash("a secret no member ever invited with"),
+    )
     made = [Entry("admission", sign(a, state.id, "admission", body)), member_entry(a, state.id, body)]
     merged = absorb_all(state, made, T0 + 10)
     assert refusals(state, made) == []  # well-formed and signed by a member, so it travels
@@ -536,10 +603,12 @@ def test_one_time_invite_admits_one_machine_even_when_a_member_signs_a_second_ad
     request = JoinRequest(secret=secret, key=first.key_id, person="eve", machine="x", ts=T0 + 11)
     state = admit(state, a, request, secret_hash(secret), now=T0 + 11)
     assert view(state).is_active(first.key_id)
-    again = dataclasses.replace(Member(key=second.key_id, person="fay", machine="y", ts=T0 + 12),
-                                redeems=secret_hash(secret))
-    state = absorb_all(state, [Entry("admission", sign(b, state.id, "admission", again)),
-                               member_entry(b, state.id, again)], T0 + 13)
+    again = dataclasses.replace(
+        Member(key=second.key_id, person="fay", machine="y", ts=T0 + 12), redeems=secret_hash(secret)
+    )
+    state = absorb_all(
+        state, [Entry("admission", sign(b, state.id, "admission", again)), member_entry(b, state.id, again)], T0 + 13
+    )
     assert view(state).status(second.key_id) == "stranger"
     assert view(state).is_active(first.key_id)
 

@@ -41,8 +41,9 @@ def test_a_second_session_with_the_same_default_name_gets_a_number(hive: Hive) -
 
 def test_a_new_session_in_the_same_place_inherits_a_stale_name_and_its_unread_mail(hive: Hive) -> None:
     with hive.connect() as conn:  # a client that holds the session open, like an MCP server
-        conn.send_line({"id": 1, "op": "register", "hold": True,
-                        "session": {"key": "old", "agent": "codex", "cwd": "/src/api"}})
+        conn.send_line(
+            {"id": 1, "op": "register", "hold": True, "session": {"key": "old", "agent": "codex", "cwd": "/src/api"}}
+        )
         assert conn.read()["result"]["name"] == "api-codex"
         assert send(hive, "alice/api-codex", "remember the migration")["ok"]
     # Its connection closed, so the session is gone; a new one in the same place takes over.

@@ -47,8 +47,9 @@ def test_a_sidecar_serves_mail_from_a_database_written_by_an_older_hive(make_hiv
     hive.home.mkdir(exist_ok=True)
     make_version_1(hive.paths.database)
     hive.start()
-    registered = hive.request({"id": 1, "op": "register",
-                               "session": {"key": "k2", "agent": "codex", "cwd": "/src/api"}})["result"]
+    registered = hive.request(
+        {"id": 1, "op": "register", "session": {"key": "k2", "agent": "codex", "cwd": "/src/api"}}
+    )["result"]
     assert registered["name"] == "api-codex" and registered["unread"] == 1
 
 
@@ -87,21 +88,34 @@ def test_every_migration_applies_on_top_of_the_previous_ones(tmp_path: Path) -> 
 
 @pytest.mark.anyio
 async def test_recalls_index_is_rebuilt_stemmed_with_only_the_verified_lessons_of_an_older_database(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     path = tmp_path / "hive.db"
     conn = sqlite3.connect(path)
     stemmed = next(n for n, step in enumerate(MIGRATIONS) if "porter unicode61" in step)
     migrate(conn, target=stemmed)  # the last version with the unstemmed index of every lesson
-    for n, (state, text) in enumerate((("verified", "Run each migration with a lock timeout."),
-                                       ("proposed", "Migrations are unreviewed folklore here."))):
+    for n, (state, text) in enumerate(
+        (
+            ("verified", "Run each migration with a lock timeout."),
+            ("proposed", "Migrations are unreviewed folklore here."),
+        )
+    ):
         lesson_id = f"{n:064x}"
-        conn.execute("INSERT INTO lessons (id, author, author_person, scope, kind, header, body_hash, created_at, "
-                     "received_at, asked_at, state, eff_scope) VALUES (?, 'k', 'alice', 'team', 'gotcha', ?, ?, 1, "
-                     "1, 1, ?, 'team')", (lesson_id, '{"tags": ["postgres"]}', f"h{n}", state))
-        conn.execute("INSERT INTO lesson_blobs (hash, lesson, blob) VALUES (?, ?, ?)",
-                     (f"h{n}", lesson_id, f'{{"text": "{text}", "applicability": "deploys"}}'))
-        conn.execute("INSERT INTO lesson_fts (rowid, id, text, applicability, tags) SELECT rowid, id, ?, '', '' "
-                     "FROM lessons WHERE id = ?", (text, lesson_id))
+        conn.execute(
+            "INSERT INTO lessons (id, author, author_person, scope, kind, header, body_hash, created_at, "
+            "received_at, asked_at, state, eff_scope) VALUES (?, 'k', 'alice', 'team', 'gotcha', ?, ?, 1, "
+            "1, 1, ?, 'team')",
+            (lesson_id, '{"tags": ["postgres"]}', f"h{n}", state),
+        )
+        conn.execute(
+            "INSERT INTO lesson_blobs (hash, lesson, blob) VALUES (?, ?, ?)",
+            (f"h{n}", lesson_id, f'{{"text": "{text}", "applicability": "deploys"}}'),
+        )
+        conn.execute(
+            "INSERT INTO lesson_fts (rowid, id, text, applicability, tags) SELECT rowid, id, ?, '', '' "
+            "FROM lessons WHERE id = ?",
+            (text, lesson_id),
+        )
     conn.commit()
     conn.close()
     store = await Store.open(path)
@@ -113,20 +127,28 @@ async def test_recalls_index_is_rebuilt_stemmed_with_only_the_verified_lessons_o
 
 
 def test_evidence_files_carry_their_lessons_time_after_the_migration_and_for_lessons_stored_later(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     conn = sqlite3.connect(tmp_path / "hive.db")
     migrate(conn, target=next(n for n, step in enumerate(MIGRATIONS) if "lesson_files_recent" in step))
     header = '{"evidence": [{"kind": "file", "ref": "README.md"}, {"kind": "file", "ref": "src/app.py"}]}'
 
     def store(n: int, created_at: int) -> None:
-        conn.execute("INSERT INTO lessons (id, author, author_person, scope, kind, header, body_hash, created_at, "
-                     "received_at, asked_at, state, eff_scope) VALUES (?, 'k', 'alice', 'team', 'gotcha', ?, ?, ?, "
-                     "1, 1, 'verified', 'team')", (f"{n:064x}", header, f"h{n}", created_at))
+        conn.execute(
+            "INSERT INTO lessons (id, author, author_person, scope, kind, header, body_hash, created_at, "
+            "received_at, asked_at, state, eff_scope) VALUES (?, 'k', 'alice', 'team', 'gotcha', ?, ?, ?, "
+            "1, 1, 'verified', 'team')",
+            (f"{n:064x}", header, f"h{n}", created_at),
+        )
 
     store(0, 111)
     migrate(conn)
     store(1, 222)
     rows = conn.execute("SELECT lesson, path, at FROM lesson_files ORDER BY at, path").fetchall()
-    assert rows == [(f"{0:064x}", "README.md", 111), (f"{0:064x}", "src/app.py", 111),
-                    (f"{1:064x}", "README.md", 222), (f"{1:064x}", "src/app.py", 222)]
+    assert rows == [
+        (f"{0:064x}", "README.md", 111),
+        (f"{0:064x}", "src/app.py", 111),
+        (f"{1:064x}", "README.md", 222),
+        (f"{1:064x}", "src/app.py", 222),
+    ]
     conn.close()

@@ -15,7 +15,8 @@ pytestmark = pytest.mark.anyio
 
 
 async def test_a_background_task_raising_any_exception_is_logged_with_its_traceback_and_the_group_goes_on(
-        caplog: pytest.LogCaptureFixture) -> None:
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     served = anyio.Event()
     failed = anyio.Event()
 

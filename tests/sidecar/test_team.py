@@ -331,9 +331,14 @@ def as_agent(harness: Path, hive: Hive, env: dict[str, str], *args: str) -> subp
 
     The harness gets a session of its own, as from the person's terminal; this test process is not
     in it, so its own requests stay the person's while the harness runs."""
-    return subprocess.Popen([str(harness), "-c", AGENT_RUNS, *HIVE, *args],
-                            env={**env, "HIVE_HOME": str(hive.home)}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return subprocess.Popen(
+        [str(harness), "-c", AGENT_RUNS, *HIVE, *args],
+        env={**env, "HIVE_HOME": str(hive.home)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def finished(process: subprocess.Popen[str]) -> tuple[int, str]:
@@ -346,8 +351,9 @@ def secret(hive: Hive) -> str:
     return roster.decode_ticket(call(hive, "team_invite")["link"]).secret
 
 
-def a_team_without_desktops(make_hive: MakeHive, runtime: Path, tmp_path: Path,
-                            env: dict[str, str] | None = None) -> tuple[Hive, Hive, Path, str]:
+def a_team_without_desktops(
+    make_hive: MakeHive, runtime: Path, tmp_path: Path, env: dict[str, str] | None = None
+) -> tuple[Hive, Hive, Path, str]:
     alice, bob = make_hive(person="alice"), make_hive(person="bob")
     start_sidecar(alice, env or no_desktop_env(runtime))
     start_sidecar(bob, no_desktop_env(runtime))
@@ -359,14 +365,20 @@ def a_team_without_desktops(make_hive: MakeHive, runtime: Path, tmp_path: Path,
 
 
 def test_an_agent_cannot_remove_leave_replace_the_link_or_join_without_its_person(
-        make_hive: MakeHive, empty_runtime: Path, tmp_path: Path) -> None:
+    make_hive: MakeHive, empty_runtime: Path, tmp_path: Path
+) -> None:
     alice, _bob, harness, link = a_team_without_desktops(make_hive, empty_runtime, tmp_path)
     carol = make_hive(person="carol")
     start_sidecar(carol, no_desktop_env(empty_runtime))
     env = no_desktop_env(empty_runtime)
-    for hive, args in ((alice, ("remove", "bob")), (alice, ("link", "--new")), (alice, ("leave", "--force")),
-                       (carol, ("join", link, "--as", "carol")), (alice, ("invite",)),
-                       (carol, ("init", "evil", "--as", "carol"))):
+    for hive, args in (
+        (alice, ("remove", "bob")),
+        (alice, ("link", "--new")),
+        (alice, ("leave", "--force")),
+        (carol, ("join", link, "--as", "carol")),
+        (alice, ("invite",)),
+        (carol, ("init", "evil", "--as", "carol")),
+    ):
         code, stderr = finished(as_agent(harness, hive, env, *args))
         assert code == 1 and "[needs_person]" in stderr, (args, stderr)
     assert labels(call(alice, "team_show")) == {"alice@m1", "bob@m2"}
@@ -380,7 +392,8 @@ def test_an_agent_cannot_remove_leave_replace_the_link_or_join_without_its_perso
 
 
 def test_an_agents_team_change_goes_ahead_when_its_person_approves_the_pop_up_on_their_own_desktop(
-        make_hive: MakeHive, empty_runtime: Path, tmp_path: Path, desktop: Desktop) -> None:
+    make_hive: MakeHive, empty_runtime: Path, tmp_path: Path, desktop: Desktop
+) -> None:
     # The person started the sidecar from their desktop session: that is where its pop-ups go.
     alice, _bob, harness, link = a_team_without_desktops(make_hive, empty_runtime, tmp_path, env=desktop.env)
     agent_env = no_desktop_env(empty_runtime)  # the agent names no desktop; none is needed
@@ -402,20 +415,25 @@ def test_an_agents_team_change_goes_ahead_when_its_person_approves_the_pop_up_on
 CUT_LOOSE = {
     # setsid -f: a new session with no terminal, handed to init at once.
     "setsid": "import subprocess, sys; out = sys.argv[1]; subprocess.run(['setsid', '-f', 'sh', '-c', "
-              "'\"$@\" 2>\"$0.err\"; echo $? >\"$0\"', out, *sys.argv[2:]], check=True)",
+    '\'"$@" 2>"$0.err"; echo $? >"$0"\', out, *sys.argv[2:]], check=True)',
     # A double fork: handed to init, but still in the harness's process group and session, which
     # lives on (the harness waits for the result here).
     "double fork": "import os, subprocess, sys, time; out = sys.argv[1]\n"
-                   "subprocess.run(['sh', '-c', '(\"$@\" 2>\"$0.err\"; echo $? >\"$0\") &', out, *sys.argv[2:]])\n"
-                   "deadline = time.monotonic() + 60\n"
-                   "while not os.path.exists(out) and time.monotonic() < deadline: time.sleep(0.05)",
+    "subprocess.run(['sh', '-c', '(\"$@\" 2>\"$0.err\"; echo $? >\"$0\") &', out, *sys.argv[2:]])\n"
+    "deadline = time.monotonic() + 60\n"
+    "while not os.path.exists(out) and time.monotonic() < deadline: time.sleep(0.05)",
 }
 
 
 def cut_loose(harness: Path, hive: Hive, env: dict[str, str], how: str, out: Path, *args: str) -> tuple[int, str]:
     """Run ``hive ARGS`` from an agent harness's shell, detached from the harness ``how``; wait for its end."""
-    subprocess.run([str(harness), "-c", CUT_LOOSE[how], str(out), *HIVE, *args], check=True, timeout=60,
-                   env={**env, "HIVE_HOME": str(hive.home)}, start_new_session=True)
+    subprocess.run(
+        [str(harness), "-c", CUT_LOOSE[how], str(out), *HIVE, *args],
+        check=True,
+        timeout=60,
+        env={**env, "HIVE_HOME": str(hive.home)},
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 60
     while not (out.exists() and out.read_text().strip()):
         assert time.monotonic() < deadline, f"the detached command ({how}) never finished"
@@ -425,7 +443,8 @@ def cut_loose(harness: Path, hive: Hive, env: dict[str, str], how: str, out: Pat
 
 @pytest.mark.parametrize("how", sorted(CUT_LOOSE))
 def test_a_team_change_cut_loose_from_the_agent_harness_still_waits_for_its_person(
-        make_hive: MakeHive, empty_runtime: Path, tmp_path: Path, how: str) -> None:
+    make_hive: MakeHive, empty_runtime: Path, tmp_path: Path, how: str
+) -> None:
     alice, _bob, harness, link = a_team_without_desktops(make_hive, empty_runtime, tmp_path)
     env = no_desktop_env(empty_runtime)
     for n, args in enumerate((("remove", "bob"), ("link", "--new"))):
@@ -447,16 +466,27 @@ with socket.socket(socket.AF_UNIX) as s:
 
 def agent_requests(harness: Path, hive: Hive, *requests: dict[str, Any]) -> list[dict[str, Any]]:
     """Raw requests on the socket from a process an agent harness started (its MCP server, a script)."""
-    result = subprocess.run([str(harness), "-c", AGENT_REQUESTS, str(hive.paths.socket),
-                             *(json.dumps({"id": n, **r}) for n, r in enumerate(requests))],
-                            capture_output=True, text=True, timeout=60, env=no_desktop_env(Path("/nonexistent")),
-                            start_new_session=True)
+    result = subprocess.run(
+        [
+            str(harness),
+            "-c",
+            AGENT_REQUESTS,
+            str(hive.paths.socket),
+            *(json.dumps({"id": n, **r}) for n, r in enumerate(requests)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=no_desktop_env(Path("/nonexistent")),
+        start_new_session=True,
+    )
     assert result.returncode == 0, result.stderr
     return [json.loads(line) for line in result.stdout.splitlines()]
 
 
 def test_both_halves_of_a_join_ask_the_person_when_an_agent_runs_them(
-        make_hive: MakeHive, empty_runtime: Path, tmp_path: Path) -> None:
+    make_hive: MakeHive, empty_runtime: Path, tmp_path: Path
+) -> None:
     """An agent joined a stranger's team ``evil`` through team_join_prepare and team_join_finish."""
     alice, _bob, harness, _link = a_team_without_desktops(make_hive, empty_runtime, tmp_path)
     mallory = make_hive(person="mallory")
@@ -467,15 +497,25 @@ def test_both_halves_of_a_join_ask_the_person_when_an_agent_runs_them(
     # What the agent would have sent, prepared by the person's own hand to have real frames.
     ready = call(carol, "team_join_prepare", link=evil, person="carol")
     answer = call(mallory, "team_join_accept", frame=ready["frame"], peer=ready["frame"]["hello"]["by"])
-    replies = agent_requests(harness, carol,
-                             {"op": "team_join_prepare", "link": evil, "person": "carol"},
-                             {"op": "team_join_finish", "link": evil, "state": answer["state"]})
+    replies = agent_requests(
+        harness,
+        carol,
+        {"op": "team_join_prepare", "link": evil, "person": "carol"},
+        {"op": "team_join_finish", "link": evil, "state": answer["state"]},
+    )
     assert [r["error"]["code"] for r in replies] == ["needs_person", "needs_person"], replies
     assert call(carol, "team_show")["team"] is None
     # On the inviting side, an agent cannot admit a machine by hand, hand out invites or found a team.
-    replies = agent_requests(harness, alice, {"op": "team_join_accept", "frame": ready["frame"]},
-                             {"op": "team_invite"}, {"op": "team_invite", "once": True},
-                             {"op": "team_remove", "target": "bob"}, {"op": "team_leave"}, {"op": "team_link_new"})
+    replies = agent_requests(
+        harness,
+        alice,
+        {"op": "team_join_accept", "frame": ready["frame"]},
+        {"op": "team_invite"},
+        {"op": "team_invite", "once": True},
+        {"op": "team_remove", "target": "bob"},
+        {"op": "team_leave"},
+        {"op": "team_link_new"},
+    )
     assert {r["error"]["code"] for r in replies} == {"needs_person"}, replies
     replies = agent_requests(harness, carol, {"op": "team_init", "team": "evil2", "person": "carol"})
     assert replies[0]["error"]["code"] == "needs_person"
@@ -483,19 +523,24 @@ def test_both_halves_of_a_join_ask_the_person_when_an_agent_runs_them(
 
 
 def test_an_agent_cannot_release_held_mail_or_remove_a_project_member_without_its_person(
-        make_hive: MakeHive, empty_runtime: Path, tmp_path: Path) -> None:
+    make_hive: MakeHive, empty_runtime: Path, tmp_path: Path
+) -> None:
     alice, _bob, harness, _link = a_team_without_desktops(make_hive, empty_runtime, tmp_path)
     project = "sha256:" + "ab" * 32
-    replies = agent_requests(harness, alice, {"op": "approve", "ids": ["01JAAAAAAAAAAAAAAAAAAAAAAA"]},
-                             {"op": "project_remove", "project": project, "person": "bob"})
+    replies = agent_requests(
+        harness,
+        alice,
+        {"op": "approve", "ids": ["01JAAAAAAAAAAAAAAAAAAAAAAA"]},
+        {"op": "project_remove", "project": project, "person": "bob"},
+    )
     assert [r["error"]["code"] for r in replies] == ["needs_person", "needs_person"], replies
     # The person's own request goes ahead (to the answers those ids and that project get).
     assert call(alice, "approve", ids=["01JAAAAAAAAAAAAAAAAAAAAAAA"])["settled"][0]["state"] != "needs_person"
 
 
-
 def test_a_persons_own_request_beside_a_harness_in_the_same_session_is_still_the_persons(
-        make_hive: MakeHive, empty_runtime: Path, tmp_path: Path) -> None:
+    make_hive: MakeHive, empty_runtime: Path, tmp_path: Path
+) -> None:
     """A terminal (or a test runner) may run a harness next to the person's own commands: sharing a
     session with it makes a process an agent's only once it was cut loose from its parents."""
     alice, _bob, harness, _link = a_team_without_desktops(make_hive, empty_runtime, tmp_path)
@@ -515,19 +560,78 @@ def test_a_persons_own_request_beside_a_harness_in_the_same_session_is_still_the
 # Every op the sidecar serves, classified: the person confirms these when an agent asks (or always,
 # for group sends, gate preference changes, lesson reviews and project members) ...
 PERSON_OPS = {
-    "team_init", "team_invite", "team_remove", "team_leave", "team_link_new", "team_join", "team_join_prepare",
-    "team_join_accept", "team_join_finish", "send", "gate_prefs", "lesson_review", "project_confirm",
-    "approve", "project_remove", "policy",
+    "team_init",
+    "team_invite",
+    "team_remove",
+    "team_leave",
+    "team_link_new",
+    "team_join",
+    "team_join_prepare",
+    "team_join_accept",
+    "team_join_finish",
+    "send",
+    "gate_prefs",
+    "lesson_review",
+    "project_confirm",
+    "approve",
+    "project_remove",
+    "policy",
 }
 # ... and these change none of the team, the link, group sends, gate preferences or reviews.
 FREE_OPS = {
-    "ask", "ask_stop", "attach", "delivered", "digest", "doing", "drop", "end", "events", "folder",
-    "gate_acted", "gate_breakpoint", "gate_fact", "gate_ledger", "gate_measures", "gate_offer", "gate_promote",
-    "gate_shadow", "gate_why", "held", "hold", "hook", "hook_written", "inbox", "lesson_cite", "lesson_context",
-    "lesson_import", "lesson_list", "lesson_pending", "lesson_promote", "lesson_propose", "lesson_retract",
-    "lesson_search", "lesson_show", "lesson_sync_ingest", "lesson_sync_status", "mesh", "ping", "plugin_event",
-    "project_join", "project_show", "register", "seen", "sent", "set_status", "shutdown", "status",
-    "stop_waiting", "team_show", "undelivered", "unread", "watch", "who",
+    "ask",
+    "ask_stop",
+    "attach",
+    "delivered",
+    "digest",
+    "doing",
+    "drop",
+    "end",
+    "events",
+    "folder",
+    "gate_acted",
+    "gate_breakpoint",
+    "gate_fact",
+    "gate_ledger",
+    "gate_measures",
+    "gate_offer",
+    "gate_promote",
+    "gate_shadow",
+    "gate_why",
+    "held",
+    "hold",
+    "hook",
+    "hook_written",
+    "inbox",
+    "lesson_cite",
+    "lesson_context",
+    "lesson_import",
+    "lesson_list",
+    "lesson_pending",
+    "lesson_promote",
+    "lesson_propose",
+    "lesson_retract",
+    "lesson_search",
+    "lesson_show",
+    "lesson_sync_ingest",
+    "lesson_sync_status",
+    "mesh",
+    "ping",
+    "plugin_event",
+    "project_join",
+    "project_show",
+    "register",
+    "seen",
+    "sent",
+    "set_status",
+    "shutdown",
+    "status",
+    "stop_waiting",
+    "team_show",
+    "undelivered",
+    "unread",
+    "watch",
+    "who",
 }
 
 
@@ -542,8 +646,6 @@ def test_every_op_is_classified_and_exactly_the_person_ops_go_through_the_person
     assert {op for op, handler in sidecar.handlers.items() if is_person_op(handler)} == PERSON_OPS
 
 
-
-
 def test_only_the_founders_own_person_removes_the_founder(make_hive: MakeHive) -> None:
     alice, bob = started(make_hive, "alice"), started(make_hive, "bob")
     link = call(alice, "team_init", team="acme", person="alice")["invite"]["link"]
@@ -554,17 +656,25 @@ def test_only_the_founders_own_person_removes_the_founder(make_hive: MakeHive) -
 
 
 def test_a_harness_the_person_put_in_the_background_of_their_shell_leaves_their_next_commands_theirs(
-        make_hive: MakeHive, empty_runtime: Path, tmp_path: Path) -> None:
+    make_hive: MakeHive, empty_runtime: Path, tmp_path: Path
+) -> None:
     """``claude &`` then ``hive remove bob`` in one interactive shell: job control gives the harness a
     process group of its own in the person's session and terminal; the person's command is still theirs."""
     alice, _bob, harness, _link = a_team_without_desktops(make_hive, empty_runtime, tmp_path)
     done = tmp_path / "done"
-    script = (f"{harness} -c 'import time; time.sleep(120)' &\n"
-              f"sleep 1; {' '.join(HIVE)} remove bob; echo \"exit=$?\" > {done}; kill %1; exit\n")
+    script = (
+        f"{harness} -c 'import time; time.sleep(120)' &\n"
+        f'sleep 1; {" ".join(HIVE)} remove bob; echo "exit=$?" > {done}; kill %1; exit\n'
+    )
     master, slave = os.openpty()
-    shell = subprocess.Popen(["bash", "--norc", "--noprofile", "-i"], stdin=slave, stdout=slave, stderr=slave,
-                             env={**no_desktop_env(empty_runtime), "HIVE_HOME": str(alice.home)},
-                             preexec_fn=lambda: os.login_tty(slave))
+    shell = subprocess.Popen(
+        ["bash", "--norc", "--noprofile", "-i"],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env={**no_desktop_env(empty_runtime), "HIVE_HOME": str(alice.home)},
+        preexec_fn=lambda: os.login_tty(slave),
+    )
     os.close(slave)
     try:
         os.write(master, script.encode())
@@ -582,7 +692,8 @@ def test_a_harness_the_person_put_in_the_background_of_their_shell_leaves_their_
 
 
 def test_a_team_change_from_a_tmux_window_an_agent_opened_still_waits_for_its_person(
-        make_hive: MakeHive, empty_runtime: Path, tmp_path: Path) -> None:
+    make_hive: MakeHive, empty_runtime: Path, tmp_path: Path
+) -> None:
     """``tmux new -d 'hive remove bob'`` from an agent's shell: the window's shell has a terminal of
     its own and descends from a tmux server handed to init, but it carries the variable Claude
     Code sets in every process it starts."""
@@ -590,9 +701,23 @@ def test_a_team_change_from_a_tmux_window_an_agent_opened_still_waits_for_its_pe
     server, out = tmp_path / "tmux.sock", tmp_path / "out"
     command = f"{shlex.join([*HIVE, 'remove', 'bob'])} 2>{out}.err; echo $? >{out}"
     env = {**no_desktop_env(empty_runtime), "HIVE_HOME": str(alice.home), "CLAUDECODE": "1", "TERM": "xterm"}
-    subprocess.run([str(harness), "-c", "import subprocess, sys; subprocess.run(sys.argv[1:], check=True)",
-                    "tmux", "-S", str(server), "new-session", "-d", command], env=env, check=True, timeout=60,
-                   start_new_session=True)
+    subprocess.run(
+        [
+            str(harness),
+            "-c",
+            "import subprocess, sys; subprocess.run(sys.argv[1:], check=True)",
+            "tmux",
+            "-S",
+            str(server),
+            "new-session",
+            "-d",
+            command,
+        ],
+        env=env,
+        check=True,
+        timeout=60,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while not (out.exists() and out.read_text().strip()):

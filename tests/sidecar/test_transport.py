@@ -86,8 +86,12 @@ async def test_a_both_pinned_peers_exchange_frames_and_read_each_others_key() ->
             assert link.dialer == alice.public_key
             await link.send({"t": "hello", "n": 1})
             reply = await link.receive()
-            assert reply == {"t": "echo", "of": {"t": "hello", "n": 1}, "alpn": ALPN_TEAM,
-                             "peer": alice.public_key.hex()}
+            assert reply == {
+                "t": "echo",
+                "of": {"t": "hello", "n": 1},
+                "alpn": ALPN_TEAM,
+                "peer": alice.public_key.hex(),
+            }
         assert server.links[0].peer_key == alice.public_key
         assert server.links[0].dialer == alice.public_key
 
@@ -132,8 +136,9 @@ async def test_d_a_client_without_a_certificate_is_refused() -> None:
     server = Server(bob, lambda key, alpn: True)
 
     async def body() -> None:
-        config = QuicConfiguration(is_client=True, alpn_protocols=[ALPN_TEAM], verify_mode=ssl.CERT_NONE,
-                                   server_name="hive.invalid")
+        config = QuicConfiguration(
+            is_client=True, alpn_protocols=[ALPN_TEAM], verify_mode=ssl.CERT_NONE, server_name="hive.invalid"
+        )
         try:
             async with connect("127.0.0.1", server.listener.port, configuration=config) as protocol:
                 reader, writer = await protocol.create_stream()
