@@ -13,17 +13,17 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..agents import ask, hooks
+from ..agents import sessions as session_ops
 from ..base.host import Connection
 from ..gate import engine as gate
 from ..lessons import ops as lesson_ops
 from ..lessons import sync as lesson_sync
-from ..mail import mailboxes, policy
+from ..mail import mailboxes, notify, policy
 from ..mail import ops as mail_ops
 from ..mesh import links
-from ..person import ask
 from ..presence import observe
-from ..sessions import attach, folders, hooks
-from ..sessions import ops as session_ops
+from ..sessions import attach, folders
 from ..team import membership, projects
 from . import ops as daemon_ops
 
@@ -58,7 +58,8 @@ FEATURES: tuple[Feature, ...] = (
     Feature("mailboxes", frames=mailboxes.attach),
     Feature("inbound policy", ops=policy.OPS),
     Feature("mesh", ops=links.OPS),
-    Feature("ask", ops=ask.OPS, frames=ask.attach),
+    Feature("ask", ops=ask.OPS),
+    Feature("notify", frames=notify.attach),
     Feature("team", ops=membership.OPS),
     Feature("projects", ops=projects.OPS),
     Feature("gate", ops=gate.OPS, frames=gate.attach),

@@ -32,6 +32,7 @@ from anyio.abc import SocketStream, TaskGroup
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from .. import __version__
+from ..agents import hooks
 from ..base import wire
 from ..base.config import Settings, load_settings
 from ..base.defang import brackets
@@ -47,7 +48,6 @@ from ..mail.guards import Guards
 from ..mail.mailbox import Mailbox
 from ..mesh.links import Mesh
 from ..presence import discover
-from ..sessions import hooks
 from ..sessions.registry import Sessions, watch_processes
 from ..team.local import Team
 from ..team.membership import attach as attach_team
@@ -67,7 +67,7 @@ class Sidecar:
         self.paths = paths
         self.settings = settings
         self.started = time.time()
-        self.forgot_at = 0.0  # when gone sessions were last forgotten (sessions.ops.maybe_forget)
+        self.forgot_at = 0.0  # when gone sessions were last forgotten (agents.sessions.maybe_forget)
         self._ids = itertools.count(1)
         self.connections: dict[int, Connection] = {}
         self.waits: dict[str, set[anyio.CancelScope]] = {}

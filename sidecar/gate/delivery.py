@@ -26,7 +26,7 @@ async def deliver_in_sidecar(sidecar: Sidecar, item: Item, decision: Decision) -
     Raises:
         HiveError: the person is not on this machine, or the session is unknown here.
     """
-    from ..person.ask import deliver_local
+    from ..mail.delivery import deliver_local
 
     if item.person != sidecar.settings.person:
         raise HiveError(f"{item.person} is not on this machine, and the team knows no machine of theirs")

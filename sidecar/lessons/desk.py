@@ -21,9 +21,9 @@ import anyio
 
 from ..base.defang import one_line
 from ..base.errors import HiveError, LessonState
+from ..base.git import git_facts
 from ..gate.engine import MAX_EVIDENCE, MAX_REF, MAX_TITLE, Evidence, Item, gate_of
 from ..person.dialog import Answer
-from ..sessions.hooks import git_facts
 from . import review
 from . import store as lesson_store
 from .promoted import follow_skills

@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..base.errors import BadRequest, LessonBadScope, LessonState, NotFound, Refused
+from ..base.git import git_facts
 from ..person.confirm import asks_person
-from ..sessions.hooks import git_facts
 from . import beacon as lesson_import
 from . import promote, recall, review
 from . import store as lesson_store

@@ -6,7 +6,7 @@ it well: what its person typed for this turn (the prompt hook), what the session
 (its ``doing`` line) and the error text of a command that failed
 (:func:`hive.sidecar.lessons.recall.for_turn`, the same search as ``search_memory``). Then one
 framed line, ``<hive-lesson id=… reviewed-by=… why=…>text</hive-lesson>``, goes out with the next
-hook reply that can carry text to the model (:func:`hive.sidecar.sessions.hooks.hook`): a prompt, session start
+hook reply that can carry text to the model (:func:`hive.sidecar.agents.hooks.hook`): a prompt, session start
 or tool point, never a stop point, whose only way to carry text is to keep the agent running.
 
 Limits, so recall informs rather than interrupts: each lesson at most once per session, at most

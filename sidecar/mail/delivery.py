@@ -16,7 +16,7 @@ from ..presence import discover
 from ..sessions.registry import Session
 from . import codex_push, mailboxes
 from .addresses import Target
-from .render import frames
+from .render import Message, frames
 
 if TYPE_CHECKING:
     from ..daemon.server import Sidecar
@@ -78,3 +78,11 @@ async def push(sidecar: Sidecar, session: Session) -> bool:
         sidecar.mailbox.unshow([m.id for m in messages])
         return False
     return True
+
+
+async def deliver_local(sidecar: Sidecar, message: Message, sender_key: str | None) -> tuple[str, str]:
+    """Deposit one message for a mailbox on this machine and wake its session as ``send`` would."""
+    waiting = sidecar.parked[message.recipient] > 0
+    await sidecar.mailbox.deposit([message], sender_key)
+    entry = next((e for e in sidecar.directory() if e.address == message.recipient), None)
+    return await after_deposit(sidecar, Target(message.recipient, entry), message.wake, waiting)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -10,14 +11,14 @@ import anyio
 from ..base.errors import BadRequest, NotFound, TooLarge
 from ..base.host import Connection
 from ..base.ulid import new_ulid
-from ..person.ask import confirm_group, confirm_override, group_question, notify_person
-from ..person.confirm import asks_person
+from ..person.confirm import asks_person, confirm_group, group_question
 from ..presence import observe
 from ..sessions.registry import Session
 from . import attachments, mailboxes
 from .addresses import Target, is_group, resolve
 from .delivery import after_deposit
 from .guards import Guards
+from .notify import notify_person
 from .render import Message, frames
 
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ async def op_send(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -
     if is_group(to) and not targets:
         raise NotFound(f"no live session matches {to}")
     if group:
-        await confirm_group(sidecar, conn, request, group_question(to, len(targets)), body)
+        await confirm_group(conn, request, group_question(to, len(targets)), body)
         kind = "person"
     elif kind == "person" and reply_to:
         # A person's reply restarts the loop guard's count: a loop-guard override, confirmed the same way.
@@ -311,6 +312,26 @@ async def op_sent(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -
         key, address = session.key, sidecar.sessions.address(session)
     messages = await sidecar.mailbox.sent_by(key, address, ids) + await sidecar.mesh.sent_by(key, address, ids)
     return {"messages": sorted(messages, key=lambda m: m["id"], reverse=not ids)}
+
+
+async def confirm_override(
+    sidecar: Sidecar, conn: Connection, request: Mapping[str, Any], recipients: list[str], body: str
+) -> str:
+    """A person's reply to sessions in a run of agent messages restarts the loop guard's count, so it
+    is confirmed in the same dialog as a group send (not inferred from a ``…/terminal`` sender any
+    process can claim).
+
+    Returns "" when no recipient is in a run to restart, else how the person confirmed.
+    """
+    run = max([await sidecar.guards.busiest(address) for address in recipients], default=0)
+    if run == 0:
+        return ""
+    limit = sidecar.guards.loop_limit
+    question = (
+        f"Reply as {sidecar.settings.person} in this thread? It restarts the loop guard, which stops agents "
+        f"after {limit} messages in a row with no person in between (now {run})."
+    )
+    return await confirm_group(conn, request, question, body)
 
 
 OPS = {

@@ -1,4 +1,4 @@
-"""Mail between machines: the outbox, ``msg``/``ack``/``receipt`` frames, and the receiving side's checks.
+"""Mail between machines: the outbox, ``msg``/``ack``/``receipt`` frames, and what they update.
 
 Frames on the mesh's links (:mod:`hive.sidecar.mesh.links`):
 
@@ -14,7 +14,8 @@ before ``send`` answers and replays the outbox on every (re)connect until the re
 acknowledges it; it gives up after seven days and says so in ``sent``. The receiver records
 every message it answered (``inbound``), so a replay is answered again and never deposited
 twice. It takes a machine's messages at a limited rate, as the person's inbound policy says
-(accept, hold for the person: :mod:`hive.sidecar.mail.held`, or refuse).
+(accept, hold for the person: :mod:`hive.sidecar.mail.held`, or refuse): the receiving side's
+checks are :mod:`hive.sidecar.mail.incoming`.
 """
 
 from __future__ import annotations
@@ -22,31 +23,26 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import sqlite3
 import time
-from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ..base.config import DAY, slug
+from ..base.config import DAY
 from ..base.defang import one_line
-from ..base.errors import HiveError, LoopGuard
-from ..base.ulid import is_ulid
 from ..mesh.config import BACKOFF_MAX, BACKOFF_START
 from ..mesh.transport import CLOSE_NORMAL, FrameError, Link, LinkClosed
 from ..team.approvals import receive_approval, wire_of
-from . import attachments, mailboxes
+from . import attachments
 from .addresses import Entry, Target
 from .delivery import after_deposit
-from .guards import Guards
+from .incoming import IncomingMail
 from .render import Message
 
 if TYPE_CHECKING:
     from ..mesh.links import Mesh
-    from ..mesh.team_view import Member
 
 log = logging.getLogger("hive.sidecar.mail.remote")
 
@@ -80,13 +76,13 @@ class RemoteMail:
         self.sc = mesh.sc
         self.flows: dict[int, _Flow] = {}  # by id() of an established link
         self._acks: dict[str, _AckWait] = {}
-        self._rates: dict[str, deque[float]] = {}
         self._retrying: set[str] = set()
         self._probing: set[int] = set()
         # Inbound messages that may still owe their sender a receipt: while none do, a poke (one
         # per local request) costs no query.
         self.open_inbound = 0
         self.staged = False  # statements staged (acks' outbox updates) await the mesh flusher's commit
+        self.incoming = IncomingMail(self)
 
     def link_up(self, link: Link) -> None:
         self.flows[id(link)] = _Flow()
@@ -111,7 +107,7 @@ class RemoteMail:
     async def refuse_unreadable(self, link: Link, message_id: str) -> None:
         """Answer a msg frame the transport refused for its text, so its sender stops replaying it
         and tells its author why."""
-        await self._ack(
+        await self.ack(
             link,
             message_id,
             "refused",
@@ -121,7 +117,7 @@ class RemoteMail:
 
     # ---- sending -------------------------------------------------------------------------
 
-    def _msg_payload(self, message: Message) -> dict[str, Any]:
+    def msg_payload(self, message: Message) -> dict[str, Any]:
         payload: dict[str, Any] = {
             "id": message.id,
             "from": message.sender,
@@ -197,7 +193,7 @@ class RemoteMail:
                     }
                     continue
                 message = inlined
-            payload = self._msg_payload(message)
+            payload = self.msg_payload(message)
             if runs and message.id in runs:
                 payload["run"] = runs[message.id]
             if notify:
@@ -482,205 +478,20 @@ class RemoteMail:
 
     # ---- receiving mail ------------------------------------------------------------------
 
-    async def _ack(self, link: Link, message_id: str, state: str, note: str, **extra: Any) -> None:
+    async def ack(self, link: Link, message_id: str, state: str, note: str, **extra: Any) -> None:
+        """Answer a ``msg`` frame (best effort: an unanswered message is replayed and answered again)."""
         with contextlib.suppress(LinkClosed, FrameError):
             await link.send({"t": "ack", "id": message_id, "state": state, "note": note, **extra})
-
-    def _rate_ok(self, peer: str) -> float:
-        """0 when a message from ``peer`` may pass now, else seconds until one may."""
-        now = time.monotonic()
-        window = self._rates.setdefault(peer, deque())
-        while window and now - window[0] >= self.mesh.config.rate_window:
-            window.popleft()
-        if len(window) >= self.mesh.config.rate_limit:
-            return self.mesh.config.rate_window - (now - window[0]) + 0.05
-        window.append(now)
-        return 0.0
-
-    async def receive_msg(self, link: Link, member: Member, raw: Any) -> None:
-        if not isinstance(raw, dict) or not is_ulid(raw.get("id")):
-            log.warning("a malformed msg frame from %s; ignored", link.peer[:12])
-            return
-        message_id: str = raw["id"]
-
-        def look(conn: sqlite3.Connection) -> tuple[str, str] | None:  # one hop to the database thread
-            row = conn.execute("SELECT state, note FROM inbound WHERE id = ?", (message_id,)).fetchone()
-            if row is None and conn.execute("SELECT 1 FROM messages WHERE id = ?", (message_id,)).fetchone():
-                return "message", ""
-            return None if row is None else (row[0], row[1])
-
-        seen = await self.sc.store.run(look)
-        if seen is not None and seen[0] == "message":
-            await self._ack(link, message_id, "queued", "already received")
-            return
-        if seen is not None:
-            state = {"accepted": "queued", "held": "held", "refused": "refused"}.get(seen[0], "queued")
-            await self._ack(link, message_id, state, f"already received: {seen[1]}"[:300])
-            return
-        sender, recipient, body = raw.get("from"), raw.get("to"), raw.get("body")
-        claimed = raw.get("kind")
-        kind = claimed if claimed in ("agent", "person", "script") else "agent"
-        reply_to = raw.get("reply_to") if is_ulid(raw.get("reply_to")) else None
-        local_person = self.sc.settings.person
-        if (
-            not isinstance(sender, str)
-            or not isinstance(recipient, str)
-            or not isinstance(body, str)
-            or "/" not in sender
-            or "/" not in recipient
-        ):
-            await self._refuse(link, message_id, str(sender), str(recipient), "refused: a malformed message")
-            return
-        sender = f"{slug(sender.split('/', 1)[0])}/{slug(sender.split('/', 1)[1]) or 'terminal'}"
-        if sender.split("/", 1)[0] != member.person:
-            await self._refuse(
-                link,
-                message_id,
-                sender,
-                recipient,
-                f"refused: a machine of {member.person}'s speaks only for {member.person}",
-            )
-            return
-        if len(body.encode("utf-8")) > self.sc.settings.max_body:
-            await self._refuse(link, message_id, sender, recipient, "refused: the message is over the size limit")
-            return
-        try:
-            carried = attachments.from_wire(raw.get("files"))
-        except HiveError as exc:
-            await self._refuse(link, message_id, sender, recipient, attachments.refusal_note(exc))
-            return
-        wait = self._rate_ok(link.peer)
-        if wait:
-            await self._ack(
-                link,
-                message_id,
-                "retry",
-                f"retry: {local_person}'s machine takes at most {self.mesh.config.rate_limit} "
-                "messages a minute from one machine",
-                retry_after=round(wait, 2),
-            )
-            return
-        policy = self.mesh.inbound.of(member.person)
-        if policy == "refuse":
-            await self._refuse(
-                link,
-                message_id,
-                sender,
-                recipient,
-                f"refused: {local_person} does not take messages from {member.person} right now",
-            )
-            return
-        to_person, to_name = recipient.split("/", 1)
-        entry: Entry | None = None
-        if to_person != local_person:
-            await self._refuse(link, message_id, sender, recipient, f"refused: no {to_person} on this machine")
-            return
-        if not mailboxes.is_own(self.sc, recipient):  # the person's own mailboxes take mail from the team
-            entry = next((e for e in self.sc.directory() if e.key is not None and e.name == to_name), None)
-            if entry is None:
-                await self._refuse(
-                    link,
-                    message_id,
-                    sender,
-                    recipient,
-                    f"refused: no session or mailbox called {to_name} on {local_person}'s machine",
-                )
-                return
-        if policy != "hold":  # a held message's files are saved (and counted) once it is approved
-            wait = await attachments.quota_wait(self.sc, member.person, carried)
-            if wait:
-                await self._ack(
-                    link,
-                    message_id,
-                    "retry",
-                    f"retry: {local_person}'s machine keeps no more of {member.person}'s files for now",
-                    retry_after=round(wait, 2),
-                )
-                return
-        if kind == "person":
-            thread = Guards.human_input(recipient)
-        elif kind == "agent" and entry is not None:  # between two sessions: the loop guard's to count
-            try:
-                thread = (await self.sc.guards.step(sender, recipient, claimed=raw.get("run"))).statements
-            except LoopGuard as exc:
-                await self._refuse(link, message_id, sender, recipient, exc.message, code=exc.code)
-                return
-        else:
-            thread = []
-        approval, body = self.approval(raw, link.peer, recipient, body)
-        message = Message(
-            id=message_id,
-            sender=sender,
-            sender_kind=kind,
-            sender_agent=one_line(raw.get("agent"), 32),
-            sender_repo=one_line(raw.get("repo"), 200),
-            recipient=recipient,
-            reply_to=reply_to,
-            body=body,
-            wake=not raw.get("fyi"),
-            sent_at=time.time(),
-            approval=approval,
-            carried=carried,
-        )
-        now = time.time()
-        if policy == "hold":
-            note = f"held: {local_person} sees it and approves it before any session does"
-            await self.sc.store.write(
-                [
-                    *thread,
-                    (
-                        "INSERT INTO inbound (id, peer, sender, recipient, state, note, frame, received_at) "
-                        "VALUES (?, ?, ?, ?, 'held', ?, ?, ?)",
-                        (message_id, link.peer, sender, recipient, note, json.dumps(self._msg_payload(message)), now),
-                    ),
-                ]
-            )
-            await self._ack(link, message_id, "held", note)
-            return
-        # The message, its inbound record and its thread step share one commit, made before the ack
-        # (a second commit for the record would hold up both the ack and the recipient's read).
-        state, note = await self.deposit(
-            message,
-            entry,
-            also=[
-                *thread,
-                *mailboxes.record_copies(message_id, raw.get("copies")),
-                (
-                    "INSERT OR IGNORE INTO inbound (id, peer, sender, recipient, state, note, received_at) "
-                    "VALUES (?, ?, ?, ?, 'accepted', 'accepted', ?)",
-                    (message_id, link.peer, sender, recipient, now),
-                ),
-            ],
-        )
-        if raw.get("notify") is True:
-            from ..person.ask import notify_received  # ask imports the mesh's neighbours; import late
-
-            notify_received(self.sc, message, raw.get("sent_at"))
-        self.open_inbound += 1
-        await self._ack(link, message_id, state, note)
 
     async def deposit(
         self, message: Message, entry: Entry | None, also: Sequence[tuple[str, Sequence[Any]]] = ()
     ) -> tuple[str, str]:
+        """Put a teammate's accepted (or approved) message in the mailbox; the state and note its sender hears."""
         message = await attachments.keep(self.sc, message)
         waiting = self.sc.parked[message.recipient] > 0
         await self.sc.mailbox.deposit([message], None, also)
         state, note = await after_deposit(self.sc, Target(message.recipient, entry), message.wake, waiting)
         return ("delivered" if state == "pushed" else state), note
-
-    async def _refuse(
-        self, link: Link, message_id: str, sender: str, recipient: str, note: str, code: str = "refused"
-    ) -> None:
-        await self.sc.store.write(
-            [
-                (
-                    "INSERT OR IGNORE INTO inbound (id, peer, sender, recipient, state, note, received_at) "
-                    "VALUES (?, ?, ?, ?, 'refused', ?, ?)",
-                    (message_id, link.peer, sender[:200], recipient[:200], note, time.time()),
-                )
-            ]
-        )
-        await self._ack(link, message_id, "refused", note, code=code)
 
     async def flush_receipts(self, peer: str | None) -> None:
         """Tell senders what became of their messages: read, approved (delivered) or dropped."""

@@ -1,1 +1,3 @@
-"""Links to teammates' sidecars: QUIC transport, one link per peer, roster sync and remote frames."""
+"""Links to teammates' sidecars: QUIC transport, one link per peer (hello and features), the frame
+registry, presence frames, roster sync, joining a team and mDNS discovery.
+"""

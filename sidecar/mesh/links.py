@@ -2,10 +2,10 @@
 
 One :class:`Mesh` per sidecar, run under the sidecar's task group. While this machine is in a
 team it listens on QUIC (``[mesh] listen``), dials every active member it has an address for
-(backoff 2 → 60 s per member), advertises itself over mDNS (:mod:`.mdns`) and keeps at most one
-link per peer: when both sides dial at once, both keep the link dialed by the smaller key, and a
-redial after an established link is five seconds old replaces it (the peer lost its end, e.g. it
-restarted).
+(backoff 2 → 60 s per member, :mod:`.dialing`), advertises itself over mDNS (:mod:`.mdns`) and
+keeps at most one link per peer: when both sides dial at once, both keep the link dialed by the
+smaller key, and a redial after an established link is five seconds old replaces it (the peer lost
+its end, e.g. it restarted).
 
 Frames on ``hive/1`` (JSON objects with a type ``t``):
 
@@ -39,9 +39,10 @@ from ..mail.held import op_approve, op_drop, op_held
 from ..mail.policy import InboundPolicy
 from ..mail.remote import RemoteMail
 from ..mail.render import Message
-from .config import BACKOFF_MAX, BACKOFF_START, HELLO_TIMEOUT
+from .config import HELLO_TIMEOUT
 from .config import MeshConfig as MeshConfig
 from .config import load_mesh_config as load_mesh_config
+from .dialing import Dialer
 from .frames import BadFrame, FrameHandler, check_fields
 from .join import op_team_join, serve_join
 from .mdns import run_mdns
@@ -62,7 +63,6 @@ from .transport import (
     LinkClosed,
     Listener,
     MachineCert,
-    dial,
     listen,
     machine_cert,
     split_address,
@@ -94,13 +94,11 @@ class Mesh:
         self.listener: Listener | None = None
         self.my_addresses: list[str] = []
         self._poked = anyio.Event()
-        self._wakes: dict[str, anyio.Event] = {}
         self._fingerprint: Any = object()
         self._roster_changed = anyio.Event()
-        self._dialers: set[str] = set()
         self._team_tg: TaskGroup | None = None
         self._tg: TaskGroup | None = None
-        self._cert: MachineCert | None = None
+        self.cert: MachineCert | None = None
         self._listen_scope: anyio.CancelScope | None = None
         self._listen_lock = anyio.Lock()
         self._subscribed: Any = None
@@ -117,6 +115,7 @@ class Mesh:
         self.presence_frames = PresenceFrames(self)
         self.roster_sync = RosterSync(self)
         self.remote = RemoteMail(self)
+        self.dialer = Dialer(self)
 
     def add_frames(
         self,
@@ -175,7 +174,7 @@ class Mesh:
             saved = await self.sc.store.get_kv("mesh.port")
             port = int(saved) if saved and saved.isdigit() else 0
         cert = machine_cert(seed)
-        self._cert = cert
+        self.cert = cert
         try:
             self.listener = await tg.start(self._listening, host, port, cert)
         except OSError:  # the last port is taken now: any port will do, peers learn the new one
@@ -298,7 +297,7 @@ class Mesh:
         if self.config.mdns:
             tg.start_soon(self._guarded, run_mdns, self, self.listener.port)
         for address in self.config.static:
-            tg.start_soon(self._guarded, self._dial_static, address)
+            tg.start_soon(self._guarded, self.dialer.dial_static, address)
         self._sync_members()
         self.started.set()
         self.poke()
@@ -312,9 +311,9 @@ class Mesh:
         for member in self.team.members():
             if member.key == me:
                 continue
-            if member.active and member.key not in self._dialers:
-                self._dialers.add(member.key)
-                tg.start_soon(self._guarded, self._dial_loop, member.key)
+            if member.active and member.key not in self.dialer.dialing:
+                self.dialer.dialing.add(member.key)
+                tg.start_soon(self._guarded, self.dialer.dial_loop, member.key)
             elif not member.active and member.key in self.links:
                 link = self.links[member.key]
                 if id(link) not in self._expelling:
@@ -329,14 +328,7 @@ class Mesh:
             return True  # the join frame must then present an invite secret
         return alpn == ALPN_TEAM and self.team.member(key.hex()) is not None
 
-    def _dial_check(self, key: bytes, alpn: str) -> bool:
-        member = self.team.member(key.hex())
-        return member is not None and member.active and key.hex() != self.team.my_key()
-
-    # ---- dialing -------------------------------------------------------------------------
-
-    def _wake(self, peer: str) -> anyio.Event:
-        return self._wakes.setdefault(peer, anyio.Event())
+    # ---- addresses ---------------------------------------------------------------------------
 
     def learn(self, peer: str, addresses: Iterable[str], *, front: bool = False) -> None:
         """Remember addresses for a member; a waiting dialer tries them at once."""
@@ -352,86 +344,8 @@ class Mesh:
             self.addresses[peer] = merged
             self._addresses_dirty = True
             if any(a not in current for a in merged):
-                self._wake(peer).set()
+                self.dialer.wake(peer).set()
             self.poke()
-
-    async def _dial_loop(self, peer: str) -> None:
-        backoff = BACKOFF_START
-        first = True
-        try:
-            while True:
-                member = self.team.member(peer)
-                if member is None or not member.active:
-                    return
-                link = self.links.get(peer)
-                if link is not None:
-                    await link.closed.wait()
-                    first = False
-                    backoff = BACKOFF_START
-                    await self.remote.expire_outbox(peer)
-                    continue
-                learned = self.addresses.get(peer, [])
-                candidates = list(learned) + [a for a in member.addresses if a not in learned and valid_address(a)]
-                wake = self._wakes[peer] = anyio.Event()
-                if not candidates:
-                    await wake.wait()
-                    continue
-                # Both sides dial; the larger key holds back a little so that usually only one
-                # link is made (the smaller key's), instead of two that are then deduplicated.
-                if not first or (peer < self.team.my_key() and peer not in self.eager):
-                    with anyio.move_on_after(backoff if not first else BACKOFF_START):
-                        await wake.wait()
-                    if peer in self.links:
-                        continue
-                first = False
-                connected = False
-                for address in candidates:
-                    if peer in self.links:
-                        connected = True
-                        break
-                    try:
-                        assert self._cert is not None
-                        async with dial(
-                            address, self._cert, self._dial_check, connect_within=self.config.connect_timeout
-                        ) as link:
-                            connected = await self._run_link(link)
-                    except (ConnectionError, OSError, ValueError) as exc:
-                        log.debug("dial %s at %s failed: %s", peer[:12], address, exc)
-                    if connected:
-                        self._prefer(peer, address)
-                        break
-                if connected:
-                    backoff = BACKOFF_START
-                else:
-                    await self.remote.expire_outbox(peer)
-                    backoff = min(backoff * 2, BACKOFF_MAX)
-        finally:
-            self._dialers.discard(peer)
-
-    def _prefer(self, peer: str, address: str) -> None:
-        current = self.addresses.get(peer, [])
-        if current and current[0] != address:
-            self.addresses[peer] = [address] + [a for a in current if a != address]
-
-    async def _dial_static(self, address: str) -> None:
-        """A static address (VPN, public host): whoever answers there must be an active member."""
-        backoff = BACKOFF_START
-        while True:
-            try:
-                assert self._cert is not None
-                async with dial(
-                    address, self._cert, self._dial_check, connect_within=self.config.connect_timeout
-                ) as link:
-                    self.learn(link.peer, [address])
-                    if link.peer in self.links:
-                        return  # already linked: the member's own dial loop owns it from now on
-                    if await self._run_link(link):
-                        backoff = BACKOFF_START
-                        return
-            except (ConnectionError, OSError, ValueError) as exc:
-                log.debug("static %s: %s", address, exc)
-            await anyio.sleep(backoff)
-            backoff = min(backoff * 2, BACKOFF_MAX)
 
     # ---- links ---------------------------------------------------------------------------
 
@@ -440,7 +354,7 @@ class Mesh:
             if link.alpn == ALPN_JOIN:
                 await serve_join(self, link)
             else:
-                await self._run_link(link)
+                await self.run_link(link)
         except Exception:  # one bad link must not stop the listener
             log.exception("serving %r failed", link)
 
@@ -453,7 +367,7 @@ class Mesh:
             "roster": self.roster_sync.digest(),
         }
 
-    async def _run_link(self, link: Link) -> bool:
+    async def run_link(self, link: Link) -> bool:
         """Greet, keep one link per peer, then read frames until the link ends.
 
         Returns whether the link was established (greeted and kept).
@@ -539,7 +453,7 @@ class Mesh:
             existing.close(CLOSE_DUPLICATE, "replaced by a newer link")
         self.links[peer] = link
         self.remote.link_up(link)
-        self._wake(peer).set()
+        self.dialer.wake(peer).set()
         return True
 
     async def _link_up(self, link: Link, same_roster: bool) -> None:
@@ -582,7 +496,7 @@ class Mesh:
         if kind == INVALID:
             await self._receive_invalid(link, member, frame)
         elif kind == "msg":
-            await self.remote.receive_msg(link, member, frame.get("msg"))
+            await self.remote.incoming.receive_msg(link, member, frame.get("msg"))
         elif kind == "ack":
             await self.remote.receive_ack(link, frame)
         elif kind == "receipt":

@@ -134,7 +134,7 @@ def sanitise_presence(raw: Any) -> dict[str, Any]:
 def _activity_of(key: str) -> str:
     """Busy/idle/waiting as the session's hooks last reported it, when the hooks module is here."""
     try:
-        hooks = importlib.import_module("hive.sidecar.sessions.hooks")
+        hooks = importlib.import_module("hive.sidecar.agents.hooks")
     except ImportError:
         return ""
     getter = getattr(hooks, "activity", None)

@@ -80,3 +80,31 @@ async def confirm_by_person(
     if answer is Answer.APPROVED:
         return "desktop"
     raise refused(f"{outcome}: the person did not confirm “{question}” ({answer.value})")
+
+
+def group_question(to: str, count: int) -> str:
+    sessions = "session" if count == 1 else "sessions"
+    every = "the" if count == 1 else "all"
+    if to == "*":
+        return f"Send this to {every} {count} {sessions} on your team?"
+    if to.startswith("repo:"):
+        return f"Send this to {every} {count} {sessions} in {to[5:].strip().strip('/')}?"
+    return f"Send this to {every} {count} of {to[:-2]}'s {sessions}?"
+
+
+async def confirm_group(conn: Connection, request: Mapping[str, Any], question: str, body: str) -> str:
+    """Return how the person confirmed ``question`` ("desktop" or "terminal"), or raise.
+
+    A group address or a loop-guard override from the person's own mailbox is confirmed in a
+    pop-up, not inferred from a ``…/terminal`` sender any process can claim.
+    """
+    return await confirm_by_person(
+        conn,
+        request,
+        question,
+        title="hive · confirm a send",
+        quote=body,
+        outcome="not sent",
+        refused=Refused,
+        hint="Send to one session at a time, or run `hive send` in a terminal.",
+    )

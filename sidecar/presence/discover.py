@@ -255,7 +255,7 @@ class Discovery:
 
     async def take(self, found: Found) -> None:
         """A session seen on disk: register it as unmanaged, or refresh it if it already is."""
-        from ..sessions.hooks import git_facts
+        from ..base.git import git_facts
 
         sessions = self.sidecar.sessions
         session = sessions.by_key.get(found.key)

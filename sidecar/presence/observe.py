@@ -1,6 +1,6 @@
 """Observation: every hook becomes normalized events, and the events feed presence and overlap notices.
 
-The ``hook`` op (:mod:`hive.sidecar.sessions.hooks`) hands each identified hook here with its normalized
+The ``hook`` op (:mod:`hive.sidecar.agents.hooks`) hands each identified hook here with its normalized
 point. :func:`ingest` turns it into records of the append-only ``events`` table (seed Part 2 §3–§5):
 normalized (:mod:`hive.sidecar.presence.normalize`), secrets redacted before anything is stored
 (:mod:`hive.sidecar.presence.redaction`), appended once per tool call (:mod:`hive.sidecar.presence.events`).

@@ -179,7 +179,7 @@ async def deliver_notice(
     sidecar: Sidecar, key: str, address: str, title: str, body: str, other: str, path: str
 ) -> None:
     """Put the notice in the session's mailbox (turn tier: shown at its next hook, recorded injected then)."""
-    from ..person.ask import deliver_local
+    from ..mail.delivery import deliver_local
 
     message = Message(
         id=new_ulid(),

@@ -8,7 +8,8 @@ team replace the sidecar's :class:`~hive.sidecar.base.config.Settings` (a frozen
 the sessions and the mailbox) with a copy carrying the roster's names, and leaving restores the
 configured ones.
 
-The ops that drive it (``team_init``, ``team_invite``, ...) are :mod:`hive.sidecar.team.membership`.
+The ops that drive it (``team_init``, ``team_invite``, ...) are :mod:`hive.sidecar.team.membership`;
+the checks on both sides of a join are :mod:`hive.sidecar.team.admission`.
 
 For the mesh (:mod:`hive.sidecar.mesh.links`): :meth:`Team.team_id`, :attr:`Team.identity`,
 :meth:`Team.member`, :meth:`Team.members`, :meth:`Team.fingerprint`, :meth:`Team.state_for`,
@@ -33,9 +34,11 @@ import anyio
 
 from ..base.config import load_settings
 from ..base.errors import Ambiguous, BadRequest, Conflict, NotFound, Refused
-from . import records, roster, roster_state, tickets
+from . import admission, records, roster, roster_state, tickets
+from .admission import decode_link as decode_link
+from .admission import parse_addresses as parse_addresses
 from .identity import Identity, KeyUnavailable, load_identity
-from .records import JoinRequest, Signed
+from .records import Signed
 from .roster import MemberView, Roster
 from .roster_state import TeamState
 from .tickets import Ticket
@@ -47,7 +50,6 @@ log = logging.getLogger("hive.sidecar.team.local")
 
 HOUR_MS = 3_600_000
 MAX_TTL_HOURS = 30 * 24
-JOIN_MAX_AGE_MS = roster_state.MAX_SKEW_MS  # a join frame older than a day is stale
 
 
 @dataclass(frozen=True)
@@ -382,7 +384,7 @@ class Team:
 
     async def init(self, team: str, person: str, machine: str, addresses: Sequence[str] = ()) -> dict[str, Any]:
         for label, value in (("team", team), ("person", person), ("machine", machine)):
-            _check_name(label, value)
+            admission.check_name(label, value)
         if self.unavailable is not None:
             raise self.unavailable
         identity = await self.ensure_identity()
@@ -504,17 +506,9 @@ class Team:
             raise self.unavailable
         if self.state is not None:
             raise Conflict(f"this machine is already in team {self._roster().name}; `hive leave` first")
-        ticket = decode_link(link)
-        if ticket.expires and ticket.expires <= records.now_ms():
-            raise Refused(f"this invite to {ticket.team} has expired; ask for a new one")
-        if ticket.own_machine:
-            if person and person != ticket.person:
-                raise BadRequest(f"this invite adds a machine of {ticket.person}'s; it cannot join as {person}")
-            person = ticket.person
-        person = person or self.sc.settings.person
-        machine = machine or self.sc.settings.machine
-        _check_name("person", person)
-        _check_name("machine", machine)
+        ticket, person, machine = admission.read_invite(
+            link, person, machine, self.sc.settings.person, self.sc.settings.machine
+        )
         identity = await self.ensure_identity()
         if identity.key_id in ticket.keys:
             raise BadRequest("that invite was made on this machine; run `hive join` on the machine that should join")
@@ -537,79 +531,22 @@ class Team:
         ``peer`` is the key the transport proved (the joiner's certificate); it must be the key the
         frame names. Raises Refused (bad, used, expired or replaced invite; a name that is taken).
         """
-        try:
-            hello = records.signed_from_wire(JoinRequest, frame.get("hello") if isinstance(frame, dict) else None)
-        except records.Malformed as exc:
-            raise Refused("not a join request") from exc
-        request = hello.body
+        hello = admission.join_request(frame)
         async with self._lock:
             state = self._require()
-            me = self.identity
-            if not records.verify(state.id, "join", hello) or hello.by != request.key:
-                raise Refused("the join request's signature does not verify for this team")
-            if peer is not None and peer != request.key:
-                raise Refused("the join request names another key than the connection's")
-            now = records.now_ms()
-            if not now - JOIN_MAX_AGE_MS <= request.ts <= now + roster_state.MAX_SKEW_MS:
-                raise Refused("the join request is stale or from a clock far off")
-            problem = records.member_problem(
-                records.Member(
-                    key=request.key,
-                    person=request.person,
-                    machine=request.machine,
-                    ts=request.ts,
-                    addresses=request.addresses[: records.MAX_ADDRESSES],
-                )
-            )
-            if problem:
-                raise Refused(problem)
-            view = self._roster()
-            if view.is_active(request.key):
+            admitted = admission.admit(state, self._roster(), self.identity, hello, peer)
+            if admitted is None:
                 return state.to_wire()  # a retry after a lost answer
-            invite_hash = records.secret_hash(request.secret)
-            invite = view.invites.get(invite_hash)
-            if invite is None:
-                raise Refused("that invite is not valid here: used, expired, replaced, or its maker left")
-            my_person = view.members[me.key_id].person
-            holders = [m for m in view.holder_person(request.person) if m.key != request.key]
-            if invite.own_machine:
-                owner = view.members[invite.maker].person
-                if request.person != owner:
-                    raise Refused(f"this invite is for another machine of {owner}'s")
-                if my_person != owner:
-                    raise Refused(f"an own-machine invite is redeemed by one of {owner}'s machines")
-            elif holders:
-                raise Conflict(
-                    f"the name {request.person} is taken in team {view.name}; join with another "
-                    f"--as name, or ask {request.person} for `hive invite --own-machine`"
-                )
-            taken = {m.machine for m in view.active().values() if m.person == request.person}
-            machine = _free_name(request.machine, taken)
-            admitted = dataclasses.replace(
-                request, machine=machine, addresses=request.addresses[: records.MAX_ADDRESSES]
-            )
-            new = roster.admit(state, me, admitted, invite_hash)
-            if not roster.view(new).is_active(request.key):
-                raise Refused(roster.view(new).refused.get(request.key, "the roster does not admit that machine"))
+            new, machine = admitted
             await self._commit(new, "join")
-            log.info("admitted %s@%s (%s)", request.person, machine, request.key[:12])
+            log.info("admitted %s@%s (%s)", hello.body.person, machine, hello.body.key[:12])
             return new.to_wire()
 
     async def finish_join(self, link: str, obj: Any, peer: str | None = None) -> dict[str, Any]:
         """The joiner's side, after the inviter answered: check the state and keep it."""
         ticket = decode_link(link)
         identity = await self.ensure_identity()
-        try:
-            state, refused = roster_state.validated(obj)
-        except records.Malformed as exc:
-            raise Refused(f"the inviter's answer is not a team state: {exc}") from exc
-        if state.id != ticket.team_id:
-            raise Refused("the inviter answered with another team than the invite names")
-        view = roster.view(state)
-        if not view.is_active(identity.key_id):
-            raise Refused("the inviter's answer does not list this machine as a member")
-        if peer is not None and (peer not in ticket.keys or not view.is_active(peer)):
-            raise Refused("the machine that answered is not one the invite names")
+        state, refused = admission.answered_state(ticket, obj, identity.key_id, peer)
         if refused:
             log.warning("the inviter's state held %d entries that do not verify (%s)", len(refused), refused[0].reason)
         async with self._lock:
@@ -686,45 +623,3 @@ class Team:
             "people": people,
             "departed": departed,
         }
-
-
-# ---- helpers --------------------------------------------------------------------------------
-
-
-def _check_name(label: str, value: Any) -> None:
-    if not records.valid_name(value):
-        raise BadRequest(f"a {label} name is 1 to {records.MAX_NAME} of a-z, 0-9 and - (got {str(value)[:80]!r})")
-
-
-def parse_addresses(value: Any) -> tuple[str, ...]:
-    """A request's ``addresses``: a list of printable ``host:port``. Raises ``BadRequest``."""
-    if value is None:
-        return ()
-    if not isinstance(value, list | tuple) or not all(isinstance(a, str) for a in value):
-        raise BadRequest("addresses is a list of host:port strings")
-    if len(value) > records.MAX_ADDRESSES or any(
-        not a or len(a) > records.MAX_ADDRESS_LEN or not a.isprintable() for a in value
-    ):
-        raise BadRequest(f"at most {records.MAX_ADDRESSES} addresses, each one printable host:port")
-    return tuple(value)
-
-
-def decode_link(link: Any) -> Ticket:
-    """The ticket in an invite link a request carries. Raises ``BadRequest``."""
-    if not isinstance(link, str):
-        raise BadRequest("join needs the invite link (it starts with hive1:)")
-    try:
-        return tickets.decode_ticket(link)
-    except records.Malformed as exc:
-        raise BadRequest(str(exc)) from exc
-
-
-def _free_name(wanted: str, taken: set[str]) -> str:
-    if wanted not in taken:
-        return wanted
-    for n in range(2, 1000):
-        suffix = f"-{n}"
-        candidate = wanted[: records.MAX_NAME - len(suffix)] + suffix
-        if candidate not in taken:
-            return candidate
-    raise Conflict(f"too many machines called {wanted}")

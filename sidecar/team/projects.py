@@ -32,9 +32,9 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from ..base.errors import BadRequest, NotFound, NotMember, Refused
+from ..base.git import git_facts, remote_project
 from ..person.confirm import asks_person, confirm_by_person
 from ..person.dialog import Prompt, clean
-from ..sessions.hooks import git_facts, remote_project
 from .roster import ProjectView, Roster
 
 if TYPE_CHECKING:

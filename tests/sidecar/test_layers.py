@@ -22,26 +22,18 @@ SIDECAR = Path(hive.sidecar.__file__).parent
 
 # Bottom to top. The client side (the CLI, the MCP server, the client library, ``python -m
 # hive.sidecar``) talks to the daemon over its socket and stands beside the daemon's stack.
-LAYERS = ["base", "sessions", "team", "person", "mail", "mesh", "presence", "gate", "lessons", "daemon"]
+LAYERS = ["base", "person", "sessions", "team", "mail", "mesh", "presence", "gate", "lessons", "agents", "daemon"]
 CLIENT_SIDE = {"client": 0, "mcp": 1, "__main__": 2, "cli": 3}
 ENTRY_POINT = "__main__"  # starts the daemon: the one module that may import it
 
-# Every concept still names the daemon's Sidecar type (under TYPE_CHECKING only, never at run time):
-# each goes once a protocol of what that concept uses of the daemon replaces it.
+# Every concept but person still names the daemon's Sidecar type (under TYPE_CHECKING only, never at
+# run time): each goes once a protocol of what that concept uses of the daemon replaces it.
 STILL_UPWARD: set[tuple[str, str]] = {
-    (package, "daemon") for package in ("sessions", "team", "person", "mail", "mesh", "presence", "gate", "lessons")
+    (package, "daemon") for package in ("sessions", "team", "mail", "mesh", "presence", "gate", "lessons", "agents")
 } | {
-    ("sessions", "team"),  # ops: a new session's repository proposes its person for the project
-    ("sessions", "mail"),  # hooks show mail; register pushes waiting mail, notes a plugin's folder
-    ("sessions", "presence"),  # hooks feed events and activity; who adds presence
-    ("sessions", "gate"),  # hooks report breakpoints to the gate
-    ("sessions", "lessons"),  # hooks inject turn-tier lessons
-    ("team", "person"),  # membership and project changes ask the person (confirm, dialog)
-    ("person", "mail"),  # ask sends its question as mail
-    ("person", "mesh"),  # ask's notify frames
-    ("person", "gate"),  # ask goes through the gate
-    ("mail", "presence"),  # delivery skips sessions found on disk; codex push reads activity
     ("mail", "mesh"),  # remote mail rides the mesh's links
+    ("mail", "presence"),  # delivery skips sessions found on disk; injected mail is recorded as an event
+    ("mail", "gate"),  # a notify pop-up goes through the gate
     ("mesh", "presence"),  # presence frames carry each session's activity
     ("presence", "gate"),  # harness events and overlaps are offered to the gate
 }

@@ -45,7 +45,6 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -57,14 +56,15 @@ from hive.integrations.hook_client import ENV_FILE, ENV_NAMES, harness_pid, star
 from ..base import procs
 from ..base.config import slug
 from ..base.errors import BadRequest, NotFound
+from ..base.git import git_facts
 from ..lessons import turn as lesson_turn
 from ..mail import codex_push
 from ..mail.mailbox import Holder
 from ..mail.render import Message, frames
 from ..presence import observe
 from ..presence.doing import doing_of, in_progress
-from . import folders
-from .registry import Session
+from ..sessions import folders
+from ..sessions.registry import Session
 
 if TYPE_CHECKING:
     from ..base.host import Connection
@@ -84,7 +84,7 @@ WATCHER = "async_rewake"  # the push mechanism (Tiers.push) the watch op serves
 ACTIVITY: dict[str, tuple[str, float]] = {}
 _published: set[str] = set()
 
-log = logging.getLogger("hive.sidecar.sessions.hooks")
+log = logging.getLogger("hive.sidecar.agents.hooks")
 
 # Loading the plugins scans entry points (tens of ms): pay it when the sidecar starts, not at
 # the first hook, which has 150 ms in all. A broken third-party plugin must not keep the sidecar
@@ -177,64 +177,6 @@ def _cwd(caller: Caller, request: dict[str, Any]) -> str:
         return value
     fallback = request.get("cwd")
     return fallback if isinstance(fallback, str) else ""
-
-
-def remote_project(url: str) -> str:
-    """``host/owner/name`` for a git remote URL (ssh, scp-like or https), without credentials."""
-    url = url.strip()
-    if "://" in url:
-        host, _, path = url.split("://", 1)[1].partition("/")
-    elif ":" in url and not url.startswith("/") and "/" not in url.split(":", 1)[0]:
-        host, _, path = url.partition(":")
-    else:
-        return url.rstrip("/").removesuffix(".git").rpartition("/")[2]
-    host = host.rpartition("@")[2].split(":")[0].lower()
-    path = path.strip("/").removesuffix(".git")
-    return f"{host}/{path}" if host else path
-
-
-def git_facts(cwd: str) -> dict[str, str]:
-    """The repository around ``cwd``: its root, current branch and origin project, as far as known."""
-    if not cwd or not os.path.isabs(cwd):
-        return {}
-    start = Path(cwd)
-    for folder in (start, *start.parents):
-        dotgit = folder / ".git"
-        try:
-            if dotgit.is_dir():
-                gitdir = common = dotgit
-            elif dotgit.is_file():  # a worktree or submodule: "gitdir: <path>"
-                gitdir = (folder / dotgit.read_text(encoding="utf-8").split(":", 1)[1].strip()).resolve()
-                commondir = gitdir / "commondir"
-                common = (
-                    (gitdir / commondir.read_text(encoding="utf-8").strip()).resolve()
-                    if commondir.is_file()
-                    else gitdir
-                )
-            else:
-                continue
-            facts = {"repo_root": str(folder)}
-            head = (gitdir / "HEAD").read_text(encoding="utf-8").strip()
-            if head.startswith("ref: refs/heads/"):
-                facts["branch"] = head.removeprefix("ref: refs/heads/")
-            origin = _origin_url(common / "config")
-            if origin:
-                facts["repo"] = remote_project(origin)
-            return facts
-        except (OSError, IndexError, UnicodeDecodeError):
-            return {"repo_root": str(folder)}
-    return {}
-
-
-def _origin_url(config: Path) -> str:
-    section = ""
-    for line in config.read_text(encoding="utf-8").splitlines():
-        line = line.strip()
-        if line.startswith("["):
-            section = line
-        elif section == '[remote "origin"]' and line.split("=", 1)[0].strip() == "url":
-            return line.split("=", 1)[1].strip()
-    return ""
 
 
 async def _harness_pid(ppid: int) -> int:

@@ -11,13 +11,14 @@ from hive.integrations import registry
 from ..base.config import HOUR
 from ..base.defang import one_line
 from ..base.errors import BadRequest, Refused
+from ..base.git import git_facts
 from ..base.host import Connection
 from ..mail import attachments
 from ..mail.addresses import Entry
 from ..mail.delivery import push
 from ..presence import observe
+from ..sessions import folders
 from ..team import projects
-from . import folders, hooks
 
 if TYPE_CHECKING:
     from ..daemon.server import Sidecar
@@ -46,7 +47,7 @@ async def op_register(sidecar: Sidecar, conn: Connection, request: dict[str, Any
     if isinstance(info.get("cwd"), str):
         # The repository around it, as a hook's registration finds it: a plugin's or MCP
         # server's session is then one of that repository's for overlaps and project lessons.
-        info = {**hooks.git_facts(info["cwd"]), **info}
+        info = {**git_facts(info["cwd"]), **info}
     hold = bool(request.get("hold") or request.get("push"))
     session, new = await sidecar.sessions.register(info, conn.id if hold else None)
     attachments.note_plugin_folder(session, info, conn.pid, registry.binaries())
