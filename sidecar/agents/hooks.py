@@ -18,8 +18,8 @@ session at that address; a session that ends without the proof leaves it unread.
 - Mid-turn points (``wakes_only``) inject waking mail only; stop, prompt and start points inject
   everything. A stop point injects nothing when the harness says this stop already follows a
   block (``stop_hook_active``; Cursor's ``loop_count``), so hive never keeps an agent running.
-- ``session.end`` ends the session; one for a session never seen registers nothing. Busy and
-  idle are kept in memory (:func:`activity`).
+- ``session.end`` ends the session; one for a session never seen registers nothing. Busy, idle
+  and waiting are presence's (:func:`hive.sidecar.presence.observe.ingest`), from the same events.
 - The session's pid is the harness process (the hook's parent, or the process above the shell
   it ran the hook through), so the MCP ``attach`` op can find the session by ancestry.
 
@@ -80,8 +80,6 @@ MAX_TITLE = 4096  # a plugin's title is cut to one short line anyway: more is ne
 MAX_TODOS = 500
 WATCHER = "async_rewake"  # the push mechanism (Tiers.push) the watch op serves
 
-# Session key -> ("busy" | "idle" | "waiting", since). Memory only: presence proper comes later.
-ACTIVITY: dict[str, tuple[str, float]] = {}
 _published: set[str] = set()
 
 log = logging.getLogger("hive.sidecar.agents.hooks")
@@ -104,11 +102,6 @@ class Caller:
     payload: dict[str, Any]
     env: dict[str, str]
     key: str | None
-
-
-def activity(key: str) -> tuple[str, float] | None:
-    """What the session's hooks last said it was doing, and since when."""
-    return ACTIVITY.get(key)
 
 
 def _payload(request: dict[str, Any]) -> dict[str, Any]:
@@ -198,7 +191,7 @@ async def refresh(
     cwd = _cwd(caller, request)
     transcript = caller.payload.get(caller.harness.identity.transcript_field)
     transcript = transcript if isinstance(transcript, str) else ""
-    force = force or caller.key in observe.UNMANAGED  # found on disk first: register it as the hook says
+    force = force or caller.key in sidecar.sessions.unmanaged  # found on disk first: register it as the hook says
     ppid = request.get("ppid")
     ppid = ppid if isinstance(ppid, int) and not isinstance(ppid, bool) and ppid > 1 else None
     # A pid still to learn is a reason to register again, but only when this request can tell it.
@@ -225,14 +218,6 @@ async def refresh(
     info.update(git_facts(cwd))
     session, _ = await sidecar.sessions.register(info, None)
     return session
-
-
-def _note_activity(caller: Caller, point: HookPoint, key: str) -> None:
-    presence = caller.harness.presence()
-    for state, events in (("busy", presence.busy), ("idle", presence.idle), ("waiting", presence.waiting_approval)):
-        if point.event in events:
-            ACTIVITY[key] = (state, time.time())
-            return
 
 
 def _continuing(payload: dict[str, Any]) -> bool:
@@ -274,7 +259,6 @@ async def session_ended(sidecar: Sidecar, session: Session) -> None:
     """The session is over: its end hook said so, or its harness process exited (sessions.watch_processes)."""
     sidecar.mailbox.release_held(session.key)
     await sidecar.sessions.end(session)
-    ACTIVITY.pop(session.key, None)
     for conn in sidecar.connections.values():
         conn.push_sessions.discard(session.key)
     sidecar.mesh.poke()
@@ -320,7 +304,6 @@ async def hook(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> d
     if point.event == "session.end":
         await session_ended(sidecar, session)
         return nothing
-    _note_activity(caller, point, session.key)
     if point.event == "turn.stop":
         await _turn_ended(sidecar, session)
     messages = await _mail_for(sidecar, session, point, caller.payload)
@@ -412,7 +395,6 @@ async def plugin_event(sidecar: Sidecar, conn: Connection, request: dict[str, An
         await observe.ingest(sidecar, caller.harness.name, point, caller.payload, session, caller.harness.presence())
     except Exception:
         log.exception("recording the plugin's events failed")
-    _note_activity(caller, point, session.key)
     if point.event == "prompt.submitted":
         await sidecar.guards.prompted(sidecar.sessions.address(session))
     if point.event == "turn.stop":

@@ -53,7 +53,7 @@ async def op_register(sidecar: Sidecar, conn: Connection, request: dict[str, Any
     attachments.note_plugin_folder(session, info, conn.pid, registry.binaries())
     if new and session.repo:
         sidecar.tasks.start_soon(projects.on_session, sidecar, session.repo)  # its first session proposes its person
-    observe.UNMANAGED.discard(session.key)  # a client speaks for it
+    sidecar.sessions.unmanaged.discard(session.key)  # a client speaks for it
     if request.get("push") and session.tier == "push":
         conn.push_sessions.add(session.key)
     await maybe_forget(sidecar)

@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from ..base.errors import BadRequest, ConfirmOnTerminal
-from .main import _call, _confirm_on_terminal, _desktop, _print_json
+from .main import _call, _confirm_on_terminal, _print_json
 
 _SPAN = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -47,7 +47,6 @@ def _when(at: float | None) -> str:
 
 def _confirmed_call(op: str, **request: Any) -> dict[str, Any] | None:
     """Call ``op``; when the sidecar asks for confirmation at this terminal, ask and repeat. None: declined."""
-    request["desktop"] = _desktop()
     try:
         return _call(op, **request)
     except ConfirmOnTerminal as exc:

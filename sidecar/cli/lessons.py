@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from ..base.errors import BadRequest, ConfirmOnTerminal, Refused
-from .main import _call, _desktop, _print_json
+from .main import _call, _print_json
 
 
 def _ask_tty(text: str) -> str | None:
@@ -34,7 +34,7 @@ def _typed(question: str, word: str) -> bool:
 
 def _verdict_call(verdict: str, request: dict[str, Any]) -> dict[str, Any] | None:
     """Call ``lesson_review``; when the sidecar asks for the terminal, have the verdict typed. None: declined."""
-    request = {**request, "verdict": verdict, "desktop": _desktop()}
+    request = {**request, "verdict": verdict}
     try:
         return _call("lesson_review", **request)
     except ConfirmOnTerminal as exc:
@@ -103,7 +103,6 @@ def _proposal(args: argparse.Namespace) -> dict[str, Any]:
         "scope": args.scope,
         "evidence": args.evidence or [],
         "tags": args.tag or [],
-        "desktop": _desktop(),
         "cwd": os.getcwd(),
     }
     if args.quote:
@@ -200,12 +199,7 @@ def cmd_review(args: argparse.Namespace) -> int:
     if typed in ("approve", "reject"):
         from ..lessons.review import question
 
-        request = {
-            "lesson": view["id"],
-            "verdict": typed,
-            "desktop": _desktop(),
-            "confirmed_on_terminal": question(typed, view["id"]),
-        }
+        request = {"lesson": view["id"], "verdict": typed, "confirmed_on_terminal": question(typed, view["id"])}
         if args.note:
             request["note"] = args.note
         result: dict[str, Any] | None = _call("lesson_review", **request)

@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from ..base.errors import ConfirmOnTerminal
-from .main import WIDTH, AddCommand, _call, _confirm_on_terminal, _desktop, _print_json, clip
+from .main import WIDTH, AddCommand, _call, _confirm_on_terminal, _print_json, clip
 
 LISTEN_WAIT = 600  # the sidecar's longest wait per request; listen asks again until mail comes
 
@@ -32,7 +32,6 @@ def cmd_send(args: argparse.Namespace) -> int:
     if args.file:
         request["files"] = [os.path.abspath(path) for path in args.file]
         request["cwd"] = os.getcwd()
-    request["desktop"] = _desktop()  # a group send is confirmed in a pop-up on this desktop
     try:
         result = _call("send", **request)
     except ConfirmOnTerminal as exc:
@@ -52,7 +51,7 @@ def cmd_send(args: argparse.Namespace) -> int:
 
 
 def cmd_ask(args: argparse.Namespace) -> int:
-    request: dict[str, Any] = {"question": " ".join(args.question), "desktop": _desktop()}
+    request: dict[str, Any] = {"question": " ".join(args.question)}
     if args.about:
         request["about"] = args.about
     if args.as_:

@@ -82,13 +82,6 @@ def _call(op: str, autostart: bool = True, **args: Any) -> dict[str, Any]:
         return client.call(op, **args)
 
 
-def _desktop() -> dict[str, str]:
-    """This process's desktop variables, for an op that may ask the person in a pop-up there."""
-    from ..person.dialog import desktop_env  # defang and subprocess: only commands that may ask load them
-
-    return desktop_env(os.environ)
-
-
 def _confirm_on_terminal(question: str) -> bool:
     """Ask on the controlling terminal itself: standard input may be a pipe carrying the message."""
     try:

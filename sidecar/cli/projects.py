@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from ..base.errors import ConfirmOnTerminal
-from .main import _call, _confirm_on_terminal, _desktop, _print_json
+from .main import _call, _confirm_on_terminal, _print_json
 
 
 def _where(args: argparse.Namespace) -> dict[str, Any]:
@@ -40,7 +40,7 @@ def cmd_join(args: argparse.Namespace) -> int:
 
 
 def cmd_confirm(args: argparse.Namespace) -> int:
-    request = {**_where(args), "person": args.person, "desktop": _desktop()}
+    request = {**_where(args), "person": args.person}
     try:
         result = _call("project_confirm", **request)
     except ConfirmOnTerminal as exc:

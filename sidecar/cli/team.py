@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from ..base.errors import UnknownOp
-from .main import WIDTH, AddCommand, _call, _desktop, _print_json, clip
+from .main import WIDTH, AddCommand, _call, _print_json, clip
 
 
 def _print_invite(invite: dict[str, Any] | None) -> None:
@@ -43,7 +43,7 @@ def cmd_invite(args: argparse.Namespace) -> int:
 
 def cmd_join(args: argparse.Namespace) -> int:
     # Asked of an agent's shell, the join waits for its person's click on this desktop.
-    request: dict[str, Any] = {"link": args.link, "desktop": _desktop()}
+    request: dict[str, Any] = {"link": args.link}
     if args.as_:
         request["person"] = args.as_
     if args.machine:
@@ -157,7 +157,7 @@ def cmd_team(args: argparse.Namespace) -> int:
 
 
 def cmd_remove(args: argparse.Namespace) -> int:
-    result = _call("team_remove", target=args.target, desktop=_desktop())
+    result = _call("team_remove", target=args.target)
     if args.json:
         _print_json(result)
         return 0
@@ -167,7 +167,7 @@ def cmd_remove(args: argparse.Namespace) -> int:
 
 
 def cmd_leave(args: argparse.Namespace) -> int:
-    result = _call("team_leave", force=args.force, desktop=_desktop())
+    result = _call("team_leave", force=args.force)
     if args.json:
         _print_json(result)
         return 0
@@ -176,7 +176,7 @@ def cmd_leave(args: argparse.Namespace) -> int:
 
 
 def cmd_link(args: argparse.Namespace) -> int:
-    result = _call("team_link_new", desktop=_desktop()) if args.new else _call("team_invite")
+    result = _call("team_link_new") if args.new else _call("team_invite")
     if args.json:
         _print_json(result)
         return 0

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 import anyio
 
 from ..base.host import Connection
-from ..presence import discover
 from ..sessions.registry import Session
 from . import codex_push, mailboxes
 from .addresses import Target
@@ -36,7 +35,7 @@ async def after_deposit(sidecar: Sidecar, target: Target, wake: bool, waiting: b
     session = sidecar.sessions.by_key.get(target.entry.key or "")
     if session is None or not sidecar.sessions.is_live(session):
         return "queued", "queued: that session is offline; it sees this when it comes back"
-    if discover.is_unmanaged(session):
+    if sidecar.sessions.is_unmanaged(session):
         return "queued", (
             "queued: that session runs without hive's hooks or tools (hive found it on disk), so "
             "it cannot read this until its harness loads hive; tell its person if it is urgent"

@@ -42,13 +42,6 @@ def defang(text: str) -> str:
     return clean(text)
 
 
-def desktop_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """:func:`hive.sidecar.person.dialog.desktop_env`, imported on first use (see above)."""
-    from ..person.dialog import desktop_env as env
-
-    return env(environ)
-
-
 @dataclass(frozen=True)
 class Reply:
     text: str
@@ -169,7 +162,6 @@ class HiveTools:
             request["reply_to"] = reply_to
         if notify:
             request["notify"] = True
-            request["desktop"] = desktop_env(self.environ)  # the sidecar may run without a desktop
         result = await self.call("send", idempotent=False, **request)
         lines = [f"{r['to']}: {r['note']} (id {r['id']})" for r in result["results"]]
         if notify:
@@ -226,7 +218,7 @@ class HiveTools:
         return Reply(f"You are now {result['address']}{was}.", result)
 
     async def ask_user(self, identity: Identity, question: str, about: str | None) -> Reply:
-        request: dict[str, Any] = {"session": identity.key, "question": question, "desktop": desktop_env(self.environ)}
+        request: dict[str, Any] = {"session": identity.key, "question": question}
         if about:
             request["about"] = about
         try:
@@ -272,13 +264,7 @@ class HiveTools:
         if action == "join":
             if not link:
                 raise BadRequest("join needs link: the invite (it starts with hive1:)")
-            result = await self.call(
-                "team_join",
-                idempotent=False,
-                link=link,
-                desktop=desktop_env(self.environ),
-                **({"person": person} if person else {}),
-            )
+            result = await self.call("team_join", idempotent=False, link=link, **({"person": person} if person else {}))
             me = result["me"]
             return Reply(
                 f"Joined team {result['team']['name']}: your person is {me['person']} on {me['machine']}.", result
@@ -286,17 +272,17 @@ class HiveTools:
         if action == "remove":
             if not name:
                 raise BadRequest("remove needs name: a person, a machine, or person@machine")
-            result = await self.call("team_remove", idempotent=False, target=name, desktop=desktop_env(self.environ))
+            result = await self.call("team_remove", idempotent=False, target=name)
             return Reply(
                 f"Removed {', '.join(result['removed'])}. The team link was replaced; the new one:\n"
                 f"{result['invite']['line']}",
                 result,
             )
         if action == "leave":
-            result = await self.call("team_leave", idempotent=False, force=force, desktop=desktop_env(self.environ))
+            result = await self.call("team_leave", idempotent=False, force=force)
             return Reply(f"This machine left team {result['left']}; it is on its own again.", result)
         if action == "new_link":
-            result = await self.call("team_link_new", idempotent=False, desktop=desktop_env(self.environ))
+            result = await self.call("team_link_new", idempotent=False)
             return Reply(f"The old team link no longer works; the new one:\n{result['line']}", result)
         raise BadRequest(f"unknown team action {action!r}")
 
@@ -339,7 +325,6 @@ class HiveTools:
             "applicability": applicability,
             "scope": scope,
             "tags": tags or [],
-            "desktop": desktop_env(self.environ),
         }
         if quote_speaker or quote_words:
             request["quote"] = {"speaker": quote_speaker or "", "words": quote_words or ""}

@@ -139,11 +139,6 @@ def clip(text: str, limit: int) -> str:
 # ---- where the desktop is --------------------------------------------------------------
 
 
-def desktop_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """The desktop variables of an environment (what a sidecar's own start environment offers)."""
-    return {k: environ[k] for k in DESKTOP_VARIABLES if environ.get(k)}
-
-
 @dataclass(frozen=True)
 class Desktop:
     """The desktop a dialog should appear on: session buses to try in order, and the displays."""

@@ -41,7 +41,6 @@ class Observed:
 
 OBSERVED: dict[str, Observed] = {}
 # Sessions found on disk (hive.sidecar.presence.discover) that no hook or client has spoken for yet.
-UNMANAGED: set[str] = set()
 
 
 # ---- the path filter -------------------------------------------------------------------------
@@ -93,10 +92,10 @@ def recent_files(key: str, now: float | None = None, *, modified_only: bool = Fa
     return dict(items[:MAX_FILES])
 
 
-def presence_of(key: str) -> dict[str, Any]:
-    """The fields this session adds to presence: state, files (with when, and whether modified), head."""
+def presence_of(key: str, unmanaged: bool) -> dict[str, Any]:
+    """The fields this session adds to presence: state, files (with when, and whether modified), head,
+    and ``unmanaged`` as given (found on disk, no hook or client speaks for it)."""
     seen = OBSERVED.get(key)
-    unmanaged = key in UNMANAGED
     if seen is None:
         return {"state": "", "files": [], "head": "", "unmanaged": unmanaged}
     files = recent_files(key)

@@ -13,8 +13,8 @@ MCP server, still leaves files behind (seed Part 1 §14, Part 3 §2):
   transcript written to within the last 30 minutes is a running session; its first lines name the
   session id and working folder (Codex's ``session_meta``, pi's ``session`` header, …).
 
-Each one becomes a session marked *unmanaged* (:data:`hive.sidecar.presence.observe.UNMANAGED`): it is listed
-by ``who`` here, its ``doing`` is followed like any other, and it reaches teammates' presence only
+Each one becomes a session marked *unmanaged* (``Sessions.unmanaged``): it is listed by ``who`` here, its
+``doing`` is followed like any other, and it reaches teammates' presence only
 when ``share_unmanaged = true`` is in config.toml. The first hook or MCP registration for it makes it
 managed. It ends when its running-session file goes, its pid dies, or its transcript stays quiet
 for 30 minutes.
@@ -244,13 +244,13 @@ class Discovery:
         raw = await self.sidecar.store.get_kv(KV)
         with contextlib.suppress(ValueError, TypeError):
             keys = {k for k in json.loads(raw or "[]") if isinstance(k, str)}
-            observe.UNMANAGED.update(k for k in keys if k in self.sidecar.sessions.by_key)
+            self.sidecar.sessions.unmanaged.update(k for k in keys if k in self.sidecar.sessions.by_key)
             self.saved = set(keys)
 
     async def _save(self) -> None:
         """Kept across restarts, so a session found last time is not taken for a managed one."""
-        if observe.UNMANAGED != self.saved:
-            self.saved = set(observe.UNMANAGED)
+        if self.sidecar.sessions.unmanaged != self.saved:
+            self.saved = set(self.sidecar.sessions.unmanaged)
             await self.sidecar.store.set_kv(KV, json.dumps(sorted(self.saved)))
 
     async def take(self, found: Found) -> None:
@@ -264,7 +264,7 @@ class Discovery:
         before = self.by_source.pop(found.source, None)
         if before is not None and before != found.key:
             await self.gone(before)  # the same process moved on to a new session (Claude Code's /clear)
-        if session is not None and found.key not in observe.UNMANAGED:
+        if session is not None and found.key not in self.sidecar.sessions.unmanaged:
             if session.ended_at is None:
                 await self._waiting(session, found)
             # hive manages it (hooks or MCP): its hooks and its process say when it ends, and a resumed
@@ -301,8 +301,8 @@ class Discovery:
         session.last_seen = max(found.seen, min(session.last_seen, time.time()))
         if found.pid:
             self.pids[found.key] = found.pid
-        if found.key not in observe.UNMANAGED:
-            observe.UNMANAGED.add(found.key)
+        if found.key not in self.sidecar.sessions.unmanaged:
+            self.sidecar.sessions.unmanaged.add(found.key)
             await self._save()
         follower = doing.doing_of(self.sidecar)
         follower.follow(session)
@@ -340,7 +340,7 @@ class Discovery:
         """An unmanaged session stopped running: it ends (a managed one is its hooks' business)."""
         session = self.sidecar.sessions.by_key.get(key)
         self.pids.pop(key, None)
-        if key not in observe.UNMANAGED:
+        if key not in self.sidecar.sessions.unmanaged:
             return
         if session is not None and session.ended_at is None:
             await self.sidecar.sessions.end(session)
@@ -351,10 +351,10 @@ class Discovery:
     async def check(self, now: float) -> None:
         """Unmanaged sessions whose process died or whose transcript went quiet have ended; a
         session hive now manages leaves the list."""
-        for key in list(observe.UNMANAGED):
+        for key in list(self.sidecar.sessions.unmanaged):
             session = self.sidecar.sessions.by_key.get(key)
             if session is None or session.holders:
-                observe.UNMANAGED.discard(key)  # forgotten, or an MCP server holds it now
+                self.sidecar.sessions.unmanaged.discard(key)  # forgotten, or an MCP server holds it now
             elif session.ended_at is None:
                 pid = self.pids.get(key) or session.pid
                 if (
@@ -373,7 +373,10 @@ class Discovery:
         session = self.sidecar.sessions.by_key.get(key) if key is not None else None
         # A known transcript changing is only a sign of life: nothing else is read.
         quick = (
-            place.kind == "transcript" and session is not None and key in observe.UNMANAGED and session.ended_at is None
+            place.kind == "transcript"
+            and session is not None
+            and key in self.sidecar.sessions.unmanaged
+            and session.ended_at is None
         )
 
         def look() -> tuple[float | None, Found | None]:
@@ -451,10 +454,6 @@ async def run(sidecar: Sidecar) -> None:
         log.exception("discovering sessions on disk failed")
 
 
-def is_unmanaged(session: Session) -> bool:
-    return session.key in observe.UNMANAGED and not session.holders
-
-
 def shared(sidecar: Sidecar, session: Session) -> bool:
     """Whether the session goes into presence for teammates: unmanaged ones only if the person said so."""
-    return not is_unmanaged(session) or bool(getattr(sidecar.settings, "share_unmanaged", False))
+    return not sidecar.sessions.is_unmanaged(session) or bool(getattr(sidecar.settings, "share_unmanaged", False))

@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 from ..base.errors import BadRequest
 from . import doing
 from .activity import OBSERVED as OBSERVED
-from .activity import UNMANAGED as UNMANAGED
 from .activity import Observed as Observed
 from .activity import git_head, repo_root, sensitive
 from .activity import presence_of as presence_of
@@ -102,7 +101,7 @@ async def ingest(
             )
         )
     await store_events(sidecar.store, events)
-    UNMANAGED.discard(session.key)  # a hook speaks for it: hive manages it now
+    sidecar.sessions.unmanaged.discard(session.key)  # a hook speaks for it: hive manages it now
     seen = OBSERVED.setdefault(session.key, Observed(files={}))
     before = (seen.state, seen.head)
     now = events[0].at
@@ -186,7 +185,7 @@ async def injected(sidecar: Sidecar, key: str, ids: Sequence[str], channel: str,
 def describe_extra(sidecar: Sidecar, key: str | None, person: str, machine: str, name: str) -> dict[str, Any]:
     """``state``, ``files`` (paths) and ``head`` for one directory entry, local or a teammate's."""
     if key is not None:
-        extra = presence_of(key)
+        extra = presence_of(key, key in sidecar.sessions.unmanaged)
         session = sidecar.sessions.by_key.get(key)
         extra["unmanaged"] = extra["unmanaged"] and not (session is not None and session.holders)
     else:

@@ -92,6 +92,8 @@ class Sessions:
         self.settings = settings
         self.by_key: dict[str, Session] = {}
         self.elsewhere: Callable[[], set[str]] = set  # names this person's other machines hold
+        # Keys of sessions found on disk (presence.discover) that no hook or client speaks for yet.
+        self.unmanaged: set[str] = set()
         # Set when a session's recorded process may have changed (see watch_processes).
         self.changed = anyio.Event()
 
@@ -124,6 +126,10 @@ class Sessions:
         if session is None:
             raise NotFound(f"no session {ref!r} on this machine; see `hive who`")
         return session
+
+    def is_unmanaged(self, session: Session) -> bool:
+        """Found on disk and still without hive's hooks or tools: nothing can show it mail."""
+        return session.key in self.unmanaged and not session.holders
 
     def by_name(self, name: str) -> Session | None:
         for session in self.by_key.values():

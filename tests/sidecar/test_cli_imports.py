@@ -78,6 +78,8 @@ def test_hive_send_and_hive_inbox_talk_to_the_sidecar_without_the_mesh_the_gate_
     assert sent.returncode == 0, sent.stderr[-2000:]
     assert "hive.sidecar.client" in imported
     assert heavy_in(imported) == []
+    # The sidecar finds the person's desktop itself (never one a client names): send reads no dialog code.
+    assert "hive.sidecar.person.dialog" not in imported
     read, imported = imported_by(hive.env, "inbox")
     assert read.returncode == 0, read.stderr[-2000:]
     assert "the build is green" in read.stdout and "<hive-message" in read.stdout

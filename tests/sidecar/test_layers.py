@@ -32,7 +32,7 @@ STILL_UPWARD: set[tuple[str, str]] = {
     (package, "daemon") for package in ("sessions", "team", "mail", "mesh", "presence", "gate", "lessons", "agents")
 } | {
     ("mail", "mesh"),  # remote mail rides the mesh's links
-    ("mail", "presence"),  # delivery skips sessions found on disk; injected mail is recorded as an event
+    ("mail", "presence"),  # mail shown to an agent is recorded as one of its session's events
     ("mail", "gate"),  # a notify pop-up goes through the gate
     ("mesh", "presence"),  # presence frames carry each session's activity
     ("presence", "gate"),  # harness events and overlaps are offered to the gate
