@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -34,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ..base.errors import BadRequest, Conflict, HiveError, NoDesktop, NotFound
+from ..base.host import PerSidecar
 from ..base.ulid import new_ulid
 from ..mail.addresses import Target
 from ..mail.delivery import deliver_local
@@ -84,14 +84,11 @@ class Desk:
     questions: dict[str, Question] = field(default_factory=dict)
 
 
-_desks: weakref.WeakKeyDictionary[Sidecar, Desk] = weakref.WeakKeyDictionary()
+DESKS: PerSidecar[Desk] = PerSidecar(lambda sidecar: Desk())
 
 
 def desk(sidecar: Sidecar) -> Desk:
-    found = _desks.get(sidecar)
-    if found is None:
-        found = _desks[sidecar] = Desk()
-    return found
+    return DESKS.of(sidecar)
 
 
 def _backend() -> Backend:

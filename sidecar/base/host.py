@@ -10,8 +10,9 @@ from __future__ import annotations
 import functools
 import logging
 import time
+import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import anyio
 from anyio.abc import SocketAttribute, SocketStream
@@ -27,6 +28,8 @@ MAX_PENDING_REPLIES = 64
 MAX_PENDING_BYTES = 8 << 20
 
 log = logging.getLogger("hive.sidecar")
+
+T = TypeVar("T")
 
 
 class Connection:
@@ -95,3 +98,31 @@ class Connection:
 
 Handler = Callable[[Connection, dict[str, Any]], Awaitable[dict[str, Any]]]
 """An op bound to its sidecar: called with the caller's connection and the request; returns the result."""
+
+
+class PerSidecar(Generic[T]):
+    """What a feature keeps for each sidecar it serves, made on first use.
+
+    A feature's state lives beside the feature (``DESKS = PerSidecar(lambda sidecar: Desk())``,
+    then ``DESKS.of(sidecar)``), not as an attribute the daemon would have to declare and so know
+    about; it goes away with its sidecar, and two sidecars in one process (tests) never share it.
+    """
+
+    def __init__(self, make: Callable[[Any], T]) -> None:
+        self._make = make
+        self._state: weakref.WeakKeyDictionary[Any, T] = weakref.WeakKeyDictionary()
+
+    def of(self, sidecar: Any) -> T:
+        """This sidecar's state, made now if it has none yet."""
+        found = self._state.get(sidecar)
+        if found is None:
+            found = self._state[sidecar] = self._make(sidecar)
+        return found
+
+    def get(self, sidecar: Any) -> T | None:
+        """This sidecar's state, or None when it has none yet (nothing is made)."""
+        return self._state.get(sidecar)
+
+    def put(self, sidecar: Any, value: T) -> None:
+        """Give the sidecar this state: for state made where the sidecar starts it (a task, a link)."""
+        self._state[sidecar] = value

@@ -525,5 +525,5 @@ async def run_gate(sidecar: Sidecar, *, task_status: TaskStatus[None] = anyio.TA
         relay=lambda item, facts: relay_item(sidecar, item, facts),
         idle_session=lambda item, idle_after: idle_session(sidecar, item, idle_after),
     )
-    GATES[sidecar] = gate
+    GATES.put(sidecar, gate)
     await gate.run(task_status=task_status)

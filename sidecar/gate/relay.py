@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeGuard
 
@@ -20,6 +19,7 @@ import anyio
 
 from ..base.defang import one_line
 from ..base.errors import HiveError, Refused
+from ..base.host import PerSidecar
 from ..base.ulid import is_ulid, new_ulid
 from ..mesh.transport import FrameError, Link, LinkClosed
 from ..person.dialog import clean, clip
@@ -34,7 +34,7 @@ GATE_FEATURE = "gate"
 GATE_FRAME = "gate"
 GATE_ACK = "gate_ack"
 RELAY_ACK_WAIT = 15.0
-_acks: weakref.WeakKeyDictionary[Sidecar, dict[str, tuple[anyio.Event, dict[str, Any]]]] = weakref.WeakKeyDictionary()
+_acks: PerSidecar[dict[str, tuple[anyio.Event, dict[str, Any]]]] = PerSidecar(lambda sidecar: {})
 
 
 def is_local(sidecar: Sidecar, item: Item) -> bool:
@@ -87,7 +87,7 @@ async def relay_item(sidecar: Sidecar, item: Item, facts: list[Fact]) -> str:
             continue
         frame_id = new_ulid()
         waiter: tuple[anyio.Event, dict[str, Any]] = (anyio.Event(), {})
-        waiting = _acks.setdefault(sidecar, {})
+        waiting = _acks.of(sidecar)
         waiting[frame_id] = waiter
         try:
             await link.send(
@@ -163,7 +163,7 @@ async def on_frame(sidecar: Sidecar, peer: str, person: str, machine: str, frame
     Returns the acknowledgement to send back for a ``gate`` frame, None for an ack.
     """
     if frame.get("t") == GATE_ACK:
-        waiter = _acks.get(sidecar, {}).get(str(frame.get("id")))
+        waiter = (_acks.get(sidecar) or {}).get(str(frame.get("id")))
         if waiter is not None:
             waiter[1].update(frame)
             waiter[0].set()

@@ -5,21 +5,23 @@
 
 from __future__ import annotations
 
-import weakref
 from typing import TYPE_CHECKING
 
 from ..base.errors import HiveError
+from ..base.host import PerSidecar
 
 if TYPE_CHECKING:
     from ..daemon.server import Sidecar
     from .engine import Gate
 
-GATES: weakref.WeakKeyDictionary[Sidecar, Gate] = weakref.WeakKeyDictionary()
+
+def _not_started(sidecar: Sidecar) -> Gate:
+    raise HiveError("the gate has not started yet")
+
+
+GATES: PerSidecar[Gate] = PerSidecar(_not_started)
 
 
 def gate_of(sidecar: Sidecar) -> Gate:
     """This sidecar's gate (it exists once the sidecar's task group has started it)."""
-    gate = GATES.get(sidecar)
-    if gate is None:
-        raise HiveError("the gate has not started yet")
-    return gate
+    return GATES.of(sidecar)

@@ -22,6 +22,7 @@ import anyio
 from ..base.defang import one_line
 from ..base.errors import HiveError, LessonState
 from ..base.git import git_facts
+from ..base.host import PerSidecar
 from ..gate.engine import MAX_EVIDENCE, MAX_REF, MAX_TITLE, Evidence, Item, gate_of
 from ..person.dialog import Answer
 from . import review
@@ -45,11 +46,11 @@ class Desk:
     asking: set[str] = field(default_factory=set)
 
 
+DESKS: PerSidecar[Desk] = PerSidecar(lambda sidecar: Desk())
+
+
 def desk(sidecar: Sidecar) -> Desk:
-    found = sidecar.__dict__.get("lesson_desk")
-    if found is None:
-        found = sidecar.__dict__["lesson_desk"] = Desk()
-    return found
+    return DESKS.of(sidecar)
 
 
 def review_item(sidecar: Sidecar, view: LessonView, *, held: bool = False) -> Item:

@@ -12,12 +12,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
 
+from ..base.host import PerSidecar
 from . import promote
 from . import store as lesson_store
 from .views import LessonView, origins
@@ -72,7 +72,7 @@ async def remember_skill(sidecar: Sidecar, root: Path, lesson_id: str, folder: s
     )
 
 
-_skill_locks: weakref.WeakKeyDictionary[Sidecar, anyio.Lock] = weakref.WeakKeyDictionary()
+_skill_locks: PerSidecar[anyio.Lock] = PerSidecar(lambda sidecar: anyio.Lock())
 
 
 async def follow_skills(sidecar: Sidecar) -> list[str]:
@@ -81,10 +81,7 @@ async def follow_skills(sidecar: Sidecar) -> list[str]:
     One pass at a time: the store's listener and the op that made the change both call this, and
     a pass that read the records before a retraction must not re-render a skill the other removed.
     """
-    lock = _skill_locks.get(sidecar)
-    if lock is None:
-        lock = _skill_locks[sidecar] = anyio.Lock()
-    async with lock:
+    async with _skill_locks.of(sidecar):
         return await _follow_skills(sidecar)
 
 

@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ..base.errors import HiveError, LessonInvalid, LessonRetracted, LessonState, LessonTooLong, NotFound, NotMember
+from ..base.host import PerSidecar
 from ..base.store import Store
 from ..team.projects import projects_of
 from ..team.roster import Signed, sign
@@ -543,16 +544,19 @@ async def _sidecar_context(sidecar: Sidecar) -> Context:
     return Context(team_id=team.team_id() or "", identity=identity, person=sidecar.settings.person, roster=team.roster)
 
 
+def _open(sidecar: Sidecar) -> LessonStore:
+    async def context() -> Context:
+        return await _sidecar_context(sidecar)
+
+    return LessonStore(sidecar.store, context)
+
+
+STORES: PerSidecar[LessonStore] = PerSidecar(_open)
+
+
 def of(sidecar: Sidecar) -> LessonStore:
     """The sidecar's lesson store, made on first use."""
-    existing = sidecar.__dict__.get("lesson_store")
-    if existing is None:
-
-        async def context() -> Context:
-            return await _sidecar_context(sidecar)
-
-        existing = sidecar.__dict__["lesson_store"] = LessonStore(sidecar.store, context)
-    return existing
+    return STORES.of(sidecar)
 
 
 def new_lesson_here(ctx: Context, request: dict[str, Any], *, session: str) -> L.LessonBody:

@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ..base.defang import defang
-from ..base.errors import BadRequest, LessonInvalid
+from ..base.errors import BadRequest, HiveError, LessonInvalid
+from ..base.host import PerSidecar
 from ..mesh.transport import FrameError, LinkClosed, encode_frame
 from ..team import projects
 from ..team.roster import Roster
@@ -331,16 +332,24 @@ class LessonSync:
         }
 
 
+def _not_started(sidecar: Sidecar) -> LessonSync:
+    raise HiveError("lesson sync has not started yet")
+
+
+SYNCS: PerSidecar[LessonSync] = PerSidecar(_not_started)
+
+
 def attach(mesh: Mesh) -> None:
     sync = LessonSync(mesh)
-    mesh.__dict__["lesson_sync"] = sync
+    SYNCS.put(mesh.sc, sync)
     mesh.add_frames(
         FEATURE, {"sync": sync.on_sync, "entry": sync.on_entry, "body": sync.on_body}, on_link_up=sync.on_link_up
     )
 
 
 def sync_of(sidecar: Sidecar) -> LessonSync:
-    return sidecar.mesh.__dict__["lesson_sync"]
+    """This sidecar's lesson replication (it exists once the mesh has its frames)."""
+    return SYNCS.of(sidecar)
 
 
 async def op_lesson_sync_status(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..base.defang import one_line
+from ..base.host import PerSidecar
 from . import recall
 
 if TYPE_CHECKING:
@@ -88,15 +89,22 @@ class Verified:
         self.changes += 1
 
 
+def _verified(sidecar: Sidecar) -> Verified:
+    from . import store as lesson_store
+
+    verified = Verified()
+    # Every state change here or replicated goes through the lesson store's state listeners.
+    lesson_store.of(sidecar).state_listeners.append(verified.changed)
+    return verified
+
+
+VERIFIED: PerSidecar[Verified] = PerSidecar(_verified)
+TOLD: PerSidecar[dict[str, Told]] = PerSidecar(lambda sidecar: {})
+
+
 async def verified_count(sidecar: Sidecar) -> int:
     """The number of verified lessons here, counted again only after a lesson's state changed."""
-    verified = sidecar.__dict__.get("lesson_turn_verified")
-    if verified is None:
-        from . import store as lesson_store
-
-        # Every state change here or replicated goes through the lesson store's state listeners.
-        verified = sidecar.__dict__["lesson_turn_verified"] = Verified()
-        lesson_store.of(sidecar).state_listeners.append(verified.changed)
+    verified = VERIFIED.of(sidecar)
     if verified.count is not None:
         return verified.count
     changes = verified.changes
@@ -108,10 +116,7 @@ async def verified_count(sidecar: Sidecar) -> int:
 
 
 def _told(sidecar: Sidecar) -> dict[str, Told]:
-    found = sidecar.__dict__.get("lesson_turn")
-    if found is None:
-        found = sidecar.__dict__["lesson_turn"] = {}
-    return found
+    return TOLD.of(sidecar)
 
 
 def failure_text(payload: dict[str, Any]) -> str:
@@ -177,7 +182,7 @@ async def _look(sidecar: Sidecar, session: Session, point: HookPoint, payload: d
     if not files and not words and not error:
         return
     # taken before the queries
-    quiet = (frozenset(files), words, sidecar.__dict__["lesson_turn_verified"].changes)
+    quiet = (frozenset(files), words, VERIFIED.of(sidecar).changes)
     if not error and told.quiet == quiet:
         return
     from . import store as lesson_store

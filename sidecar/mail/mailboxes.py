@@ -22,12 +22,12 @@ import contextlib
 import logging
 import os
 import time
-import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..base.config import slug
 from ..base.errors import BadRequest, Conflict
+from ..base.host import PerSidecar
 from ..base.ulid import is_ulid
 from .addresses import Entry, Target
 
@@ -46,20 +46,21 @@ FILE = "mailboxes"
 
 log = logging.getLogger("hive.sidecar.mail.mailboxes")
 
-_named: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
-_told: weakref.WeakKeyDictionary[Any, dict[str, set[str]]] = weakref.WeakKeyDictionary()
+
+def _read_named(sidecar: Sidecar) -> set[str]:
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        text = (sidecar.paths.home / FILE).read_text(encoding="utf-8")
+        return {n for line in text.splitlines() if (n := slug(line)) and n != TERMINAL}
+    return set()
+
+
+_named: PerSidecar[set[str]] = PerSidecar(_read_named)
+_told: PerSidecar[dict[str, set[str]]] = PerSidecar(lambda sidecar: {})
 
 
 def named(sidecar: Sidecar) -> set[str]:
     """This machine's named mailboxes (read once from ``<home>/mailboxes``, one name a line)."""
-    names = _named.get(sidecar)
-    if names is None:
-        names = set()
-        with contextlib.suppress(OSError, UnicodeDecodeError):
-            text = (sidecar.paths.home / FILE).read_text(encoding="utf-8")
-            names = {n for line in text.splitlines() if (n := slug(line)) and n != TERMINAL}
-        _named[sidecar] = names
-    return names
+    return _named.of(sidecar)
 
 
 def names(sidecar: Sidecar) -> set[str]:
@@ -228,7 +229,7 @@ def attach(mesh: Mesh) -> None:
         mesh.receipts_owed(len(found))  # their senders hear from this machine too
 
     async def link_up(peer: str) -> None:
-        _told.setdefault(sidecar, {}).pop(peer, None)
+        _told.of(sidecar).pop(peer, None)
         await tell(mesh)
 
     mesh.add_frames(FEATURE, {FRAME: handle}, on_link_up=link_up)
@@ -251,7 +252,7 @@ async def tell(mesh: Mesh) -> None:
         "WHERE m.read_at IS NOT NULL AND m.read_at > ?",
         (time.time() - SYNC_WINDOW,),
     )
-    told = _told.setdefault(sidecar, {})
+    told = _told.of(sidecar)
     for peer in own:
         done = told.setdefault(peer, set())
         fresh = [(sibling, at) for sibling, at in rows if sibling not in done]

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import time
-import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -24,6 +23,7 @@ import anyio
 from ..base.config import slug
 from ..base.defang import defang
 from ..base.errors import HiveError
+from ..base.host import PerSidecar
 from ..base.ulid import is_ulid
 from ..mesh.transport import FrameError, Link, LinkClosed
 from ..person.dialog import Prompt, backend_for, clean, clip, find_desktop
@@ -55,14 +55,11 @@ class Notices:
     shown: dict[str, float] = field(default_factory=dict)  # message id -> when it was offered here, oldest first
 
 
-_notices: weakref.WeakKeyDictionary[Sidecar, Notices] = weakref.WeakKeyDictionary()
+NOTICES: PerSidecar[Notices] = PerSidecar(lambda sidecar: Notices())
 
 
 def notices(sidecar: Sidecar) -> Notices:
-    found = _notices.get(sidecar)
-    if found is None:
-        found = _notices[sidecar] = Notices()
-    return found
+    return NOTICES.of(sidecar)
 
 
 def _person_of(address: str) -> str:
