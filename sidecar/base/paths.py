@@ -7,20 +7,19 @@ a hash of the state folder so that every client finds the same one.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import tempfile
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
-import platformdirs
+# Every `hive` command and hook client reads these paths before anything else, so this module
+# imports only what every call needs: hashing and the temp dir (a long state path) and
+# platformdirs (no HIVE_HOME) are imported by the branch that uses them.
 
 SOCKET_NAME = "hive.sock"
 MAX_SOCKET_PATH = 100  # below both platforms' sun_path limits, with room for the NUL
 
 
-@dataclass(frozen=True)
-class StatePaths:
+class StatePaths(NamedTuple):
     home: Path
 
     @property
@@ -48,6 +47,8 @@ def state_home() -> Path:
     override = os.environ.get("HIVE_HOME")
     if override:
         return Path(override).expanduser().absolute()
+    import platformdirs
+
     return Path(platformdirs.user_data_dir("hive", appauthor=False))
 
 
@@ -59,6 +60,9 @@ def socket_path(home: Path) -> Path:
     preferred = home / SOCKET_NAME
     if len(os.fsencode(preferred)) <= MAX_SOCKET_PATH:
         return preferred
+    import hashlib
+    import tempfile
+
     digest = hashlib.sha256(os.fsencode(home)).hexdigest()[:16]
     return Path(tempfile.gettempdir()) / f"hive-{os.getuid()}-{digest}.sock"
 

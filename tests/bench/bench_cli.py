@@ -27,14 +27,14 @@ machines that run this are small and noisy. Bytecode is written for the processe
 drops ``PYTHONDONTWRITEBYTECODE``), so after the warm-up round they load compiled modules, as an
 installed hive does. At the end the sidecar is stopped and the folder removed.
 
-Measured on the 2-core dev machine (load about 1.3; 20 samples, p50, ratio to its baseline):
-floor 38 ms; ``hive --help`` 51 ms (1.35x), ``--version`` 50 ms (1.32x), ``hive send`` 109 ms
-(2.9x), ``hive inbox`` 84 ms (2.2x); a message to a waiting reader 98 ms with hive's commands, 51
-ms with the reference client (1.95x). Run right after on the tree from before the CLI deferred
-its imports and called the sidecar without an event loop: ``--help`` 353 ms (9.4x), ``send`` 395 ms (10.6x),
-``inbox`` 387 ms (10.4x), a message to a waiting reader 333 ms (6.9x the reference). What is left
-in ``hive send`` is mostly hive.sidecar.person.dialog, imported for the one function that reads the
-desktop variables (about 30 ms), and hive.sidecar.base.paths (dataclasses, hashlib, platformdirs).
+Measured on the 2-core dev machine (20 samples, p50, ratio to its baseline), editable install:
+floor 38 ms; ``hive --help`` 53 ms (1.38x), ``--version`` 53 ms (1.37x), ``hive send`` 82 ms
+(2.12x), ``hive inbox`` 65 ms (1.69x); a message to a waiting reader 65 ms with hive's commands, 49
+ms with the reference client (1.33x). Before the CLI deferred its imports and called the sidecar
+without an event loop: ``--help`` 353 ms (9.4x), ``send`` 395 ms (10.6x), ``inbox`` 387 ms (10.4x),
+a message to a waiting reader 333 ms (6.9x the reference). ``send`` lost about 30 ms when clients
+stopped sending a desktop field the sidecar never read (no dialog module), and ``hive.sidecar.base.paths``
+about 25 ms when it stopped importing dataclasses, hashlib, tempfile and platformdirs up front.
 """
 
 from __future__ import annotations
