@@ -1,4 +1,4 @@
-"""What an op knows of its caller: the client :class:`Connection` on the sidecar's socket.
+"""What an op knows of its caller (:class:`Connection`) and of the daemon it runs in (:class:`Host`).
 
 The daemon makes one per client; every op receives it, with the process facts the kernel gives
 about the caller (its pid, whether a person's terminal or an agent started it) and the push
@@ -12,7 +12,7 @@ import logging
 import time
 import weakref
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import anyio
 from anyio.abc import SocketAttribute, SocketStream
@@ -21,6 +21,11 @@ from hive.integrations import registry
 
 from .peer import agent_reason, peer_pid, person_at_terminal
 from .wire import encode_line
+
+if TYPE_CHECKING:
+    from .config import Settings
+    from .paths import StatePaths
+    from .store import Store
 
 # A client that stops reading: this many replies (or bytes) waiting behind a full socket close
 # its connection. A client that reads never gets near this: the socket itself holds ~200 KB.
@@ -98,6 +103,17 @@ class Connection:
 
 Handler = Callable[[Connection, dict[str, Any]], Awaitable[dict[str, Any]]]
 """An op bound to its sidecar: called with the caller's connection and the request; returns the result."""
+
+
+class Host(Protocol):
+    """What every feature may use of the daemon it runs in: its state folder, its settings and its
+    database. A concept that needs more (the session registry, the mesh) says so in a protocol of
+    its own that extends this one, with the types of its own folder and the folders below it, so
+    it never names the daemon's class."""
+
+    paths: StatePaths
+    settings: Settings
+    store: Store
 
 
 class PerSidecar(Generic[T]):

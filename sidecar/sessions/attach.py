@@ -22,11 +22,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..base.errors import BadRequest, NotFound
-from .registry import Session
+from .registry import Session, SessionsHost
 
 if TYPE_CHECKING:
     from ..base.host import Connection
-    from ..daemon.server import Sidecar
 
 MAX_PIDS = 64
 
@@ -43,7 +42,7 @@ def _pids(value: Any) -> list[int]:
     return [p for p in value if p > 1]  # pid 1 adopts orphans: it is nobody's harness
 
 
-def _answer(sidecar: Sidecar, session: Session, via: str) -> dict[str, Any]:
+def _answer(sidecar: SessionsHost, session: Session, via: str) -> dict[str, Any]:
     return {
         "key": session.key,
         "name": session.name,
@@ -53,7 +52,7 @@ def _answer(sidecar: Sidecar, session: Session, via: str) -> dict[str, Any]:
     }
 
 
-async def attach(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def attach(sidecar: SessionsHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Say which live session, registered by a hook, the calling MCP server process belongs to.
 
     Request: ``pids`` (list of int, required): the caller's ancestor pids, nearest first, at most 64.

@@ -10,26 +10,32 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..base.errors import BadRequest
+from ..base.host import Host, PerSidecar
 
 if TYPE_CHECKING:
     from ..base.host import Connection
-    from ..daemon.server import Sidecar
 
 KEY = "folders.off"
-_off: dict[int, tuple[Sidecar, set[str]]] = {}
 
 
-async def _folders(sidecar: Sidecar) -> set[str]:
-    cached = _off.get(id(sidecar))
-    if cached is not None and cached[0] is sidecar:
-        return cached[1]
-    raw = await sidecar.store.get_kv(KEY)
-    folders = {f for f in json.loads(raw) if isinstance(f, str)} if raw else set()
-    _off[id(sidecar)] = (sidecar, folders)
-    return folders
+@dataclass
+class _Off:
+    folders: set[str] | None = None  # read from the database on first use
+
+
+_OFF: PerSidecar[_Off] = PerSidecar(lambda sidecar: _Off())
+
+
+async def _folders(sidecar: Host) -> set[str]:
+    off = _OFF.of(sidecar)
+    if off.folders is None:
+        raw = await sidecar.store.get_kv(KEY)
+        off.folders = {f for f in json.loads(raw) if isinstance(f, str)} if raw else set()
+    return off.folders
 
 
 def _norm(path: str) -> str:
@@ -40,7 +46,7 @@ def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
-async def is_off(sidecar: Sidecar, cwd: str) -> bool:
+async def is_off(sidecar: Host, cwd: str) -> bool:
     """Whether hive is off in ``cwd`` (it or a folder above it was turned off)."""
     if not cwd:
         return False
@@ -48,7 +54,7 @@ async def is_off(sidecar: Sidecar, cwd: str) -> bool:
     return any(_inside(path, folder) for folder in await _folders(sidecar))
 
 
-async def op_folder(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_folder(sidecar: Host, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Turn hive off (or back on) in a folder and the folders below it; list the folders that are off.
 
     Request: ``state`` (str, optional): off or on; with it, ``path`` (str, required): an absolute

@@ -21,13 +21,14 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 
 from ..base import procs
 from ..base.config import Settings, slug
 from ..base.errors import BadRequest, Conflict, NotFound
+from ..base.host import Host
 from ..base.store import Store
 
 TIERS = ("push", "turn", "pull")
@@ -82,6 +83,12 @@ def default_base_name(cwd: str, repo_root: str, agent: str) -> str:
 
 def pid_alive(pid: int | None) -> bool:
     return procs.alive(pid, None)
+
+
+class SessionsHost(Host, Protocol):
+    """What the session ops use of the daemon: :class:`Host` and the session registry."""
+
+    sessions: Sessions
 
 
 class Sessions:
