@@ -5,6 +5,7 @@ watchers; the ledger, why, preferences, shadow, digest and measures for people.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -64,26 +65,12 @@ async def op_offer(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) 
     raw = request.get("item")
     item = Item.from_wire(raw, sidecar.settings.person)
     if item.session:
-        item = _with_session(item, _session_address(sidecar, item.session))
+        item = dataclasses.replace(item, session=_session_address(sidecar, item.session))
     decision = await gate_of(sidecar).offer(item)
     result = decision.public()
     if isinstance(raw, Mapping) and "urgency" in raw:
         result["note"] = "the item's own urgency was ignored: the gate computes urgency from facts it can check"
     return result
-
-
-def _with_session(item: Item, session: str) -> Item:
-    return Item(
-        source=item.source,
-        person=item.person,
-        title=item.title,
-        body=item.body,
-        session=session,
-        evidence=item.evidence,
-        key=item.key,
-        proposer=item.proposer,
-        data=item.data,
-    )
 
 
 async def op_breakpoint(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:

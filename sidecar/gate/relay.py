@@ -11,6 +11,7 @@ backing off to an hour, for a day; then it waits in the digest here (``relay.wai
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeGuard
@@ -183,17 +184,7 @@ async def on_frame(sidecar: Sidecar, peer: str, person: str, machine: str, frame
             session = session if local is not None else ""  # gone or renamed: it is for the person
         origin = f"{person}@{machine}"
         data = {**item.data, "relayed_from": origin}
-        item = Item(
-            source=item.source,
-            person=item.person,
-            title=item.title,
-            body=item.body,
-            session=session,
-            evidence=item.evidence,
-            key=item.key,
-            proposer=clip(item.proposer or origin, MAX_REF),
-            data=data,
-        )
+        item = dataclasses.replace(item, session=session, proposer=clip(item.proposer or origin, MAX_REF), data=data)
         gate = gate_of(sidecar)
         facts = [f for f in map(_fact_from_wire, frame.get("facts") or []) if f is not None]
         await gate.merge_facts(facts[:MAX_EVIDENCE])

@@ -165,6 +165,20 @@ async def offer_held_reviews(sidecar: Sidecar, person: str) -> None:
         await sidecar.store.set_kv(marker, repr(view.asked_at))
 
 
+async def assign_reviewer(sidecar: Sidecar, view: LessonView, repo_root: str) -> review.Choice:
+    """Choose who reviews ``view`` (its evidence's code owners in ``repo_root``, else the team's
+    rules) and remember it for the lesson, where :func:`suggested_reviewer` reads it."""
+    choice = await review.choose_reviewer(
+        sidecar,
+        scope=view.scope,
+        author_person=view.author_person,
+        files=review.file_refs(view.evidence),
+        repo_root=repo_root,
+    )
+    await sidecar.store.set_kv(REVIEWER_KEY + view.id, json.dumps({"person": choice.person, "why": choice.why}))
+    return choice
+
+
 async def suggested_reviewer(sidecar: Sidecar, lesson_id: str) -> str:
     """The person chosen to review a lesson on this machine ("" when none was recorded)."""
     raw = await sidecar.store.get_kv(REVIEWER_KEY + lesson_id)
@@ -190,14 +204,7 @@ async def arrived(sidecar: Sidecar, store: lesson_store.LessonStore, lesson_id: 
             root = git_facts(session.cwd).get("repo_root", "")
             if root:
                 break
-    choice = await review.choose_reviewer(
-        sidecar,
-        scope=view.scope,
-        author_person=view.author_person,
-        files=review.file_refs(view.evidence),
-        repo_root=root,
-    )
-    await sidecar.store.set_kv(REVIEWER_KEY + view.id, json.dumps({"person": choice.person, "why": choice.why}))
+    choice = await assign_reviewer(sidecar, view, root)
     if choice.person == sidecar.settings.person:
         # Not awaited here: the gate's decision and the pop-up going up must not hold up replication.
         sidecar.tasks.start_soon(_offer_arrived, sidecar, view)

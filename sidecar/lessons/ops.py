@@ -43,7 +43,7 @@ from ..person.confirm import asks_person
 from . import beacon as lesson_import
 from . import promote, recall, review
 from . import store as lesson_store
-from .desk import REVIEWER_KEY, arrived, offer_review, suggested_reviewer
+from .desk import REVIEWER_KEY, arrived, assign_reviewer, offer_review, suggested_reviewer
 from .desk import offer_held_reviews as offer_held_reviews
 from .promoted import follow_skills, remember_skill, skill_record, skill_source, skills_of
 from .records import EVIDENCE_KINDS
@@ -126,14 +126,7 @@ async def op_lesson_propose(sidecar: Sidecar, conn: Connection, request: dict[st
     ctx = await lesson_store.context_of(sidecar)
     body = lesson_store.new_lesson_here(ctx, fields, session=author)
     view = await (store.supersede(body.supersedes, body) if body.supersedes else store.propose(body))
-    choice = await review.choose_reviewer(
-        sidecar,
-        scope=view.scope,
-        author_person=view.author_person,
-        files=review.file_refs(view.evidence),
-        repo_root=root,
-    )
-    await sidecar.store.set_kv(REVIEWER_KEY + view.id, json.dumps({"person": choice.person, "why": choice.why}))
+    choice = await assign_reviewer(sidecar, view, root)
     note = f"proposed; {choice.person} reviews it ({_why(choice.why)})."
     if view.state == "verified":
         note = "already verified."
