@@ -3,7 +3,7 @@
 Measured contract: ../shared/notes/harnesses.md §5 (pi 0.73.1), push.md §5 and
 mcp-session-identity.md (pi). pi has no MCP by design, so the extension in
 ``{~/.pi/agent,.pi}/extensions/`` registers hive's tools with ``pi.registerTool``: every tool of
-hive's MCP server as its ``tools/list`` shows them (one table, ``mcp_server.tool_table``), run
+hive's MCP server as its ``tools/list`` shows them (one table, ``hive.sidecar.mcp.server.tool_table``), run
 by that very server as a child of pi (``hive mcp``), except ``check_inbox``, which the extension
 answers itself so that pi, not the server, holds the mail it shows. It injects at
 ``before_agent_start`` (a message) and ``tool_result`` (appended content), and pushes with

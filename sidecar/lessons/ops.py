@@ -22,7 +22,7 @@ own terminal; ``lesson`` is a lesson id or its first 6+ characters (``id`` is th
                     records a verdict only once the person confirmed it (pop-up, or typed at the
                     command's own terminal); an agent's connection has neither and is refused.
 ``lesson_retract``  {lesson, reason?}    ``lesson_promote`` {lesson, force?, cwd}
-``lesson_import``   {path?}              Beacon lessons as proposals (:mod:`lesson_import`)
+``lesson_import``   {path?}              Beacon lessons as proposals (:mod:`hive.sidecar.lessons.beacon`)
 
 The review pop-up and the digest's held proposals are :mod:`hive.sidecar.lessons.desk`'s; promoted
 skills follow their lessons in :mod:`hive.sidecar.lessons.promoted`. :func:`follow_changes` wires both
