@@ -121,7 +121,8 @@ class PerSidecar(Generic[T]):
 
     A feature's state lives beside the feature (``DESKS = PerSidecar(lambda sidecar: Desk())``,
     then ``DESKS.of(sidecar)``), not as an attribute the daemon would have to declare and so know
-    about; it goes away with its sidecar, and two sidecars in one process (tests) never share it.
+    about, and two sidecars in one process (tests) never share it. Held weakly by the sidecar: state
+    that points back to its sidecar (most does) lives as long as the process, as an attribute would.
     """
 
     def __init__(self, make: Callable[[Any], T]) -> None:

@@ -40,6 +40,7 @@ import anyio
 import watchfiles
 
 from ..base.defang import one_line
+from ..base.host import PerSidecar
 
 if TYPE_CHECKING:
     from ..daemon.server import Sidecar
@@ -473,14 +474,11 @@ class Doing:
             self.running = False
 
 
-_doing: dict[int, Doing] = {}
+DOINGS: PerSidecar[Doing] = PerSidecar(Doing)
 
 
 def doing_of(sidecar: Sidecar) -> Doing:
-    found = _doing.get(id(sidecar))
-    if found is None or found.sidecar is not sidecar:
-        found = _doing[id(sidecar)] = Doing(sidecar)
-    return found
+    return DOINGS.of(sidecar)
 
 
 async def set_doing(sidecar: Sidecar, session: Session, text: str) -> None:

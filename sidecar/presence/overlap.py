@@ -13,6 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ..base.defang import one_line
+from ..base.host import PerSidecar
 from ..base.ulid import new_ulid
 from ..mail.render import Message
 from .activity import WINDOW, recent_files, repo_root
@@ -27,7 +28,7 @@ log = logging.getLogger("hive.sidecar.presence.overlap")
 OVERLAP_SENDER = "hive/overlap"
 
 # (session key, other session's address, path) -> when it was told; once per window.
-_TOLD: dict[tuple[str, str, str], float] = {}
+_TOLD: PerSidecar[dict[tuple[str, str, str], float]] = PerSidecar(lambda sidecar: {})
 
 
 def _repo_of(session: Session) -> str:
@@ -95,10 +96,10 @@ async def on_peer_presence(sidecar: Sidecar, peer: str) -> None:
 async def _notice(
     sidecar: Sidecar, session: Session, other: str, path: str, when: float, repo: str, now: float
 ) -> None:
-    told = _TOLD.get((session.key, other, path))
+    told = _TOLD.of(sidecar).get((session.key, other, path))
     if told is not None and now - told < WINDOW:
         return
-    _TOLD[(session.key, other, path)] = now
+    _TOLD.of(sidecar)[(session.key, other, path)] = now
     address = sidecar.sessions.address(session)
     ago = max(0, int((now - when) // 60))
     title = f"{one_line(other, 80)} also modified {one_line(path, 200)} ({ago} min ago)"
