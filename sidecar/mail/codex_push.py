@@ -40,7 +40,7 @@ import json
 import logging
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +51,7 @@ from hive.integrations import registry
 from hive.integrations.codex.app_server import NotRunning, PushFailed, codex_home, deliver
 from hive.integrations.hook_client import start_time
 
+from ..base.host import PerSidecar
 from ..presence import observe
 from ..sessions.registry import Session
 from .mailbox import Holder
@@ -86,8 +87,6 @@ NOT_TUI = frozenset(
 )
 
 log = logging.getLogger("hive.sidecar.mail.codex_push")
-
-_locks: dict[str, anyio.Lock] = {}  # one push at a time per session, so mail goes in the order it came
 
 
 def serves(session: Session) -> bool:
@@ -171,7 +170,8 @@ async def push(sidecar: Sidecar, session: Session) -> bool:
 
 
 async def _push(sidecar: Sidecar, session: Session, address: str, done: anyio.Event, outcome: list[bool]) -> None:
-    lock = _locks.setdefault(session.key, anyio.Lock())
+    pushes = PUSHES.of(sidecar)
+    lock = pushes.locks.setdefault(session.key, anyio.Lock())
     ids: list[str] = []
     try:
         async with lock:
@@ -194,7 +194,7 @@ async def _push(sidecar: Sidecar, session: Session, address: str, done: anyio.Ev
             # Codex took the text; its model has not seen it yet. Held for the TUI until the
             # rollout shows a model turn that carried it (:func:`settle`).
             sidecar.mailbox.mark_shown(messages, Holder(session.key, tui.pid, tui.started, pushed=True))
-            _pending.setdefault(session.key, []).append(Pending(tuple(ids), rollout, offset, how.turn))
+            pushes.pending.setdefault(session.key, []).append(Pending(tuple(ids), rollout, offset, how.turn))
             log.info(
                 "pushed %d message(s) into codex thread %s (%s); read once a model turn carries them",
                 len(ids),
@@ -240,7 +240,16 @@ class Pending:
     turn: str  # the turn a steer went into, or the turn a start made ("" for codex queue)
 
 
-_pending: dict[str, list[Pending]] = {}  # session key -> its pushes awaiting proof
+@dataclass
+class _Pushes:
+    """One sidecar's pushes into Codex sessions, by session key."""
+
+    locks: dict[str, anyio.Lock] = field(default_factory=dict)  # one push at a time: mail goes in its order
+    pending: dict[str, list[Pending]] = field(default_factory=dict)  # pushes awaiting proof
+    following: set[str] = field(default_factory=set)  # sessions whose rollout a task follows
+
+
+PUSHES: PerSidecar[_Pushes] = PerSidecar(lambda sidecar: _Pushes())
 
 
 def rollout_of(session: Session, home: Path) -> Path | None:
@@ -310,12 +319,13 @@ def verdict(pending: Pending, items: list[dict[str, Any]]) -> str:
 
 async def settle(sidecar: Sidecar, session: Session) -> None:
     """Confirm pushed mail a model turn carried; make what an ended turn dropped visible again."""
-    pushes = _pending.get(session.key)
-    if not pushes:
+    pushes = PUSHES.of(sidecar)
+    waiting = pushes.pending.get(session.key)
+    if not waiting:
         return
     address = sidecar.sessions.address(session)
     still: list[Pending] = []
-    for pending in pushes:
+    for pending in waiting:
         held = [i for i in pending.ids if sidecar.mailbox.is_pushed(i)]
         if not held:
             continue  # its TUI exited (visible again), or another reader took it
@@ -336,29 +346,27 @@ async def settle(sidecar: Sidecar, session: Session) -> None:
         else:
             still.append(pending)
     if still:
-        _pending[session.key] = still
+        pushes.pending[session.key] = still
     else:
-        _pending.pop(session.key, None)
+        pushes.pending.pop(session.key, None)
 
 
 async def _follow(sidecar: Sidecar, session: Session) -> None:
     """Look at the rollout until every push of the session is settled (one follower per session)."""
-    if session.key in _following:
+    pushes = PUSHES.of(sidecar)
+    if session.key in pushes.following:
         return
-    _following.add(session.key)
+    pushes.following.add(session.key)
     try:
         sizes: dict[Path, int] = {}
-        while _pending.get(session.key):
+        while pushes.pending.get(session.key):
             grown = False
-            for pending in _pending[session.key]:
+            for pending in pushes.pending[session.key]:
                 if pending.rollout is not None and _size(pending.rollout) != sizes.get(pending.rollout):
                     sizes[pending.rollout] = _size(pending.rollout)
                     grown = True
-            if grown or not all(sidecar.mailbox.is_pushed(i) for p in _pending[session.key] for i in p.ids):
+            if grown or not all(sidecar.mailbox.is_pushed(i) for p in pushes.pending[session.key] for i in p.ids):
                 await settle(sidecar, session)
             await anyio.sleep(FOLLOW_EVERY)
     finally:
-        _following.discard(session.key)
-
-
-_following: set[str] = set()
+        pushes.following.discard(session.key)
