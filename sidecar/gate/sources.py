@@ -90,7 +90,7 @@ def idle_session(sidecar: Sidecar, item: Item, idle_after: float) -> str:
         return ""
     now = time.time()
     for session in sidecar.sessions.by_key.values():
-        seen = OBSERVED.get(session.key)
+        seen = OBSERVED.of(sidecar).get(session.key)
         if seen is None or seen.state != "idle" or now - seen.since < idle_after:
             continue
         if not sidecar.sessions.is_live(session):

@@ -252,7 +252,7 @@ async def _recall(
     session = _session(sidecar, request)
     files = _files(request)
     if with_session_files and session is not None:
-        files = files + tuple(recent_files(session.key))
+        files = files + tuple(recent_files(sidecar, session.key))
     project, _ = project_here(_cwd(sidecar, request, session))
     now_ms = int(time.time() * 1000)
     viewer = await lesson_store.of(sidecar).viewer()

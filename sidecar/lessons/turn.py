@@ -174,7 +174,7 @@ async def _look(sidecar: Sidecar, session: Session, point: HookPoint, payload: d
     room = HOURLY_CAP - len(told.times) - len(told.waiting)
     if room <= 0 or await verified_count(sidecar) == 0:  # recall finds verified lessons only
         return
-    files = tuple(recent_files(session.key, now))
+    files = tuple(recent_files(sidecar, session.key, now))
     error = failure_text(payload) if point.event == "tool.after" else ""
     # The session's words: what its person typed for this turn, what it says it is doing (its
     # harness's task line or todo item) and a failed command's output.

@@ -213,7 +213,7 @@ class PresenceFrames:
                         "doing": s.doing,
                         "activity": _activity_of(s.key),
                         "tier": s.tier,
-                        **observe.presence_of(s.key, s.key in self.sc.sessions.unmanaged),
+                        **observe.presence_of(self.sc, s.key),
                     }
                 )
             else:

@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ..base.defang import one_line
+from ..base.host import PerSidecar
 
 if TYPE_CHECKING:
-    from ..sessions.registry import Session
+    from ..sessions.registry import Session, SessionsHost
 
 WINDOW = 30 * 60.0  # files count as touched, and overlaps as live, for half an hour
 MAX_FILES = 32
@@ -39,7 +40,7 @@ class Observed:
     newest: str = ""  # the path touched last
 
 
-OBSERVED: dict[str, Observed] = {}
+OBSERVED: PerSidecar[dict[str, Observed]] = PerSidecar(lambda sidecar: {})  # by session key
 # Sessions found on disk (hive.sidecar.presence.discover) that no hook or client has spoken for yet.
 
 
@@ -81,9 +82,11 @@ def sensitive(path: str) -> bool:
 # ---- presence --------------------------------------------------------------------------------
 
 
-def recent_files(key: str, now: float | None = None, *, modified_only: bool = False) -> dict[str, float]:
+def recent_files(
+    sidecar: SessionsHost, key: str, now: float | None = None, *, modified_only: bool = False
+) -> dict[str, float]:
     """Paths the session touched within the window, newest first, at most 32."""
-    seen = OBSERVED.get(key)
+    seen = OBSERVED.of(sidecar).get(key)
     if seen is None or not seen.files:
         return {}
     now = time.time() if now is None else now
@@ -92,13 +95,14 @@ def recent_files(key: str, now: float | None = None, *, modified_only: bool = Fa
     return dict(items[:MAX_FILES])
 
 
-def presence_of(key: str, unmanaged: bool) -> dict[str, Any]:
+def presence_of(sidecar: SessionsHost, key: str) -> dict[str, Any]:
     """The fields this session adds to presence: state, files (with when, and whether modified), head,
-    and ``unmanaged`` as given (found on disk, no hook or client speaks for it)."""
-    seen = OBSERVED.get(key)
+    and ``unmanaged`` (found on disk, no hook or client speaks for it)."""
+    unmanaged = key in sidecar.sessions.unmanaged
+    seen = OBSERVED.of(sidecar).get(key)
     if seen is None:
         return {"state": "", "files": [], "head": "", "unmanaged": unmanaged}
-    files = recent_files(key)
+    files = recent_files(sidecar, key)
     return {
         "state": seen.state,
         "head": seen.head,

@@ -274,7 +274,7 @@ class Discovery:
             return  # nowhere to place it (a Gemini transcript head without a folder): never shown as live
         self.by_source[found.source] = found.key
         if found.state:  # before the session shows at all, so it never shows without its state
-            seen = observe.OBSERVED.setdefault(found.key, observe.Observed(files={}))
+            seen = observe.OBSERVED.of(self.sidecar).setdefault(found.key, observe.Observed(files={}))
             seen.state, seen.since = found.state, found.seen
         transcript = (
             found.transcript
@@ -313,7 +313,7 @@ class Discovery:
     async def _waiting(self, session: Session, found: Found) -> None:
         """A managed session's running-session file says it waits for its person (a permission
         prompt): no hook says that, so the file does, until it or the next hook says otherwise."""
-        seen = observe.OBSERVED.setdefault(session.key, observe.Observed(files={}))
+        seen = observe.OBSERVED.of(self.sidecar).setdefault(session.key, observe.Observed(files={}))
         if found.state == "waiting_approval" and seen.state != found.state:
             seen.state, seen.since = found.state, found.seen
             await observe.store_events(
@@ -344,7 +344,7 @@ class Discovery:
             return
         if session is not None and session.ended_at is None:
             await self.sidecar.sessions.end(session)
-            observe.OBSERVED.pop(key, None)
+            observe.OBSERVED.of(self.sidecar).pop(key, None)
             doing.doing_of(self.sidecar).forget(key)
             self.sidecar.mesh.poke()
 

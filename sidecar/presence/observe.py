@@ -102,7 +102,7 @@ async def ingest(
         )
     await store_events(sidecar.store, events)
     sidecar.sessions.unmanaged.discard(session.key)  # a hook speaks for it: hive manages it now
-    seen = OBSERVED.setdefault(session.key, Observed(files={}))
+    seen = OBSERVED.of(sidecar).setdefault(session.key, Observed(files={}))
     before = (seen.state, seen.head)
     now = events[0].at
     actions = {e.action for e in events}
@@ -133,7 +133,7 @@ async def ingest(
     if point.event in ("session.start", "prompt.submitted", "turn.stop") or "command.executed" in actions:
         seen.head = await git_head(root if repo_root(session) else "")
     if point.event == "session.end":
-        OBSERVED.pop(session.key, None)
+        OBSERVED.of(sidecar).pop(session.key, None)
         doing.doing_of(sidecar).forget(session.key)
     else:
         doing.doing_of(sidecar).follow(session)
@@ -185,7 +185,7 @@ async def injected(sidecar: Sidecar, key: str, ids: Sequence[str], channel: str,
 def describe_extra(sidecar: Sidecar, key: str | None, person: str, machine: str, name: str) -> dict[str, Any]:
     """``state``, ``files`` (paths) and ``head`` for one directory entry, local or a teammate's."""
     if key is not None:
-        extra = presence_of(key, key in sidecar.sessions.unmanaged)
+        extra = presence_of(sidecar, key)
         session = sidecar.sessions.by_key.get(key)
         extra["unmanaged"] = extra["unmanaged"] and not (session is not None and session.holders)
     else:

@@ -44,7 +44,7 @@ async def overlaps_for_local(sidecar: Sidecar, session: Session, paths: list[str
     for other in list(sidecar.sessions.by_key.values()):
         if other.key == session.key or not sidecar.sessions.is_live(other, now) or _repo_of(other) != repo:
             continue
-        theirs = recent_files(other.key, now, modified_only=True)
+        theirs = recent_files(sidecar, other.key, now, modified_only=True)
         them = sidecar.sessions.address(other)
         for path in paths:
             if path in theirs:
@@ -83,7 +83,7 @@ async def on_peer_presence(sidecar: Sidecar, peer: str) -> None:
         for session in list(sidecar.sessions.by_key.values()):
             if not session.repo or not sidecar.sessions.is_live(session, now):
                 continue
-            mine = recent_files(session.key, now, modified_only=True)
+            mine = recent_files(sidecar, session.key, now, modified_only=True)
             if not mine:
                 continue
             for who, files in _remote_sessions(sidecar, session.repo):
