@@ -36,7 +36,7 @@ from ..base.errors import BadRequest, Conflict, HiveError, NoDesktop, NotFound
 from ..base.host import PerSidecar
 from ..base.ulid import new_ulid
 from ..mail.addresses import Target
-from ..mail.delivery import deliver_local
+from ..mail.delivery import deliver_local, deliver_note
 from ..mail.render import Message
 from ..person.dialog import Answer, Backend, Prompt, backend_for, clean, clip, find_desktop
 from ..team.approvals import Approval, sign_approval, stored
@@ -309,19 +309,7 @@ async def _deliver_late(sidecar: Sidecar, question: Question) -> None:
     )
     if question.about:
         body += f"\nIt was about message {question.about}."
-    message = Message(
-        id=new_ulid(),
-        sender=sidecar.terminal,
-        sender_kind="person",
-        sender_agent="",
-        sender_repo="",
-        recipient=address,
-        reply_to=None,
-        body=body,
-        wake=True,
-        sent_at=time.time(),
-    )
-    await deliver_local(sidecar, message, None)
+    await deliver_note(sidecar, address, body, sender=sidecar.terminal, kind="person")
 
 
 async def _send_approval(sidecar: Sidecar, question: Question) -> dict[str, Any]:

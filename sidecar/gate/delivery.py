@@ -5,12 +5,9 @@ else a message from ``hive/gate`` into the session's mailbox, saying why now.
 from __future__ import annotations
 
 import contextlib
-import time
 from typing import TYPE_CHECKING
 
 from ..base.errors import HiveError, NoDesktop
-from ..base.ulid import new_ulid
-from ..mail.render import Message
 from ..person.dialog import Prompt, backend_for, clip, find_desktop
 from .model import Decision, Item
 
@@ -26,7 +23,7 @@ async def deliver_in_sidecar(sidecar: Sidecar, item: Item, decision: Decision) -
     Raises:
         HiveError: the person is not on this machine, or the session is unknown here.
     """
-    from ..mail.delivery import deliver_local
+    from ..mail.delivery import deliver_note
 
     if item.person != sidecar.settings.person:
         raise HiveError(f"{item.person} is not on this machine, and the team knows no machine of theirs")
@@ -52,19 +49,7 @@ async def deliver_in_sidecar(sidecar: Sidecar, item: Item, decision: Decision) -
         address = sidecar.sessions.address(session)
     else:
         address = sidecar.terminal
-    message = Message(
-        id=new_ulid(),
-        sender=GATE_SENDER,
-        sender_kind="hive",
-        sender_agent="hive-gate",
-        sender_repo="",
-        recipient=address,
-        reply_to=None,
-        body=text,
-        wake=True,
-        sent_at=time.time(),
-    )
-    await deliver_local(sidecar, message, None)
+    await deliver_note(sidecar, address, text, sender=GATE_SENDER, agent="hive-gate")
 
 
 async def _show_notification(sidecar: Sidecar, prompt: Prompt) -> bool:

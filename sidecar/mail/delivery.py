@@ -7,11 +7,13 @@ at once; otherwise it waits for the session's next hook or inbox check, and the 
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 import anyio
 
 from ..base.host import Connection
+from ..base.ulid import new_ulid
 from ..sessions.registry import Session
 from . import codex_push, mailboxes
 from .addresses import Target
@@ -85,3 +87,23 @@ async def deliver_local(sidecar: Sidecar, message: Message, sender_key: str | No
     await sidecar.mailbox.deposit([message], sender_key)
     entry = next((e for e in sidecar.directory() if e.address == message.recipient), None)
     return await after_deposit(sidecar, Target(message.recipient, entry), message.wake, waiting)
+
+
+async def deliver_note(
+    sidecar: Sidecar, address: str, body: str, *, sender: str, kind: str = "hive", agent: str = ""
+) -> tuple[str, str]:
+    """A new waking message from hive itself (the gate, an overlap) or the person's terminal, not from
+    a session, to a mailbox on this machine: deposited and delivered as :func:`deliver_local` does."""
+    message = Message(
+        id=new_ulid(),
+        sender=sender,
+        sender_kind=kind,
+        sender_agent=agent,
+        sender_repo="",
+        recipient=address,
+        reply_to=None,
+        body=body,
+        wake=True,
+        sent_at=time.time(),
+    )
+    return await deliver_local(sidecar, message, None)

@@ -14,8 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..base.defang import one_line
 from ..base.host import PerSidecar
-from ..base.ulid import new_ulid
-from ..mail.render import Message
 from .activity import WINDOW, recent_files, repo_root
 from .events import Event, store_events
 
@@ -180,18 +178,6 @@ async def deliver_notice(
     sidecar: Sidecar, key: str, address: str, title: str, body: str, other: str, path: str
 ) -> None:
     """Put the notice in the session's mailbox (turn tier: shown at its next hook, recorded injected then)."""
-    from ..mail.delivery import deliver_local
+    from ..mail.delivery import deliver_note
 
-    message = Message(
-        id=new_ulid(),
-        sender=OVERLAP_SENDER,
-        sender_kind="hive",
-        sender_agent="hive",
-        sender_repo="",
-        recipient=address,
-        reply_to=None,
-        body=f"{title}\n{body}",
-        wake=True,
-        sent_at=time.time(),
-    )
-    await deliver_local(sidecar, message, None)
+    await deliver_note(sidecar, address, f"{title}\n{body}", sender=OVERLAP_SENDER, agent="hive")
