@@ -44,8 +44,8 @@ from ..team.membership import team_of
 
 if TYPE_CHECKING:
     from ..base.host import Connection
-    from ..daemon.server import Sidecar
     from ..sessions.registry import Session
+    from .sessions import AgentsHost
 
 ASK_WAIT = 600.0  # the longest a call waits for the person
 POPUP_TIME = 3600.0  # how long the pop-up stays up
@@ -87,7 +87,7 @@ class Desk:
 DESKS: PerSidecar[Desk] = PerSidecar(lambda sidecar: Desk())
 
 
-def desk(sidecar: Sidecar) -> Desk:
+def desk(sidecar: AgentsHost) -> Desk:
     return DESKS.of(sidecar)
 
 
@@ -107,7 +107,7 @@ def _seconds(request: Mapping[str, Any], name: str, default: float, low: float, 
 # ---- ask ---------------------------------------------------------------------------------
 
 
-def _asker(sidecar: Sidecar, request: Mapping[str, Any]) -> tuple[str, str, Session | None]:
+def _asker(sidecar: AgentsHost, request: Mapping[str, Any]) -> tuple[str, str, Session | None]:
     """Who asks: (key for one-question-at-a-time, address, session); no session is the person's terminal."""
     ref = request.get("session")
     if ref in (None, "", "terminal", sidecar.terminal):
@@ -116,7 +116,7 @@ def _asker(sidecar: Sidecar, request: Mapping[str, Any]) -> tuple[str, str, Sess
     return session.key, sidecar.sessions.address(session), session
 
 
-async def _about(sidecar: Sidecar, address: str, about: Any) -> tuple[str | None, str, str | None]:
+async def _about(sidecar: AgentsHost, address: str, about: Any) -> tuple[str | None, str, str | None]:
     """The teammate's request this question is about: (id, its text as shown, its sender)."""
     if about in (None, ""):
         return None, "", None
@@ -142,7 +142,7 @@ def _prompt(asker: str, question: str, requester: str | None, request: str, expi
     return Prompt(title=f"hive · {asker} asks you", body=body, timeout=expire)
 
 
-async def op_ask(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_ask(sidecar: AgentsHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Ask this machine's person a yes/no question in a desktop pop-up, and wait for the answer.
 
     Request: ``session`` (str, optional): the asking session (none: the person's terminal).
@@ -208,7 +208,7 @@ async def op_ask(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) ->
     return _result(sidecar, current)
 
 
-async def op_ask_stop(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_ask_stop(sidecar: AgentsHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """A client abandoned its ``ask`` call: stop waiting, so a later answer comes as a message.
 
     Request: ``session`` (str, optional): the asking session (none: the person's terminal).
@@ -232,7 +232,7 @@ def _in_session(error: HiveError, about: str | None) -> HiveError:
     )
 
 
-async def _run_question(sidecar: Sidecar, question: Question, backend: Backend) -> None:
+async def _run_question(sidecar: AgentsHost, question: Question, backend: Backend) -> None:
     try:
         async with backend.show(question.prompt) as popup:
             question.settled.set()
@@ -254,7 +254,7 @@ async def _run_question(sidecar: Sidecar, question: Question, backend: Backend) 
                 question.done.set()
 
 
-async def _after_answer(sidecar: Sidecar, question: Question) -> None:
+async def _after_answer(sidecar: AgentsHost, question: Question) -> None:
     if question.about and question.requester and question.answer in (Answer.APPROVED, Answer.DENIED):
         question.approval = await _send_approval(sidecar, question)
     if not question.waiting:
@@ -276,7 +276,7 @@ NOTES = {
 }
 
 
-def _result(sidecar: Sidecar, question: Question) -> dict[str, Any]:
+def _result(sidecar: AgentsHost, question: Question) -> dict[str, Any]:
     answer = question.answer
     if answer is None:
         note = (
@@ -299,7 +299,7 @@ def _result(sidecar: Sidecar, question: Question) -> dict[str, Any]:
     }
 
 
-async def _deliver_late(sidecar: Sidecar, question: Question) -> None:
+async def _deliver_late(sidecar: AgentsHost, question: Question) -> None:
     assert question.answer is not None
     session = sidecar.sessions.by_key.get(question.key)
     address = sidecar.sessions.address(session) if session is not None else question.asker  # renamed since
@@ -312,7 +312,7 @@ async def _deliver_late(sidecar: Sidecar, question: Question) -> None:
     await deliver_note(sidecar, address, body, sender=sidecar.terminal, kind="person")
 
 
-async def _send_approval(sidecar: Sidecar, question: Question) -> dict[str, Any]:
+async def _send_approval(sidecar: AgentsHost, question: Question) -> dict[str, Any]:
     """Send the answer to the requesting session as an approval record; say where it went."""
     assert question.answer is not None and question.requester and question.about
     session = sidecar.sessions.by_key.get(question.key)

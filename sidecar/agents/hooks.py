@@ -68,7 +68,7 @@ from ..sessions.registry import Session
 
 if TYPE_CHECKING:
     from ..base.host import Connection
-    from ..daemon.server import Sidecar
+    from .sessions import AgentsHost
 
 MAX_WAIT = 600.0
 # Hook points a harness reaches only after a model call returned (the model asked for a tool, or
@@ -179,7 +179,7 @@ async def _harness_pid(ppid: int) -> int:
 
 
 async def refresh(
-    sidecar: Sidecar, caller: Caller, request: dict[str, Any], client_pid: int | None, force: bool = False
+    sidecar: AgentsHost, caller: Caller, request: dict[str, Any], client_pid: int | None, force: bool = False
 ) -> Session:
     """Register the caller's session, or only note a sign of life when nothing changed.
 
@@ -226,7 +226,7 @@ def _continuing(payload: dict[str, Any]) -> bool:
     return payload.get("stop_hook_active") is True or (isinstance(loops, int) and loops > 0)
 
 
-async def _mail_for(sidecar: Sidecar, session: Session, point: HookPoint, payload: dict[str, Any]) -> list[Message]:
+async def _mail_for(sidecar: AgentsHost, session: Session, point: HookPoint, payload: dict[str, Any]) -> list[Message]:
     if point.inject is None or point.event == "session.end":
         return []
     if point.event == "turn.stop" and _continuing(payload):
@@ -235,7 +235,7 @@ async def _mail_for(sidecar: Sidecar, session: Session, point: HookPoint, payloa
     return [m for m in messages if m.wake] if point.wakes_only else messages
 
 
-def _publish_env_names(sidecar: Sidecar) -> None:
+def _publish_env_names(sidecar: AgentsHost) -> None:
     """Tell hook clients the environment variables third-party harnesses name (see ENV_NAMES)."""
     home = str(sidecar.paths.home)
     if home in _published:
@@ -255,7 +255,7 @@ def _publish_env_names(sidecar: Sidecar) -> None:
         os.replace(temporary, path)
 
 
-async def session_ended(sidecar: Sidecar, session: Session) -> None:
+async def session_ended(sidecar: AgentsHost, session: Session) -> None:
     """The session is over: its end hook said so, or its harness process exited (sessions.watch_processes)."""
     sidecar.mailbox.release_held(session.key)
     await sidecar.sessions.end(session)
@@ -264,7 +264,7 @@ async def session_ended(sidecar: Sidecar, session: Session) -> None:
     sidecar.mesh.poke()
 
 
-async def hook(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def hook(sidecar: AgentsHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Answer one harness hook: register or refresh its session, record its events, and return the
     stdout that puts waiting mail (and turn-tier lessons) into the model's context.
 
@@ -332,7 +332,7 @@ async def _holder(session: Session, request: dict[str, Any]) -> Holder:
     return Holder(session.key, pid, start_time(pid))
 
 
-async def hook_written(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def hook_written(sidecar: AgentsHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """The hook client wrote its reply (with these ids) to the harness: hold them for the harness now.
 
     Request: ``ids`` (list of str, required): the message ids of the reply it printed. Returns
@@ -357,7 +357,7 @@ async def hook_written(sidecar: Sidecar, conn: Connection, request: dict[str, An
     return {"held": held}
 
 
-async def _turn_ended(sidecar: Sidecar, session: Session) -> None:
+async def _turn_ended(sidecar: AgentsHost, session: Session) -> None:
     """A turn ending is a breakpoint: the gate releases what waited for this session into its
     mailbox now, so the mail query below carries it in this very reply."""
     from ..gate.engine import gate_of
@@ -368,7 +368,7 @@ async def _turn_ended(sidecar: Sidecar, session: Session) -> None:
         log.exception("the gate's turn breakpoint failed")
 
 
-async def plugin_event(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def plugin_event(sidecar: AgentsHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Take what a plugin inside its harness (opencode, pi) saw, told as a hook would tell it.
 
     Request: ``harness`` and ``event`` (str, required: the native name), ``payload`` (object) and
@@ -408,7 +408,7 @@ async def plugin_event(sidecar: Sidecar, conn: Connection, request: dict[str, An
     return {"text": lessons.text}
 
 
-async def watch(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def watch(sidecar: AgentsHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Claude Code's push watcher's long poll: wait for the session's waking mail.
 
     Request: the caller fields of ``hook`` (``harness``, ``event``, ``stdin`` or ``payload``, ``env``,
@@ -458,7 +458,7 @@ async def watch(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> 
     return {**answer, "ids": [m.id for m in messages], "text": frames(messages)}
 
 
-async def hold(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def hold(sidecar: AgentsHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """A plugin inside its harness (opencode) put mail it was shown into a session: the harness
     process on the other end of this connection holds it until ``seen`` (or its death).
 
@@ -479,7 +479,7 @@ async def hold(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> d
     return {"held": held}
 
 
-async def seen(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def seen(sidecar: AgentsHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """A plugin saw its harness send the session's next model request: what it holds reached the model.
 
     Request: ``session`` (str, required): the session's key. Returns ``{"confirmed": n}``, the held
@@ -489,7 +489,7 @@ async def seen(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> d
     return {"confirmed": await sidecar.mailbox.confirm_held(session.key)}
 
 
-async def doing(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def doing(sidecar: AgentsHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """A plugin says the session's title and/or todo list, as its harness told it.
 
     Request: ``session`` (str, required): the session's key; ``title`` (str, optional); ``todos``
@@ -511,7 +511,7 @@ async def doing(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> 
     return {"doing": session.doing}
 
 
-def _plugin_session(sidecar: Sidecar, request: dict[str, Any]) -> Session:
+def _plugin_session(sidecar: AgentsHost, request: dict[str, Any]) -> Session:
     key = request.get("session")
     session = sidecar.sessions.by_key.get(key) if isinstance(key, str) else None
     if session is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from hive.integrations import registry
 
@@ -13,6 +13,7 @@ from ..base.defang import one_line
 from ..base.errors import BadRequest, Refused
 from ..base.git import git_facts
 from ..base.host import Connection
+from ..gate.host import GateHost
 from ..mail import attachments
 from ..mail.addresses import Entry
 from ..mail.delivery import push
@@ -20,13 +21,18 @@ from ..presence import observe
 from ..sessions import folders
 from ..team import projects
 
-if TYPE_CHECKING:
-    from ..daemon.server import Sidecar
-
 log = logging.getLogger("hive.sidecar")
 
 
-async def op_register(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+class AgentsHost(GateHost, Protocol):
+    """What the ops harnesses call use of the daemon: all of the layers below, and when it started
+    and last forgot gone sessions (both only for :func:`maybe_forget`)."""
+
+    started: float
+    forgot_at: float
+
+
+async def op_register(sidecar: AgentsHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Register a session, or refresh one already known by its key.
 
     Request: ``session`` (object, required): ``key`` (required), ``agent``, ``cwd``, ``name`` (wanted
@@ -72,7 +78,7 @@ async def op_register(sidecar: Sidecar, conn: Connection, request: dict[str, Any
     }
 
 
-async def op_set_status(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_set_status(sidecar: AgentsHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Set what a session is doing, rename it, or both.
 
     Request: ``session`` (str, required): its key, name or address. ``doing`` (str, optional): the
@@ -91,7 +97,7 @@ async def op_set_status(sidecar: Sidecar, conn: Connection, request: dict[str, A
     return {"name": session.name, "address": sidecar.sessions.address(session), "renamed_from": old}
 
 
-async def op_end(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_end(sidecar: AgentsHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """End a session: it is offline from now on, and this connection stops pushing to it.
 
     Request: ``session`` (str, required): its key, name or address. Returns ``{"ended": name}``.
@@ -103,7 +109,7 @@ async def op_end(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) ->
     return {"ended": session.name}
 
 
-async def op_who(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_who(sidecar: AgentsHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """List the sessions this sidecar knows: its own and, in a team, the teammates' machines'.
 
     Request: ``session`` (str, optional): the asking session, returned as ``me``. ``all`` (bool,
@@ -127,7 +133,7 @@ async def op_who(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) ->
     return {"person": sidecar.settings.person, "machine": sidecar.settings.machine, "me": me, "sessions": described}
 
 
-def describe(sidecar: Sidecar, entry: Entry) -> dict[str, Any]:
+def describe(sidecar: AgentsHost, entry: Entry) -> dict[str, Any]:
     return {
         "address": entry.address,
         "person": entry.person,
@@ -144,7 +150,7 @@ def describe(sidecar: Sidecar, entry: Entry) -> dict[str, Any]:
     }
 
 
-async def maybe_forget(sidecar: Sidecar) -> None:
+async def maybe_forget(sidecar: AgentsHost) -> None:
     now = time.time()
     if now - sidecar.started < sidecar.settings.forget_grace:
         return

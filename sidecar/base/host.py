@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from .config import Settings
     from .paths import StatePaths
     from .store import Store
+    from .supervise import Supervised
 
 # A client that stops reading: this many replies (or bytes) waiting behind a full socket close
 # its connection. A client that reads never gets near this: the socket itself holds ~200 KB.
@@ -106,14 +107,22 @@ Handler = Callable[[Connection, dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
 class Host(Protocol):
-    """What every feature may use of the daemon it runs in: its state folder, its settings and its
-    database. A concept that needs more (the session registry, the mesh) says so in a protocol of
-    its own that extends this one, with the types of its own folder and the folders below it, so
-    it never names the daemon's class."""
+    """What every feature may use of the daemon it runs in: its state folder, settings, database,
+    clients and background tasks. Each concept that needs more says so in a protocol of its own
+    that extends the one of the layer below (sessions.registry.SessionsHost, team.local.TeamHost,
+    mail.host.MailHost, gate.host.GateHost, agents.sessions.AgentsHost), so no concept names the
+    daemon's class; mypy checks the daemon against them where daemon/features.py lists the ops."""
 
     paths: StatePaths
     settings: Settings
     store: Store
+    tasks: Supervised
+    connections: dict[int, Connection]
+
+    @property
+    def stopping(self) -> anyio.Event:
+        """Set once the sidecar begins to stop."""
+        ...
 
 
 class PerSidecar(Generic[T]):

@@ -12,12 +12,12 @@ from ..person.dialog import Prompt, backend_for, clip, find_desktop
 from .model import Decision, Item
 
 if TYPE_CHECKING:
-    from ..daemon.server import Sidecar
+    from ..mail.host import MailHost
 
 GATE_SENDER = "hive/gate"
 
 
-async def deliver_in_sidecar(sidecar: Sidecar, item: Item, decision: Decision) -> None:
+async def deliver_in_sidecar(sidecar: MailHost, item: Item, decision: Decision) -> None:
     """The default delivery: a desktop notification (popup channel), else a message into the session.
 
     Raises:
@@ -52,7 +52,7 @@ async def deliver_in_sidecar(sidecar: Sidecar, item: Item, decision: Decision) -
     await deliver_note(sidecar, address, text, sender=GATE_SENDER, agent="hive-gate")
 
 
-async def _show_notification(sidecar: Sidecar, prompt: Prompt) -> bool:
+async def _show_notification(sidecar: MailHost, prompt: Prompt) -> bool:
     """Put up a notification without holding up the gate; False at once when there is no desktop."""
     backend = backend_for(find_desktop())
     try:

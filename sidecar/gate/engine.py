@@ -104,7 +104,7 @@ from .sources import observed as observed
 from .state import GateState
 
 if TYPE_CHECKING:
-    from ..daemon.server import Sidecar
+    from ..mail.host import MailHost
 
 log = logging.getLogger("hive.sidecar.gate.engine")
 
@@ -514,7 +514,7 @@ def _for_person(item: Item, person: str, why: str) -> Item:
     )
 
 
-async def run_gate(sidecar: Sidecar, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+async def run_gate(sidecar: MailHost, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
     """The sidecar's hook: build its gate, load it, and run its one timer in the sidecar's task group."""
     gate = Gate(
         sidecar.store,

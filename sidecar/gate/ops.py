@@ -19,19 +19,19 @@ from .running import gate_of
 
 if TYPE_CHECKING:
     from ..base.host import Connection
-    from ..daemon.server import Sidecar
+    from .host import GateHost
 
 log = logging.getLogger("hive.sidecar.gate.ops")
 
 
-def _person(sidecar: Sidecar, request: Mapping[str, Any]) -> str:
+def _person(sidecar: GateHost, request: Mapping[str, Any]) -> str:
     person = request.get("person") or sidecar.settings.person
     if not isinstance(person, str) or not slug(person):
         raise BadRequest("person is a person's name")
     return slug(person)
 
 
-def _session_address(sidecar: Sidecar, ref: Any) -> str:
+def _session_address(sidecar: GateHost, ref: Any) -> str:
     """A session named by key, name or address -> its address; an address on another machine as is."""
     if ref in (None, ""):
         return ""
@@ -52,7 +52,7 @@ def _since(value: Any) -> float | None:
     return float(value)
 
 
-async def op_offer(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_offer(sidecar: GateHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Offer a proactive item to the gate, which decides whether, when and how it reaches its person.
 
     Request: ``item`` (object, required): ``source`` and ``title`` (required), ``person`` (default
@@ -73,7 +73,7 @@ async def op_offer(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) 
     return result
 
 
-async def op_breakpoint(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_breakpoint(sidecar: GateHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Report a natural pause in a session: the gate delivers what waited for it there.
 
     Request: ``kind`` (str, required): commit, test, idle, turn or pr. ``session`` (str, optional):
@@ -91,7 +91,7 @@ async def op_breakpoint(sidecar: Sidecar, conn: Connection, request: dict[str, A
     return {"person": person, "session": session, "delivered": [d.public() for d in decisions]}
 
 
-async def op_fact(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_fact(sidecar: GateHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Record a checkable fact the gate computes urgency from (a test run's result, a deadline, a block).
 
     Request: ``kind`` (str, required): test, ci, deadline, blocked, security or overlap. ``ref``
@@ -115,7 +115,7 @@ async def op_fact(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -
     return fact.public()
 
 
-async def op_acted(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_acted(sidecar: GateHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Record that the person or their session acted on an item, for the gate's measures.
 
     Request: ``item`` (str, required): an item id or fingerprint. ``how`` (str, optional): cited
@@ -125,7 +125,7 @@ async def op_acted(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) 
     return await gate_of(sidecar).acted(request.get("item"), str(request.get("how") or "cited"))  # type: ignore[arg-type]
 
 
-async def op_ledger(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_ledger(sidecar: GateHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Read the gate's ledger: every decision, with the rule and reason that made it.
 
     Request: ``since`` (number, optional): epoch seconds. ``person`` (str, optional): only theirs.
@@ -142,7 +142,7 @@ async def op_ledger(sidecar: Sidecar, conn: Connection, request: dict[str, Any])
     return {"rows": rows}
 
 
-async def op_why(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_why(sidecar: GateHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Explain in a sentence why the person was (or was not yet) told about an item.
 
     Request: ``item`` (str, required): an item id or fingerprint. Asked from a person's terminal,
@@ -153,7 +153,7 @@ async def op_why(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) ->
 
 
 @asks_person
-async def op_prefs(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_prefs(sidecar: GateHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Read a person's preferences; with ``set`` (``{"key": value}``), change them once the person confirms.
 
     Request: ``person`` (str, optional): default this machine's; only theirs change. ``set``
@@ -173,7 +173,7 @@ async def op_prefs(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) 
 
 
 async def _change_prefs(
-    sidecar: Sidecar, conn: Connection, request: Mapping[str, Any], person: str, changes: list[Any]
+    sidecar: GateHost, conn: Connection, request: Mapping[str, Any], person: str, changes: list[Any]
 ) -> dict[str, Any]:
     if person != sidecar.settings.person:
         raise NeedsPerson(f"{person}'s preferences are theirs to change, on their own machine")
@@ -193,7 +193,7 @@ async def _change_prefs(
     return {"prefs": gate.prefs(person).public(), "changed": [c.describe() for c in changes], "confirmed": how}
 
 
-async def op_promote(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_promote(sidecar: GateHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Make a source live (its items reach the person) or put it back in shadow, once the person confirms.
 
     Request: ``source`` (str, required): a source name. ``demote`` (bool, optional): back to shadow.
@@ -208,7 +208,7 @@ async def op_promote(sidecar: Sidecar, conn: Connection, request: dict[str, Any]
     return await _change_prefs(sidecar, conn, request, _person(sidecar, request), [change])
 
 
-async def op_shadow(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_shadow(sidecar: GateHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Show, per source of a person's items, what it would have done in shadow and what they wanted.
 
     Request: ``person`` (str, optional): default this machine's. Returns ``{"person", "live",
@@ -218,7 +218,7 @@ async def op_shadow(sidecar: Sidecar, conn: Connection, request: dict[str, Any])
     return await gate_of(sidecar).shadow(_person(sidecar, request))
 
 
-async def op_digest(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_digest(sidecar: GateHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """A person's digest: what the gate held for them, grouped by what it unblocks, and what it checked.
 
     Request: ``person`` (str, optional): default this machine's. ``since`` (number, optional): epoch
@@ -237,7 +237,7 @@ async def op_digest(sidecar: Sidecar, conn: Connection, request: dict[str, Any])
     return await gate_of(sidecar).digest(person, _since(request.get("since")), mark=not request.get("peek"))
 
 
-async def op_measures(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_measures(sidecar: GateHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Measure the gate from its ledger: deliveries per day, and the shares acted on or that mattered.
 
     Request: ``person`` (str, optional): only theirs. ``since`` (number, optional): epoch seconds,

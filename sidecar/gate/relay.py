@@ -28,7 +28,7 @@ from .model import FACT_STATES, MAX_EVIDENCE, MAX_REF, Fact, Item
 from .running import gate_of
 
 if TYPE_CHECKING:
-    from ..daemon.server import Sidecar
+    from ..mail.host import MailHost
     from ..mesh.links import Mesh
 
 GATE_FEATURE = "gate"
@@ -38,7 +38,7 @@ RELAY_ACK_WAIT = 15.0
 _acks: PerSidecar[dict[str, tuple[anyio.Event, dict[str, Any]]]] = PerSidecar(lambda sidecar: {})
 
 
-def is_local(sidecar: Sidecar, item: Item) -> bool:
+def is_local(sidecar: MailHost, item: Item) -> bool:
     """Is this machine the one to decide ``item``? Its session lives here, or its person does; a
     person the team knows only elsewhere is decided on their own machine."""
     if item.session:
@@ -51,7 +51,7 @@ def is_local(sidecar: Sidecar, item: Item) -> bool:
     return not any(m.person == item.person and m.active and m.key != me for m in sidecar.mesh.team.members())
 
 
-def _machines_for(sidecar: Sidecar, item: Item) -> list[str]:
+def _machines_for(sidecar: MailHost, item: Item) -> list[str]:
     """The machines to try for ``item``: the one its session is on, else its person's linked machines,
     those where the person has a live session first."""
     mesh = sidecar.mesh
@@ -68,7 +68,7 @@ def _machines_for(sidecar: Sidecar, item: Item) -> list[str]:
     return [m.key for m in members]
 
 
-async def relay_item(sidecar: Sidecar, item: Item, facts: list[Fact]) -> str:
+async def relay_item(sidecar: MailHost, item: Item, facts: list[Fact]) -> str:
     """Send ``item`` to its person's machine, whose gate decides; returns what it did there.
 
     Raises:
@@ -158,7 +158,7 @@ def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)  # JSON true is no number
 
 
-async def on_frame(sidecar: Sidecar, peer: str, person: str, machine: str, frame: Mapping[str, Any]) -> Any:
+async def on_frame(sidecar: MailHost, peer: str, person: str, machine: str, frame: Mapping[str, Any]) -> Any:
     """A ``gate`` frame (an item for this machine's person, from a teammate's gate) or its ``gate_ack``.
 
     Returns the acknowledgement to send back for a ``gate`` frame, None for an ack.

@@ -11,17 +11,17 @@ from ..base.errors import HiveError
 from ..base.host import PerSidecar
 
 if TYPE_CHECKING:
-    from ..daemon.server import Sidecar
+    from ..mail.host import MailHost
     from .engine import Gate
 
 
-def _not_started(sidecar: Sidecar) -> Gate:
+def _not_started(sidecar: MailHost) -> Gate:
     raise HiveError("the gate has not started yet")
 
 
 GATES: PerSidecar[Gate] = PerSidecar(_not_started)
 
 
-def gate_of(sidecar: Sidecar) -> Gate:
+def gate_of(sidecar: MailHost) -> Gate:
     """This sidecar's gate (it exists once the sidecar's task group has started it)."""
     return GATES.of(sidecar)

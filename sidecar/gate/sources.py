@@ -29,7 +29,7 @@ from .model import Item
 from .running import GATES
 
 if TYPE_CHECKING:
-    from ..daemon.server import Sidecar
+    from ..mail.host import MailHost
 
 # ---- what sessions' hooks show: breakpoints and test records -------------------------------
 
@@ -49,7 +49,7 @@ def ref_for_tests(repo: str, branch: str) -> str:
     return f"{repo}@{branch}" if branch else repo
 
 
-async def observed(sidecar: Sidecar, session: Any, events: Iterable[Any]) -> None:
+async def observed(sidecar: MailHost, session: Any, events: Iterable[Any]) -> None:
     """Breakpoints and records from the commands a session ran (``observe.ingest`` calls this):
     a test run finishing is a ``test`` breakpoint and, with its exit code, a passing or failing
     ``test`` record for the repository's branch; a commit and an opened pull request are
@@ -81,7 +81,7 @@ async def observed(sidecar: Sidecar, session: Any, events: Iterable[Any]) -> Non
             await gate.breakpoint(sidecar.settings.person, address, kind)
 
 
-def idle_session(sidecar: Sidecar, item: Item, idle_after: float) -> str:
+def idle_session(sidecar: MailHost, item: Item, idle_after: float) -> str:
     """The address of a live session on this machine that ``item`` may go to and whose hooks say
     has been idle for ``idle_after`` seconds: its own session, or for the person any of theirs."""
     from ..presence.observe import OBSERVED
@@ -104,7 +104,7 @@ def idle_session(sidecar: Sidecar, item: Item, idle_after: float) -> str:
 # ---- the owner of the code -----------------------------------------------------------------
 
 
-async def code_owners(sidecar: Sidecar, item: Item) -> list[tuple[str, str]]:
+async def code_owners(sidecar: MailHost, item: Item) -> list[tuple[str, str]]:
     """The roster persons who own the files in ``item``'s evidence, by their repository's CODEOWNERS.
 
     ``file`` evidence is ``repo:path`` (the repository as sessions name it, or its folder) or an
@@ -141,7 +141,7 @@ async def code_owners(sidecar: Sidecar, item: Item) -> list[tuple[str, str]]:
     return await anyio.to_thread.run_sync(look)
 
 
-def _file_places(sidecar: Sidecar, ref: str) -> list[tuple[str, str]]:
+def _file_places(sidecar: MailHost, ref: str) -> list[tuple[str, str]]:
     """(repository root, path in it) for a ``file`` evidence ref."""
     if ref.startswith("/"):
         root = _git_root(ref)

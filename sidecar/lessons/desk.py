@@ -31,7 +31,7 @@ from .promoted import follow_skills
 from .views import LessonView, origins, view_dict
 
 if TYPE_CHECKING:
-    from ..daemon.server import Sidecar
+    from ..mail.host import MailHost
 
 log = logging.getLogger("hive.sidecar.lessons.desk")
 
@@ -49,11 +49,11 @@ class Desk:
 DESKS: PerSidecar[Desk] = PerSidecar(lambda sidecar: Desk())
 
 
-def desk(sidecar: Sidecar) -> Desk:
+def desk(sidecar: MailHost) -> Desk:
     return DESKS.of(sidecar)
 
 
-def review_item(sidecar: Sidecar, view: LessonView, *, held: bool = False) -> Item:
+def review_item(sidecar: MailHost, view: LessonView, *, held: bool = False) -> Item:
     """The gate item (source ``review``) that asks this machine's person to review ``view``; ``held``:
     nobody answered it for a day, and it is listed in their digest instead of asked again."""
     author = one_line(view.author_session or view.author_person, 80)
@@ -78,7 +78,7 @@ def review_item(sidecar: Sidecar, view: LessonView, *, held: bool = False) -> It
     )
 
 
-async def offer_review(sidecar: Sidecar, view: LessonView) -> str:
+async def offer_review(sidecar: MailHost, view: LessonView) -> str:
     """Offer the review pop-up for this machine's person to their gate; what became of it, for the note."""
     if view.id in desk(sidecar).asking:
         return "Its pop-up is already up."
@@ -110,7 +110,7 @@ async def offer_review(sidecar: Sidecar, view: LessonView) -> str:
     )
 
 
-async def _pop_up(sidecar: Sidecar, view: LessonView) -> None:
+async def _pop_up(sidecar: MailHost, view: LessonView) -> None:
     """The review pop-up as the gate's deliverer: returns once it is on screen, while the answer is
     awaited in the background; raises when it cannot be shown (the gate then keeps it in the digest)."""
     on_screen = anyio.Event()
@@ -125,7 +125,7 @@ async def _pop_up(sidecar: Sidecar, view: LessonView) -> None:
         raise HiveError("the review pop-up was not on screen in time")
 
 
-async def _ask_here(sidecar: Sidecar, view: LessonView, on_screen: anyio.Event, failed: list[HiveError]) -> None:
+async def _ask_here(sidecar: MailHost, view: LessonView, on_screen: anyio.Event, failed: list[HiveError]) -> None:
     """The review pop-up for this machine's person; a click is their verdict, silence changes nothing."""
     try:
         origin = origins(sidecar)
@@ -147,7 +147,7 @@ async def _ask_here(sidecar: Sidecar, view: LessonView, on_screen: anyio.Event, 
         desk(sidecar).asking.discard(view.id)
 
 
-async def offer_held_reviews(sidecar: Sidecar, person: str) -> None:
+async def offer_held_reviews(sidecar: MailHost, person: str) -> None:
     """Before ``person``'s digest: each proposal they review that nobody answered for a day (it reads as
     held) is offered to their gate once, which lists it in the digest; no pop-up asks again."""
     if person != sidecar.settings.person:
@@ -165,7 +165,7 @@ async def offer_held_reviews(sidecar: Sidecar, person: str) -> None:
         await sidecar.store.set_kv(marker, repr(view.asked_at))
 
 
-async def assign_reviewer(sidecar: Sidecar, view: LessonView, repo_root: str) -> review.Choice:
+async def assign_reviewer(sidecar: MailHost, view: LessonView, repo_root: str) -> review.Choice:
     """Choose who reviews ``view`` (its evidence's code owners in ``repo_root``, else the team's
     rules) and remember it for the lesson, where :func:`suggested_reviewer` reads it."""
     choice = await review.choose_reviewer(
@@ -179,7 +179,7 @@ async def assign_reviewer(sidecar: Sidecar, view: LessonView, repo_root: str) ->
     return choice
 
 
-async def suggested_reviewer(sidecar: Sidecar, lesson_id: str) -> str:
+async def suggested_reviewer(sidecar: MailHost, lesson_id: str) -> str:
     """The person chosen to review a lesson on this machine ("" when none was recorded)."""
     raw = await sidecar.store.get_kv(REVIEWER_KEY + lesson_id)
     if not raw:
@@ -190,7 +190,7 @@ async def suggested_reviewer(sidecar: Sidecar, lesson_id: str) -> str:
         return ""
 
 
-async def arrived(sidecar: Sidecar, store: lesson_store.LessonStore, lesson_id: str) -> None:
+async def arrived(sidecar: MailHost, store: lesson_store.LessonStore, lesson_id: str) -> None:
     """A teammate's project or team proposal reached this machine: when this machine's person is the one to
     review it (by the CODEOWNERS of a local clone, or their own sessions' touches), their pop-up asks them."""
     from ..team.projects import project_of_session
@@ -210,7 +210,7 @@ async def arrived(sidecar: Sidecar, store: lesson_store.LessonStore, lesson_id: 
         sidecar.tasks.start_soon(_offer_arrived, sidecar, view)
 
 
-async def _offer_arrived(sidecar: Sidecar, view: LessonView) -> None:
+async def _offer_arrived(sidecar: MailHost, view: LessonView) -> None:
     try:
         await offer_review(sidecar, view)
     except Exception:

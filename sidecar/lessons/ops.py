@@ -52,7 +52,7 @@ from .views import origins as origins
 
 if TYPE_CHECKING:
     from ..base.host import Connection
-    from ..daemon.server import Sidecar
+    from ..mail.host import MailHost
     from ..sessions.registry import Session
 
 SEARCH_LIMIT = 20
@@ -63,14 +63,14 @@ IMPORT_KEY = "lesson.beacon."  # a Beacon record imported once stays one lesson
 # ---- who and where ----------------------------------------------------------------------------
 
 
-def _session(sidecar: Sidecar, request: dict[str, Any]) -> Session | None:
+def _session(sidecar: MailHost, request: dict[str, Any]) -> Session | None:
     ref = request.get("session")
     if ref in (None, "", "terminal", sidecar.terminal):
         return None
     return sidecar.sessions.find(ref)
 
 
-def _cwd(sidecar: Sidecar, request: dict[str, Any], session: Session | None) -> str:
+def _cwd(sidecar: MailHost, request: dict[str, Any], session: Session | None) -> str:
     if session is not None and session.cwd:
         return session.cwd
     cwd = request.get("cwd")
@@ -92,7 +92,7 @@ def project_here(cwd: str) -> tuple[str, str]:
 # ---- propose ----------------------------------------------------------------------------------
 
 
-async def op_lesson_propose(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_lesson_propose(sidecar: MailHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Propose a lesson for review: file it, choose its reviewer, and ask them when that is this person.
 
     Request: ``session`` (str, optional): the author (none: the terminal); ``cwd`` (str): finds the
@@ -174,7 +174,7 @@ def _limit(request: dict[str, Any], default: int, high: int) -> int:
     return min(max(value, 1), high)
 
 
-async def op_lesson_list(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_lesson_list(sidecar: MailHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """List lessons, newest first, peer-written text defanged.
 
     Request: ``state`` (str, optional): only lessons in that state (proposed, held, verified, ...).
@@ -194,7 +194,7 @@ async def op_lesson_list(sidecar: Sidecar, conn: Connection, request: dict[str, 
     return {"lessons": rows}
 
 
-async def op_lesson_show(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_lesson_show(sidecar: MailHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Show one lesson, peer-written text defanged.
 
     Request: ``lesson`` (str, required): its id or its first 6+ hex digits. Returns ``{"lesson"}``
@@ -207,7 +207,7 @@ async def op_lesson_show(sidecar: Sidecar, conn: Connection, request: dict[str, 
     return {"lesson": row}
 
 
-async def op_lesson_pending(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_lesson_pending(sidecar: MailHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """List the proposals this person may decide: every pending one, those suggested to them first.
 
     Reads no fields. Returns ``{"person", "lessons": [lesson]}``, each with
@@ -227,7 +227,7 @@ async def op_lesson_pending(sidecar: Sidecar, conn: Connection, request: dict[st
     return {"person": me, "lessons": rows}
 
 
-async def _find(sidecar: Sidecar, request: dict[str, Any]) -> LessonView:
+async def _find(sidecar: MailHost, request: dict[str, Any]) -> LessonView:
     ref = request.get("lesson")  # not "id": that names the request itself
     if not isinstance(ref, str) or not ref:
         raise BadRequest("name a lesson by its id (at least its first 6 characters)")
@@ -245,7 +245,7 @@ def _files(request: dict[str, Any], name: str = "files") -> tuple[str, ...]:
 
 
 async def _recall(
-    sidecar: Sidecar, request: dict[str, Any], text: str, limit: int, with_session_files: bool
+    sidecar: MailHost, request: dict[str, Any], text: str, limit: int, with_session_files: bool
 ) -> dict[str, Any]:
     from ..presence.observe import recent_files
 
@@ -269,7 +269,7 @@ async def _recall(
     return {"lessons": [r.to_dict(now_ms) for r in ranked], "text": recall.frames(ranked, now_ms), "project": project}
 
 
-async def op_lesson_search(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_lesson_search(sidecar: MailHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Search the verified lessons this person may see, ranked, framed and defanged for a model.
 
     Request: ``q`` (str, optional): the text to search for; ``files`` (list of str, optional): paths
@@ -283,7 +283,7 @@ async def op_lesson_search(sidecar: Sidecar, conn: Connection, request: dict[str
     return await _recall(sidecar, request, q, _limit(request, SEARCH_LIMIT, 100), with_session_files=False)
 
 
-async def op_lesson_context(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_lesson_context(sidecar: MailHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """The lessons for a task: at most 5, ranked with the session's own recent files.
 
     Request: ``task`` (str, optional): the task in plain words; ``files`` (list of str, optional);
@@ -296,7 +296,7 @@ async def op_lesson_context(sidecar: Sidecar, conn: Connection, request: dict[st
     return await _recall(sidecar, request, task, CONTEXT_LIMIT, with_session_files=True)
 
 
-async def op_lesson_cite(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_lesson_cite(sidecar: MailHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Record that an agent used a verified lesson, and whether it worked.
 
     Request: ``lesson`` (str, required): its id or prefix. ``worked`` (bool, optional): left out
@@ -323,7 +323,7 @@ async def op_lesson_cite(sidecar: Sidecar, conn: Connection, request: dict[str, 
 
 
 @asks_person
-async def op_lesson_review(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_lesson_review(sidecar: MailHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Record the person's verdict on a proposed or held lesson, only once they confirm it in person.
 
     Request: ``lesson`` (str, required): its id or prefix. ``verdict`` (str, required): approve,
@@ -365,7 +365,7 @@ async def op_lesson_review(sidecar: Sidecar, conn: Connection, request: dict[str
     }
 
 
-async def op_lesson_retract(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_lesson_retract(sidecar: MailHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Retract a lesson everywhere it went, and remove the skills this machine made of it.
 
     Request: ``lesson`` (str, required): its id or prefix. ``reason`` (str, optional, kept to 600
@@ -393,7 +393,7 @@ async def op_lesson_retract(sidecar: Sidecar, conn: Connection, request: dict[st
 # ---- skills -----------------------------------------------------------------------------------
 
 
-async def op_lesson_promote(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_lesson_promote(sidecar: MailHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Write a verified lesson into a repository as an agent skill.
 
     Request: ``lesson`` (str, required): its id or prefix. ``cwd`` (str, required): an absolute
@@ -425,7 +425,7 @@ async def op_lesson_promote(sidecar: Sidecar, conn: Connection, request: dict[st
 # ---- import -----------------------------------------------------------------------------------
 
 
-async def op_lesson_import(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_lesson_import(sidecar: MailHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Import a Beacon memory database's records as lesson proposals, each once.
 
     Request: ``path`` (str, optional): the absolute path of its memory.db (default Beacon's own).
@@ -480,7 +480,7 @@ def lesson_import_tag(tag: str) -> str:
     return slug(tag, 40)
 
 
-def follow_changes(sidecar: Sidecar) -> None:
+def follow_changes(sidecar: MailHost) -> None:
     """The lessons feature's setup: a retraction or a verified successor, made here or replicated,
     re-renders or removes promoted skills, and a teammate's proposal this person reviews asks them."""
     store = lesson_store.of(sidecar)

@@ -23,7 +23,7 @@ from . import store as lesson_store
 from .views import LessonView, origins
 
 if TYPE_CHECKING:
-    from ..daemon.server import Sidecar
+    from ..mail.host import MailHost
 
 log = logging.getLogger("hive.sidecar.lessons.promoted")
 
@@ -51,7 +51,7 @@ def skill_source(view: LessonView, origin: dict[str, str]) -> promote.SkillSourc
     )
 
 
-async def skills_of(sidecar: Sidecar, lesson_id: str) -> list[Path]:
+async def skills_of(sidecar: MailHost, lesson_id: str) -> list[Path]:
     """The skill folders this machine wrote for a lesson."""
     rows = await sidecar.store.fetchall(
         "SELECT value FROM kv WHERE key >= ? AND key < ?", (SKILL_KEY, SKILL_KEY[:-1] + "/")
@@ -60,13 +60,13 @@ async def skills_of(sidecar: Sidecar, lesson_id: str) -> list[Path]:
     return [Path(r["root"]) / promote.SKILLS_DIR / r["folder"] for r in records if r["lesson"] == lesson_id]
 
 
-async def skill_record(sidecar: Sidecar, root: Path, lesson_id: str) -> str | None:
+async def skill_record(sidecar: MailHost, root: Path, lesson_id: str) -> str | None:
     """The folder of the skill this machine wrote for a lesson into ``root``, if it wrote one."""
     raw = await sidecar.store.get_kv(_skill_key(root, lesson_id))
     return json.loads(raw)["folder"] if raw else None
 
 
-async def remember_skill(sidecar: Sidecar, root: Path, lesson_id: str, folder: str) -> None:
+async def remember_skill(sidecar: MailHost, root: Path, lesson_id: str, folder: str) -> None:
     await sidecar.store.set_kv(
         _skill_key(root, lesson_id), json.dumps({"root": str(root), "folder": folder, "lesson": lesson_id})
     )
@@ -75,7 +75,7 @@ async def remember_skill(sidecar: Sidecar, root: Path, lesson_id: str, folder: s
 _skill_locks: PerSidecar[anyio.Lock] = PerSidecar(lambda sidecar: anyio.Lock())
 
 
-async def follow_skills(sidecar: Sidecar) -> list[str]:
+async def follow_skills(sidecar: MailHost) -> list[str]:
     """Bring every skill this machine promoted in line with its lesson; returns the folders removed.
 
     One pass at a time: the store's listener and the op that made the change both call this, and
@@ -85,7 +85,7 @@ async def follow_skills(sidecar: Sidecar) -> list[str]:
         return await _follow_skills(sidecar)
 
 
-async def _follow_skills(sidecar: Sidecar) -> list[str]:
+async def _follow_skills(sidecar: MailHost) -> list[str]:
     rows = await sidecar.store.fetchall(
         "SELECT key, value FROM kv WHERE key >= ? AND key < ?", (SKILL_KEY, SKILL_KEY[:-1] + "/")
     )

@@ -39,7 +39,7 @@ from ..team import codeowners
 
 if TYPE_CHECKING:
     from ..base.host import Connection
-    from ..daemon.server import Sidecar
+    from ..mail.host import MailHost
 
 WINDOW_DAYS = 30
 TOUCH_WEIGHTS = {"file.modified": 2, "file.read": 1}
@@ -80,7 +80,7 @@ def _matches(event_path: str, files: list[str]) -> str | None:
     return None
 
 
-async def touches(sidecar: Sidecar, files: list[str], now: float | None = None) -> Counter[str]:
+async def touches(sidecar: MailHost, files: list[str], now: float | None = None) -> Counter[str]:
     """Per person: how much their sessions touched ``files`` in the last 30 days (events here, presence there)."""
     now = time.time() if now is None else now
     counts: Counter[str] = Counter()
@@ -106,14 +106,14 @@ async def touches(sidecar: Sidecar, files: list[str], now: float | None = None) 
     return counts
 
 
-def people(sidecar: Sidecar) -> set[str]:
+def people(sidecar: MailHost) -> set[str]:
     mesh = getattr(sidecar, "mesh", None)
     found = set(mesh.people()) if mesh is not None else set()
     return found | {sidecar.settings.person}
 
 
 async def choose_reviewer(
-    sidecar: Sidecar, *, scope: str, author_person: str, files: list[str], repo_root: str = ""
+    sidecar: MailHost, *, scope: str, author_person: str, files: list[str], repo_root: str = ""
 ) -> Choice:
     """The person who should review a lesson with these evidence files."""
     if scope == "personal":
@@ -176,7 +176,7 @@ def prompt(
 
 
 async def confirm(
-    sidecar: Sidecar,
+    sidecar: MailHost,
     conn: Connection,
     request: Mapping[str, Any],
     view: Mapping[str, Any],
@@ -212,7 +212,7 @@ async def desktop_available() -> bool:
     return True
 
 
-async def ask_reviewer(sidecar: Sidecar, view: Mapping[str, Any], on_screen: anyio.Event | None = None) -> Answer:
+async def ask_reviewer(sidecar: MailHost, view: Mapping[str, Any], on_screen: anyio.Event | None = None) -> Answer:
     """Show a fresh proposal to this machine's person, who is its reviewer: Approve or Deny.
 
     ``on_screen`` is set once the pop-up is up (the gate's deliverer returns then, not at the answer).

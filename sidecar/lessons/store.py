@@ -59,7 +59,7 @@ from .views import LessonView as LessonView
 from .views import read_views
 
 if TYPE_CHECKING:
-    from ..daemon.server import Sidecar
+    from ..mail.host import MailHost
 
 log = logging.getLogger("hive.sidecar.lessons.store")
 
@@ -538,13 +538,13 @@ def _body_from_plain(plain: dict[str, Any]) -> L.LessonBody:
     return body
 
 
-async def _sidecar_context(sidecar: Sidecar) -> Context:
+async def _sidecar_context(sidecar: MailHost) -> Context:
     team = sidecar.team
     identity = await team.ensure_identity()
     return Context(team_id=team.team_id() or "", identity=identity, person=sidecar.settings.person, roster=team.roster)
 
 
-def _open(sidecar: Sidecar) -> LessonStore:
+def _open(sidecar: MailHost) -> LessonStore:
     async def context() -> Context:
         return await _sidecar_context(sidecar)
 
@@ -554,7 +554,7 @@ def _open(sidecar: Sidecar) -> LessonStore:
 STORES: PerSidecar[LessonStore] = PerSidecar(_open)
 
 
-def of(sidecar: Sidecar) -> LessonStore:
+def of(sidecar: MailHost) -> LessonStore:
     """The sidecar's lesson store, made on first use."""
     return STORES.of(sidecar)
 
@@ -570,7 +570,7 @@ def new_lesson_here(ctx: Context, request: dict[str, Any], *, session: str) -> L
     )
 
 
-async def context_of(sidecar: Sidecar) -> Context:
+async def context_of(sidecar: MailHost) -> Context:
     return await _sidecar_context(sidecar)
 
 

@@ -50,7 +50,7 @@ from . import store as lesson_store
 
 if TYPE_CHECKING:
     from ..base.host import Connection
-    from ..daemon.server import Sidecar
+    from ..mail.host import MailHost
     from ..mesh.links import Member, Mesh
     from ..mesh.transport import Link
 
@@ -85,7 +85,7 @@ class LessonSync:
 
     def __init__(self, mesh: Mesh) -> None:
         self.mesh = mesh
-        self.sc: Sidecar = mesh.sc
+        self.sc: MailHost = mesh.sc
         self._store: lesson_store.LessonStore | None = None
         self._team: Any = None
         self._adopted: str | None = None
@@ -332,7 +332,7 @@ class LessonSync:
         }
 
 
-def _not_started(sidecar: Sidecar) -> LessonSync:
+def _not_started(sidecar: MailHost) -> LessonSync:
     raise HiveError("lesson sync has not started yet")
 
 
@@ -347,12 +347,12 @@ def attach(mesh: Mesh) -> None:
     )
 
 
-def sync_of(sidecar: Sidecar) -> LessonSync:
+def sync_of(sidecar: MailHost) -> LessonSync:
     """This sidecar's lesson replication (it exists once the mesh has its frames)."""
     return SYNCS.of(sidecar)
 
 
-async def op_lesson_sync_status(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_lesson_sync_status(sidecar: MailHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Show lesson replication's state: log heads, table counts and the linked peers with the feature.
 
     Request: ``lessons`` (list of str, optional): ids to look up, at most 100. Returns ``{"team_id",
@@ -384,7 +384,7 @@ async def op_lesson_sync_status(sidecar: Sidecar, conn: Connection, request: dic
     return result
 
 
-async def op_lesson_sync_ingest(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_lesson_sync_ingest(sidecar: MailHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Take lesson log entries or blobs from a local file or export as if a peer had sent them.
 
     Request: ``entries`` (list, optional): signed log entries; ``blobs`` (list, optional): lesson

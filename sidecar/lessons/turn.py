@@ -40,7 +40,7 @@ from . import recall
 if TYPE_CHECKING:
     from hive.integrations.descriptor import HookPoint
 
-    from ..daemon.server import Sidecar
+    from ..mail.host import MailHost
     from ..sessions.registry import Session
 
 log = logging.getLogger("hive.sidecar.lessons.turn")
@@ -89,7 +89,7 @@ class Verified:
         self.changes += 1
 
 
-def _verified(sidecar: Sidecar) -> Verified:
+def _verified(sidecar: MailHost) -> Verified:
     from . import store as lesson_store
 
     verified = Verified()
@@ -102,7 +102,7 @@ VERIFIED: PerSidecar[Verified] = PerSidecar(_verified)
 TOLD: PerSidecar[dict[str, Told]] = PerSidecar(lambda sidecar: {})
 
 
-async def verified_count(sidecar: Sidecar) -> int:
+async def verified_count(sidecar: MailHost) -> int:
     """The number of verified lessons here, counted again only after a lesson's state changed."""
     verified = VERIFIED.of(sidecar)
     if verified.count is not None:
@@ -115,7 +115,7 @@ async def verified_count(sidecar: Sidecar) -> int:
     return count
 
 
-def _told(sidecar: Sidecar) -> dict[str, Told]:
+def _told(sidecar: MailHost) -> dict[str, Told]:
     return TOLD.of(sidecar)
 
 
@@ -150,7 +150,7 @@ def failure_text(payload: dict[str, Any]) -> str:
     return "\n".join(parts)[-ERROR_TEXT:]
 
 
-async def due(sidecar: Sidecar, session: Session, point: HookPoint, payload: dict[str, Any]) -> Due:
+async def due(sidecar: MailHost, session: Session, point: HookPoint, payload: dict[str, Any]) -> Due:
     """The lesson lines this hook point should carry to the session (nothing if it cannot carry text)."""
     if point.inject is None or point.event in ("session.end", "turn.stop"):
         return Due(session.key, {})  # a stop point carries text by blocking the stop: a lesson never does that
@@ -162,7 +162,7 @@ async def due(sidecar: Sidecar, session: Session, point: HookPoint, payload: dic
     return Due(session.key, dict(told.waiting))
 
 
-async def _look(sidecar: Sidecar, session: Session, point: HookPoint, payload: dict[str, Any], told: Told) -> None:
+async def _look(sidecar: MailHost, session: Session, point: HookPoint, payload: dict[str, Any], told: Told) -> None:
     from ..presence.observe import recent_files
     from ..team.projects import project_of_session
 
@@ -214,7 +214,7 @@ async def _look(sidecar: Sidecar, session: Session, point: HookPoint, payload: d
 
 
 async def _offer(
-    sidecar: Sidecar, session: Session, told: Told, ranked: recall.Ranked, why: str, line: str, project: str
+    sidecar: MailHost, session: Session, told: Told, ranked: recall.Ranked, why: str, line: str, project: str
 ) -> None:
     """Through the gate: the line waits for the hook's reply only when the gate delivers it now."""
     from ..base.errors import HiveError
@@ -253,7 +253,7 @@ async def _offer(
         told.held.add(lesson.id)  # asked once per session, as a told one; the gate's ledger says why not
 
 
-async def shown(sidecar: Sidecar, session: Session, lessons: Due) -> None:
+async def shown(sidecar: MailHost, session: Session, lessons: Due) -> None:
     """The reply carrying ``lessons`` went out: never again in this session; counted against the cap."""
     if not lessons.lines:
         return

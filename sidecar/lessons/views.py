@@ -21,7 +21,7 @@ from ..base.store import Store
 from . import records as L
 
 if TYPE_CHECKING:
-    from ..daemon.server import Sidecar
+    from ..mail.host import MailHost
 
 
 @dataclass(frozen=True)
@@ -147,7 +147,7 @@ async def read_views(
     return views
 
 
-def origins(sidecar: Sidecar) -> dict[str, str]:
+def origins(sidecar: MailHost) -> dict[str, str]:
     """Machine key id -> person@machine, for showing where a lesson came from."""
     from ..team.membership import team_of
 

@@ -56,8 +56,8 @@ from ..base.peer import ancestor_pids, program_names
 from ..base.ulid import new_ulid
 
 if TYPE_CHECKING:
-    from ..daemon.server import Sidecar
     from ..sessions.registry import Session
+    from .host import MailHost
     from .render import Message
 
 MAX_FILES = 10
@@ -435,7 +435,7 @@ def note_plugin_folder(session: Session, info: dict[str, Any], pid: int | None, 
         session.harness_cwd = cwd
 
 
-async def caller_session(sidecar: Sidecar, pid: int | None) -> Session | None:
+async def caller_session(sidecar: MailHost, pid: int | None) -> Session | None:
     """The live session whose harness process is the caller or its nearest ancestor (an agent's shell)."""
     if pid is None:
         return None
@@ -469,7 +469,7 @@ def agent_folder(session: Session, binaries: frozenset[str]) -> str:
 
 
 async def for_send(
-    sidecar: Sidecar,
+    sidecar: MailHost,
     request: dict[str, Any],
     session: Session | None,
     *,
@@ -595,7 +595,7 @@ def save(state_home: Path, files: Sequence[File]) -> list[Path]:
     return saved
 
 
-async def quota_wait(sidecar: Sidecar, person: str, files: Sequence[File]) -> float:
+async def quota_wait(sidecar: MailHost, person: str, files: Sequence[File]) -> float:
     """0 when ``person``'s files may be saved now, else seconds to wait (the sender retries)."""
     if not files:
         return 0.0
@@ -623,7 +623,7 @@ async def quota_wait(sidecar: Sidecar, person: str, files: Sequence[File]) -> fl
     return 0.0
 
 
-async def keep(sidecar: Sidecar, message: Message) -> Message:
+async def keep(sidecar: MailHost, message: Message) -> Message:
     """Save the files a message carries and return it with their paths (``files``), ready to deposit."""
     if not message.carried:
         return message
@@ -641,7 +641,7 @@ async def keep(sidecar: Sidecar, message: Message) -> Message:
     return dataclasses.replace(message, files=json.dumps([str(p) for p in paths]), carried=())
 
 
-async def purge(sidecar: Sidecar) -> None:
+async def purge(sidecar: MailHost) -> None:
     """Files go with their message: a day after it was read, a week after they came unread, or once
     the message itself is gone."""
     now = time.time()

@@ -58,7 +58,7 @@ from .mailbox import Holder
 from .render import frames
 
 if TYPE_CHECKING:
-    from ..daemon.server import Sidecar
+    from .host import MailHost
 
 MECHANISM = "app_server"  # the Tiers.push this module serves
 ANSWER_WITHIN = 3.0
@@ -156,7 +156,7 @@ def tui_binary(home: Path) -> Path | bool | None:
     return tui.binary or True
 
 
-async def push(sidecar: Sidecar, session: Session) -> bool:
+async def push(sidecar: MailHost, session: Session) -> bool:
     """Push the session's waking mail into Codex. True when Codex took it (or is still being asked)."""
     address = sidecar.sessions.address(session)
     if sidecar.parked[address] > 0:
@@ -169,7 +169,7 @@ async def push(sidecar: Sidecar, session: Session) -> bool:
     return outcome[0] if outcome else True
 
 
-async def _push(sidecar: Sidecar, session: Session, address: str, done: anyio.Event, outcome: list[bool]) -> None:
+async def _push(sidecar: MailHost, session: Session, address: str, done: anyio.Event, outcome: list[bool]) -> None:
     pushes = PUSHES.of(sidecar)
     lock = pushes.locks.setdefault(session.key, anyio.Lock())
     ids: list[str] = []
@@ -317,7 +317,7 @@ def verdict(pending: Pending, items: list[dict[str, Any]]) -> str:
     return "waiting"
 
 
-async def settle(sidecar: Sidecar, session: Session) -> None:
+async def settle(sidecar: MailHost, session: Session) -> None:
     """Confirm pushed mail a model turn carried; make what an ended turn dropped visible again."""
     pushes = PUSHES.of(sidecar)
     waiting = pushes.pending.get(session.key)
@@ -351,7 +351,7 @@ async def settle(sidecar: Sidecar, session: Session) -> None:
         pushes.pending.pop(session.key, None)
 
 
-async def _follow(sidecar: Sidecar, session: Session) -> None:
+async def _follow(sidecar: MailHost, session: Session) -> None:
     """Look at the rollout until every push of the session is settled (one follower per session)."""
     pushes = PUSHES.of(sidecar)
     if session.key in pushes.following:

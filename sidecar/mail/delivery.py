@@ -20,7 +20,7 @@ from .addresses import Target
 from .render import Message, frames
 
 if TYPE_CHECKING:
-    from ..daemon.server import Sidecar
+    from .host import MailHost
 
 TIER_NOTES = {
     "push": "pushed into the session now (it wakes if idle); read once its model has had it",
@@ -29,7 +29,7 @@ TIER_NOTES = {
 }
 
 
-async def after_deposit(sidecar: Sidecar, target: Target, wake: bool, waiting: bool) -> tuple[str, str]:
+async def after_deposit(sidecar: MailHost, target: Target, wake: bool, waiting: bool) -> tuple[str, str]:
     if target.entry is None:
         person, name = target.address.split("/", 1)
         command = "hive inbox" if name == mailboxes.TERMINAL else f"hive inbox --as {name}"
@@ -52,14 +52,14 @@ async def after_deposit(sidecar: Sidecar, target: Target, wake: bool, waiting: b
     return "queued", TIER_NOTES[tier]
 
 
-def push_connection(sidecar: Sidecar, session: Session) -> Connection | None:
+def push_connection(sidecar: MailHost, session: Session) -> Connection | None:
     for conn in sidecar.connections.values():
         if session.key in conn.push_sessions and not conn.closed:
             return conn
     return None
 
 
-async def push(sidecar: Sidecar, session: Session) -> bool:
+async def push(sidecar: MailHost, session: Session) -> bool:
     """Hand waking mail to the connection that delivers into this session, if any."""
     if codex_push.serves(session):  # no connection: the sidecar itself drives Codex's app-server
         return await codex_push.push(sidecar, session)
@@ -81,7 +81,7 @@ async def push(sidecar: Sidecar, session: Session) -> bool:
     return True
 
 
-async def deliver_local(sidecar: Sidecar, message: Message, sender_key: str | None) -> tuple[str, str]:
+async def deliver_local(sidecar: MailHost, message: Message, sender_key: str | None) -> tuple[str, str]:
     """Deposit one message for a mailbox on this machine and wake its session as ``send`` would."""
     waiting = sidecar.parked[message.recipient] > 0
     await sidecar.mailbox.deposit([message], sender_key)
@@ -90,7 +90,7 @@ async def deliver_local(sidecar: Sidecar, message: Message, sender_key: str | No
 
 
 async def deliver_note(
-    sidecar: Sidecar, address: str, body: str, *, sender: str, kind: str = "hive", agent: str = ""
+    sidecar: MailHost, address: str, body: str, *, sender: str, kind: str = "hive", agent: str = ""
 ) -> tuple[str, str]:
     """A new waking message from hive itself (the gate, an overlap) or the person's terminal, not from
     a session, to a mailbox on this machine: deposited and delivered as :func:`deliver_local` does."""

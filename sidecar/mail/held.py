@@ -17,11 +17,11 @@ from .render import Message
 
 if TYPE_CHECKING:
     from ..base.host import Connection
-    from ..daemon.server import Sidecar
+    from .host import MailHost
     from .remote import RemoteMail
 
 
-async def held(sidecar: Sidecar) -> list[dict[str, Any]]:
+async def held(sidecar: MailHost) -> list[dict[str, Any]]:
     """The held messages, oldest first, peer-written text defanged."""
     rows = await sidecar.store.fetchall(
         "SELECT id, sender, recipient, frame, received_at FROM inbound WHERE state = 'held' ORDER BY id"
@@ -109,7 +109,7 @@ def _ids(request: dict[str, Any]) -> list[str]:
     return ids
 
 
-async def op_held(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_held(sidecar: MailHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """List teammates' messages the inbound policy holds for the person to approve or drop.
 
     Reads no fields. Returns ``{"held": [{"id", "from", "to", "body", "received_at", "files"}]}``,
@@ -119,7 +119,7 @@ async def op_held(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -
 
 
 @asks_person
-async def op_approve(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_approve(sidecar: MailHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Deliver held messages to their sessions, once the person confirms it when an agent asks.
 
     Request: ``ids`` (list of str, required, not empty): the held messages. Returns ``{"settled":
@@ -141,7 +141,7 @@ async def op_approve(sidecar: Sidecar, conn: Connection, request: dict[str, Any]
     return {"settled": await settle(sidecar.mesh.remote, ids, approve=True)}
 
 
-async def op_drop(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_drop(sidecar: MailHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Refuse held messages: they are never delivered, and each sender hears so by receipt.
 
     Request: ``ids`` (list of str, required, not empty): the held messages. Returns ``{"settled":

@@ -32,8 +32,8 @@ from ..base.ulid import is_ulid
 from .addresses import Entry, Target
 
 if TYPE_CHECKING:
-    from ..daemon.server import Sidecar
     from ..mesh.links import Link, Mesh
+    from .host import MailHost
 
 TERMINAL = "terminal"
 AGENT = "person"  # the ``agent`` of a mailbox's directory entry: what tells it from a session's
@@ -47,7 +47,7 @@ FILE = "mailboxes"
 log = logging.getLogger("hive.sidecar.mail.mailboxes")
 
 
-def _read_named(sidecar: Sidecar) -> set[str]:
+def _read_named(sidecar: MailHost) -> set[str]:
     with contextlib.suppress(OSError, UnicodeDecodeError):
         text = (sidecar.paths.home / FILE).read_text(encoding="utf-8")
         return {n for line in text.splitlines() if (n := slug(line)) and n != TERMINAL}
@@ -58,22 +58,22 @@ _named: PerSidecar[set[str]] = PerSidecar(_read_named)
 _told: PerSidecar[dict[str, set[str]]] = PerSidecar(lambda sidecar: {})
 
 
-def named(sidecar: Sidecar) -> set[str]:
+def named(sidecar: MailHost) -> set[str]:
     """This machine's named mailboxes (read once from ``<home>/mailboxes``, one name a line)."""
     return _named.of(sidecar)
 
 
-def names(sidecar: Sidecar) -> set[str]:
+def names(sidecar: MailHost) -> set[str]:
     return {TERMINAL, *named(sidecar)}
 
 
-def is_own(sidecar: Sidecar, address: str) -> bool:
+def is_own(sidecar: MailHost, address: str) -> bool:
     """Whether ``address`` is one of this machine's person's mailboxes here."""
     person, _, name = address.partition("/")
     return person == sidecar.settings.person and name in names(sidecar)
 
 
-def sending_as(sidecar: Sidecar, ref: Any) -> str | None:
+def sending_as(sidecar: MailHost, ref: Any) -> str | None:
     """The mailbox of this machine's person a ``send`` names as its sender (``from``): ``terminal``
     when it names none, a named mailbox by its name or address; None when it names a session."""
     if ref in (None, "", TERMINAL, f"{sidecar.settings.person}/{TERMINAL}"):
@@ -89,7 +89,7 @@ def is_mailbox(target: Target) -> bool:
     return target.entry is None or target.entry.agent == AGENT
 
 
-def open_named(sidecar: Sidecar, name: str) -> str:
+def open_named(sidecar: MailHost, name: str) -> str:
     """Open (or find) the named mailbox ``name``; returns its address."""
     wanted = slug(name)
     if not wanted or wanted != name.strip().lower():
@@ -113,7 +113,7 @@ def open_named(sidecar: Sidecar, name: str) -> str:
     return f"{sidecar.settings.person}/{wanted}"
 
 
-def presence_field(sidecar: Sidecar) -> list[str]:
+def presence_field(sidecar: MailHost) -> list[str]:
     return sorted(named(sidecar))[:MAX_NAMED]
 
 
@@ -156,7 +156,7 @@ def entries(mesh: Mesh) -> list[Entry]:
     return out
 
 
-async def route(sidecar: Sidecar, targets: list[Target], reply_to: str | None) -> list[Target]:
+async def route(sidecar: MailHost, targets: list[Target], reply_to: str | None) -> list[Target]:
     """Narrow each teammate mailbox address to the machines its mail goes to (see the module)."""
     by_address: dict[str, list[Target]] = {}
     for target in targets:

@@ -30,8 +30,8 @@ from ..person.dialog import Prompt, backend_for, clean, clip, find_desktop
 from .render import Message
 
 if TYPE_CHECKING:
-    from ..daemon.server import Sidecar
     from ..mesh.links import Mesh
+    from .host import MailHost
 
 NOTIFY_EVERY = 60.0  # at most one notification per sending person per minute...
 NOTIFY_MAX_AGE = 15 * 60.0  # ...and never for a message older than this
@@ -58,7 +58,7 @@ class Notices:
 NOTICES: PerSidecar[Notices] = PerSidecar(lambda sidecar: Notices())
 
 
-def notices(sidecar: Sidecar) -> Notices:
+def notices(sidecar: MailHost) -> Notices:
     return NOTICES.of(sidecar)
 
 
@@ -66,14 +66,14 @@ def _person_of(address: str) -> str:
     return address.split("/", 1)[0]
 
 
-def _machine_of(sidecar: Sidecar, message: Message) -> str:
+def _machine_of(sidecar: MailHost, message: Message) -> str:
     """The key of the machine a remote message went to ("" when it is not known)."""
     entry = next((e for e in sidecar.directory() if e.address == message.recipient and e.key is None), None)
     return sidecar.mesh.peer_of(entry) or ""
 
 
 async def notify_person(
-    sidecar: Sidecar,
+    sidecar: MailHost,
     request: Mapping[str, Any],
     sender: str,
     messages: list[Message],
@@ -151,7 +151,7 @@ async def _send_frame(link: Link | None, frame: dict[str, Any]) -> bool:
     return True
 
 
-def _machine_name(sidecar: Sidecar, peer: str) -> str:
+def _machine_name(sidecar: MailHost, peer: str) -> str:
     member = sidecar.mesh.team.member(peer) if peer else None
     return member.machine if member is not None else "their machine"
 
@@ -167,7 +167,7 @@ def _notify_frame(message: Message) -> dict[str, Any]:
     }
 
 
-def _notify_from_wire(sidecar: Sidecar, person: str, frame: Mapping[str, Any]) -> Message | str:
+def _notify_from_wire(sidecar: MailHost, person: str, frame: Mapping[str, Any]) -> Message | str:
     """The message a teammate's ``notify`` frame is about, or why it is ignored. ``person``: the
     roster's person of the machine that sent it, the only person that machine speaks for."""
     message_id, sender, recipient = frame.get("id"), frame.get("from"), frame.get("to")
@@ -230,7 +230,7 @@ def attach(mesh: Mesh) -> None:
     mesh.add_frames(NOTIFY_FEATURE, {NOTIFY_FRAME: handle})
 
 
-def notify_received(sidecar: Sidecar, message: Message, sent_at: Any) -> None:
+def notify_received(sidecar: MailHost, message: Message, sent_at: Any) -> None:
     """A teammate's message (or a ``notify`` frame about one) arrived asking to notify this machine's
     person: show it, off the mesh's path."""
     when = float(sent_at) if isinstance(sent_at, int | float) and not isinstance(sent_at, bool) else 0.0
@@ -255,7 +255,7 @@ def _remember_shown(shown: dict[str, float], message_id: str, now: float) -> Non
     shown[message_id] = now
 
 
-async def notify_here(sidecar: Sidecar, message: Message, sent_at: float) -> tuple[bool, str]:
+async def notify_here(sidecar: MailHost, message: Message, sent_at: float) -> tuple[bool, str]:
     """One notification on this machine's desktop for its person, through the gate: (shown, why)."""
     from ..gate.engine import Item, gate_of
 
@@ -299,7 +299,7 @@ async def notify_here(sidecar: Sidecar, message: Message, sent_at: float) -> tup
     )
 
 
-async def _show(sidecar: Sidecar, prompt: Prompt, message_id: str) -> None:
+async def _show(sidecar: MailHost, prompt: Prompt, message_id: str) -> None:
     """Put the notification up; return once it is on screen, raise if it cannot be shown."""
     shown = anyio.Event()
     failure: list[HiveError] = []

@@ -22,13 +22,13 @@ from .notify import notify_person
 from .render import Message, frames
 
 if TYPE_CHECKING:
-    from ..daemon.server import Sidecar
+    from .host import MailHost
 
 MAX_WAIT = 600.0
 MAX_RECEIPT_IDS = 500  # receipts asked for at once: one query binds them all, and its work stays bounded
 
 
-def mailbox_of(sidecar: Sidecar, request: dict[str, Any]) -> tuple[str, Session | None]:
+def mailbox_of(sidecar: MailHost, request: dict[str, Any]) -> tuple[str, Session | None]:
     """The mailbox a request reads: a session's (``session``, or ``as`` naming one), the
     person's terminal, or a named mailbox of theirs (``as``: opened on first use)."""
     ref = request.get("session") or request.get("as")
@@ -45,7 +45,7 @@ def mailbox_of(sidecar: Sidecar, request: dict[str, Any]) -> tuple[str, Session 
 
 
 @asks_person  # group sends and loop-guard overrides
-async def op_send(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_send(sidecar: MailHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Send a message to a session, a person's mailbox or (from the person only) a group.
 
     Request: ``to`` (str, required): person/session, a session name, or a group. ``body`` (str,
@@ -154,7 +154,7 @@ async def op_send(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -
     return reply
 
 
-async def guard(sidecar: Sidecar, sender: str, kind: str, sends: list[tuple[Target, Message]]) -> dict[str, int]:
+async def guard(sidecar: MailHost, sender: str, kind: str, sends: list[tuple[Target, Message]]) -> dict[str, int]:
     """Apply the mail guards (hive.sidecar.mail.guards) to a send, or raise; returns the loop guard's
     count for each message to a teammate's session, by id, for its frame. What the guards
     record is staged here and committed with the messages."""
@@ -171,7 +171,7 @@ async def guard(sidecar: Sidecar, sender: str, kind: str, sends: list[tuple[Targ
     return {message_id: step.run for message_id, step in steps.items()}
 
 
-async def op_inbox(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_inbox(sidecar: MailHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Fetch a mailbox's unread mail, waiting for some to arrive when asked to (a long poll).
 
     Request: ``session`` (str, optional): the session whose mailbox; or ``as`` (str, optional): a
@@ -223,7 +223,7 @@ async def op_inbox(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) 
     }
 
 
-async def op_unread(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_unread(sidecar: MailHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Count a mailbox's unread mail still waiting to be shown.
 
     Request: ``session`` or ``as`` (str, optional), as for ``inbox``; neither: the person's
@@ -235,7 +235,7 @@ async def op_unread(sidecar: Sidecar, conn: Connection, request: dict[str, Any])
     return {"to": recipient, "count": count, "from": senders}
 
 
-async def op_delivered(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_delivered(sidecar: MailHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Mark messages read: the client passed them on to its agent or person.
 
     Request: ``session`` or ``as`` (str, optional), as for ``inbox``. ``ids`` (list of str, required):
@@ -254,7 +254,7 @@ async def op_delivered(sidecar: Sidecar, conn: Connection, request: dict[str, An
     return {"confirmed": confirmed}
 
 
-async def op_undelivered(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_undelivered(sidecar: MailHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """A client was shown messages but could not pass them on: make them visible now.
 
     Request: ``ids`` (list of str, required): the messages. ``push_failed`` (bool, optional) with
@@ -276,7 +276,7 @@ async def op_undelivered(sidecar: Sidecar, conn: Connection, request: dict[str, 
     return {"released": len(ids), "tier": tier}
 
 
-async def op_stop_waiting(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_stop_waiting(sidecar: MailHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """End the long polls (``inbox`` with ``wait``) on a mailbox now; each answers with what it has.
 
     Request: ``session`` or ``as`` (str, optional), as for ``inbox``. Returns ``{"stopped": n}``,
@@ -289,7 +289,7 @@ async def op_stop_waiting(sidecar: Sidecar, conn: Connection, request: dict[str,
     return {"stopped": len(scopes)}
 
 
-async def op_sent(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_sent(sidecar: MailHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Receipts for what a session or the person's terminal sent: queued or read, and when.
 
     Request: ``session`` or ``from`` (str, optional): the sender; neither: the person's terminal.
@@ -315,7 +315,7 @@ async def op_sent(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -
 
 
 async def confirm_override(
-    sidecar: Sidecar, conn: Connection, request: Mapping[str, Any], recipients: list[str], body: str
+    sidecar: MailHost, conn: Connection, request: Mapping[str, Any], recipients: list[str], body: str
 ) -> str:
     """A person's reply to sessions in a run of agent messages restarts the loop guard's count, so it
     is confirmed in the same dialog as a group send (not inferred from a ``…/terminal`` sender any

@@ -31,7 +31,7 @@ from ..person.confirm import asks_person, confirm_by_person
 
 if TYPE_CHECKING:
     from ..base.host import Connection
-    from ..daemon.server import Sidecar
+    from .host import MailHost
 
 POLICIES = ("accept", "hold", "refuse")
 DEFAULT = "accept"
@@ -113,7 +113,7 @@ class InboundPolicy:
 
 
 @asks_person
-async def op_policy(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_policy(sidecar: MailHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Read or set the inbound policy for teammates' mail: accept, hold (for ``approve``) or refuse.
 
     Request: ``value`` (str, optional): accept, hold or refuse, or default (drop a person's own);

@@ -70,7 +70,7 @@ from .transport import (
 
 if TYPE_CHECKING:
     from ..base.host import Connection
-    from ..daemon.server import Sidecar
+    from ..mail.host import MailHost
 
 log = logging.getLogger("hive.sidecar.mesh.links")
 
@@ -83,7 +83,7 @@ class Mesh:
     """Links to teammates' machines for one sidecar, and the object the rest of the sidecar talks to
     about them. Start with ``await tg.start(mesh.run)``."""
 
-    def __init__(self, sidecar: Sidecar) -> None:
+    def __init__(self, sidecar: MailHost) -> None:
         self.sc = sidecar
         self.config = load_mesh_config(sidecar.paths.config)
         self.inbound = InboundPolicy(sidecar.paths.config)
@@ -626,7 +626,7 @@ class Mesh:
 # ---- ops ---------------------------------------------------------------------------------
 
 
-async def op_mesh(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_mesh(sidecar: MailHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Show this machine's links to teammates, its addresses and its listener (`hive team`, tests).
 
     Reads no fields. Returns ``{"listening": port | None, "addresses", "links": {peer key:

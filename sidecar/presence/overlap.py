@@ -18,7 +18,7 @@ from .activity import WINDOW, recent_files, repo_root
 from .events import Event, store_events
 
 if TYPE_CHECKING:
-    from ..daemon.server import Sidecar
+    from ..mail.host import MailHost
     from ..sessions.registry import Session
 
 log = logging.getLogger("hive.sidecar.presence.overlap")
@@ -33,7 +33,7 @@ def _repo_of(session: Session) -> str:
     return session.repo or repo_root(session)
 
 
-async def overlaps_for_local(sidecar: Sidecar, session: Session, paths: list[str], now: float) -> None:
+async def overlaps_for_local(sidecar: MailHost, session: Session, paths: list[str], now: float) -> None:
     """Tell ``session`` and every live session that modified one of ``paths`` too, here or a teammate's."""
     repo = _repo_of(session)
     if not repo:
@@ -54,7 +54,7 @@ async def overlaps_for_local(sidecar: Sidecar, session: Session, paths: list[str
                 await _notice(sidecar, session, who, path, files[path], repo, now)
 
 
-def _remote_sessions(sidecar: Sidecar, repo: str) -> list[tuple[str, dict[str, float]]]:
+def _remote_sessions(sidecar: MailHost, repo: str) -> list[tuple[str, dict[str, float]]]:
     """Teammates' live sessions in ``repo`` (a normalized remote, so it means the same everywhere)."""
     if not repo:
         return []
@@ -74,7 +74,7 @@ def _remote_sessions(sidecar: Sidecar, repo: str) -> list[tuple[str, dict[str, f
     return out
 
 
-async def on_peer_presence(sidecar: Sidecar, peer: str) -> None:
+async def on_peer_presence(sidecar: MailHost, peer: str) -> None:
     """A teammate's presence arrived: tell local sessions that modified a path one of theirs modified."""
     try:
         now = time.time()
@@ -92,7 +92,7 @@ async def on_peer_presence(sidecar: Sidecar, peer: str) -> None:
 
 
 async def _notice(
-    sidecar: Sidecar, session: Session, other: str, path: str, when: float, repo: str, now: float
+    sidecar: MailHost, session: Session, other: str, path: str, when: float, repo: str, now: float
 ) -> None:
     told = _TOLD.of(sidecar).get((session.key, other, path))
     if told is not None and now - told < WINDOW:
@@ -161,7 +161,7 @@ async def _notice(
     )
 
 
-async def _gate_deliver(sidecar: Sidecar, item: Any) -> None:
+async def _gate_deliver(sidecar: MailHost, item: Any) -> None:
     data = dict(item.data)
     await deliver_notice(
         sidecar,
@@ -175,7 +175,7 @@ async def _gate_deliver(sidecar: Sidecar, item: Any) -> None:
 
 
 async def deliver_notice(
-    sidecar: Sidecar, key: str, address: str, title: str, body: str, other: str, path: str
+    sidecar: MailHost, key: str, address: str, title: str, body: str, other: str, path: str
 ) -> None:
     """Put the notice in the session's mailbox (turn tier: shown at its next hook, recorded injected then)."""
     from ..mail.delivery import deliver_note

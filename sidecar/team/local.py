@@ -5,7 +5,7 @@ Each sidecar has one :class:`Team` at ``sidecar.team`` (:func:`hive.sidecar.team
 sets it at start), in a team or not. Once in a team, the sidecar's own person and machine names
 come from the roster, not from ``config.toml``: loading and every change that joins or leaves a
 team replace the sidecar's :class:`~hive.sidecar.base.config.Settings` (a frozen record shared with
-the sessions and the mailbox) with a copy carrying the roster's names, and leaving restores the
+the session registry) with a copy carrying the roster's names, and leaving restores the
 configured ones.
 
 The ops that drive it (``team_init``, ``team_invite``, ...) are :mod:`hive.sidecar.team.membership`;
@@ -28,12 +28,13 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio
 
 from ..base.config import load_settings
 from ..base.errors import Ambiguous, BadRequest, Conflict, NotFound, Refused
+from ..sessions.registry import SessionsHost
 from . import admission, records, roster, roster_state, tickets
 from .admission import decode_link as decode_link
 from .admission import parse_addresses as parse_addresses
@@ -42,9 +43,6 @@ from .records import Signed
 from .roster import MemberView, Roster
 from .roster_state import TeamState
 from .tickets import Ticket
-
-if TYPE_CHECKING:
-    from ..daemon.server import Sidecar
 
 log = logging.getLogger("hive.sidecar.team.local")
 
@@ -85,10 +83,16 @@ def invite_line(ticket: Ticket, link: str) -> str:
     return f"Join my hive team {ticket.team}: hive join '{link}' --as <your-name>"
 
 
+class TeamHost(SessionsHost, Protocol):
+    """What the team's ops use of the daemon: the session registry's host and the team."""
+
+    team: Team
+
+
 class Team:
     """One sidecar's team membership: state, identity, persistence and change notices."""
 
-    def __init__(self, sidecar: Sidecar) -> None:
+    def __init__(self, sidecar: SessionsHost) -> None:
         self.sc = sidecar
         self.state: TeamState | None = None
         self.roster: Roster | None = None
@@ -279,10 +283,7 @@ class Team:
                 ]
             )
         self.sc.settings = settings
-        for holder in ("sessions", "mailbox"):
-            part = getattr(self.sc, holder, None)
-            if part is not None and hasattr(part, "settings"):
-                part.settings = settings
+        self.sc.sessions.settings = settings  # names addresses; the mailbox reads no name from its copy
         log.info("this machine is now %s on %s", person, machine)
 
     # ---- merging what peers send -----------------------------------------------------
@@ -330,9 +331,6 @@ class Team:
         if self.address_source is not None:
             with contextlib.suppress(Exception):
                 found = list(self.address_source())
-        if not found:
-            mesh = getattr(self.sc, "mesh", None)
-            found = list(getattr(mesh, "my_addresses", None) or [])
         me = self.member(self.identity.key_id)
         if me is not None:
             found = list(me.addresses) + [a for a in found if a not in me.addresses]
@@ -342,9 +340,7 @@ class Team:
         if self.online_source is not None:
             with contextlib.suppress(Exception):
                 return set(self.online_source())
-        mesh = getattr(self.sc, "mesh", None)
-        links = getattr(mesh, "links", None)
-        return set(links) if isinstance(links, dict) else None
+        return None
 
     def _ticket(self, secret: str, expires: int, own_machine: bool) -> Ticket:
         state, view = self._require(), self._roster()

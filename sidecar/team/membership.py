@@ -29,10 +29,10 @@ from .tickets import Ticket
 
 if TYPE_CHECKING:
     from ..base.host import Connection
-    from ..daemon.server import Sidecar
+    from .local import TeamHost
 
 
-async def attach(sidecar: Sidecar) -> Team:
+async def attach(sidecar: TeamHost) -> Team:
     """Give a starting sidecar its :class:`Team` (``sidecar.team``), loaded from the database."""
     team = Team(sidecar)
     sidecar.team = team
@@ -40,7 +40,7 @@ async def attach(sidecar: Sidecar) -> Team:
     return team
 
 
-def team_of(sidecar: Sidecar) -> Team:
+def team_of(sidecar: TeamHost) -> Team:
     team = getattr(sidecar, "team", None)
     if team is None:  # a sidecar started without attach(): tests of other modules, older wiring
         team = Team(sidecar)
@@ -63,7 +63,7 @@ def _text(request: dict[str, Any], name: str) -> str | None:
 
 
 @asks_person
-async def op_team_init(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_team_init(sidecar: TeamHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Found a team with this machine as its first member.
 
     Request: ``team`` (str, required): the team's name; ``person`` and ``machine`` (str, optional):
@@ -87,7 +87,7 @@ async def op_team_init(sidecar: Sidecar, conn: Connection, request: dict[str, An
 
 
 @asks_person
-async def op_team_invite(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_team_invite(sidecar: TeamHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Hand out a way into the team: the team link, a one-time invite, or one for another of this
     person's machines.
 
@@ -120,7 +120,7 @@ async def op_team_invite(sidecar: Sidecar, conn: Connection, request: dict[str, 
     return await team.invite(own_machine, once, ttl)
 
 
-async def op_team_show(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_team_show(sidecar: TeamHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Show the team: its people, their machines and roles, and each link's state from the mesh.
 
     Reads no fields. Returns ``{"team": {"id", "name", "founder", "link", "invites"} | None, "me",
@@ -150,7 +150,7 @@ async def agent_confirms(conn: Connection, request: dict[str, Any], question: st
 
 
 @asks_person
-async def op_team_remove(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_team_remove(sidecar: TeamHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Remove a person (all their machines) or one machine from the team, and replace the team link.
 
     Request: ``target`` (str, required): a person, a machine, or person@machine. Returns
@@ -172,7 +172,7 @@ async def op_team_remove(sidecar: Sidecar, conn: Connection, request: dict[str, 
 
 
 @asks_person
-async def op_team_leave(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_team_leave(sidecar: TeamHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Sign this machine's departure, send it to the teammates, then forget the team.
 
     Request: ``force`` (bool, optional): leave even when no teammate is online to hear it. Returns
@@ -191,7 +191,7 @@ async def op_team_leave(sidecar: Sidecar, conn: Connection, request: dict[str, A
 
 
 @asks_person
-async def op_team_link_new(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_team_link_new(sidecar: TeamHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Replace the team link: the old one stops working.
 
     Reads no fields. Returns the new link as ``team_invite`` does. Raises ``not_found`` in no team,
@@ -214,7 +214,7 @@ def join_question(ticket: Ticket, person: str, machine: str) -> str:
 
 
 @asks_person
-async def op_team_join_prepare(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_team_join_prepare(sidecar: TeamHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """The joiner's first half of ``team_join``: read the invite and sign the join frame.
 
     Request: ``link`` (str, required): the invite; ``person`` and ``machine`` (str, optional): the
@@ -236,7 +236,7 @@ async def op_team_join_prepare(sidecar: Sidecar, conn: Connection, request: dict
 
 
 @asks_person
-async def op_team_join_accept(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_team_join_accept(sidecar: TeamHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """The inviter's half of a join, by hand: check a join frame, admit the joiner, return the state.
 
     Request: ``frame`` (object, required): the joiner's join frame; ``peer`` (str, optional): the key
@@ -256,7 +256,7 @@ async def op_team_join_accept(sidecar: Sidecar, conn: Connection, request: dict[
 
 
 @asks_person
-async def op_team_join_finish(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_team_join_finish(sidecar: TeamHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """The joiner's last half of ``team_join``: check the inviter's answer and keep the team state.
 
     Request: ``link`` (str, required): the invite; ``state`` (object, required): the inviter's

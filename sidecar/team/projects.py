@@ -39,7 +39,7 @@ from .roster import ProjectView, Roster
 
 if TYPE_CHECKING:
     from ..base.host import Connection
-    from ..daemon.server import Sidecar
+    from .local import TeamHost
 
 log = logging.getLogger("hive.sidecar.team.projects")
 
@@ -92,16 +92,16 @@ def projects_of(roster: Roster | None, person: str) -> list[str]:
     return sorted(p for p, v in roster.projects.items() if person in v.members)
 
 
-async def remember_label(sidecar: Sidecar, project: str, repo: str) -> None:
+async def remember_label(sidecar: TeamHost, project: str, repo: str) -> None:
     if repo and "/" in repo and await sidecar.store.get_kv(LABEL_KEY + project) is None:
         await sidecar.store.set_kv(LABEL_KEY + project, normalise_remote(repo).removeprefix("https://"))
 
 
-async def label_of(sidecar: Sidecar, project: str) -> str:
+async def label_of(sidecar: TeamHost, project: str) -> str:
     return await sidecar.store.get_kv(LABEL_KEY + project) or project[:19]
 
 
-async def join(sidecar: Sidecar, project: str) -> dict[str, Any]:
+async def join(sidecar: TeamHost, project: str) -> dict[str, Any]:
     """Propose this machine's person for ``project``; claim it when it has no owner. Idempotent."""
     team = sidecar.team
     person = sidecar.settings.person
@@ -113,7 +113,7 @@ async def join(sidecar: Sidecar, project: str) -> dict[str, Any]:
     return show(team.roster, project)
 
 
-async def on_session(sidecar: Sidecar, repo: str) -> None:
+async def on_session(sidecar: TeamHost, repo: str) -> None:
     """A session registered in ``repo`` (its normalised remote): the person's first session there
     proposes their membership (or claims an ownerless project). Only repositories with a remote:
     a path-only project is one machine's, and nothing of it travels."""
@@ -153,7 +153,7 @@ async def owner_confirms(conn: Connection, request: dict[str, Any], question: st
     )
 
 
-async def confirm(sidecar: Sidecar, project: str, person: str) -> dict[str, Any]:
+async def confirm(sidecar: TeamHost, project: str, person: str) -> dict[str, Any]:
     """The owner's confirmation of ``person`` (the caller had the owner confirm it in person).
     Raises ``not_member`` unless this machine's person owns the project and ``person`` is in the team."""
     team = sidecar.team
@@ -163,7 +163,7 @@ async def confirm(sidecar: Sidecar, project: str, person: str) -> dict[str, Any]
     return show(team.roster, project)
 
 
-def check_confirm(sidecar: Sidecar, project: str, person: str) -> ProjectView:
+def check_confirm(sidecar: TeamHost, project: str, person: str) -> ProjectView:
     """The project, if this machine's person may confirm ``person`` in it; else ``not_found`` or ``not_member``."""
     team = sidecar.team
     view = view_of(team.roster, project)
@@ -176,7 +176,7 @@ def check_confirm(sidecar: Sidecar, project: str, person: str) -> ProjectView:
     return view
 
 
-async def remove(sidecar: Sidecar, project: str, person: str) -> dict[str, Any]:
+async def remove(sidecar: TeamHost, project: str, person: str) -> dict[str, Any]:
     team = sidecar.team
     view = view_of(team.roster, project)
     if view is None:
@@ -213,7 +213,7 @@ def _person_arg(request: dict[str, Any]) -> str:
     return person
 
 
-async def op_project_join(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_project_join(sidecar: TeamHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Propose this machine's person as a member of a project, or claim it when it has no owner.
 
     Request: ``project`` (str): its ``sha256:`` id; or ``repo`` (str): host/org/repo or a remote
@@ -228,7 +228,7 @@ async def op_project_join(sidecar: Sidecar, conn: Connection, request: dict[str,
 
 
 @asks_person
-async def op_project_confirm(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_project_confirm(sidecar: TeamHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """The project's owner confirms a proposed member, in a desktop pop-up or typed at the terminal.
 
     Request: ``project``, ``repo`` or ``cwd`` (str): the project, as for ``project_join``;
@@ -247,7 +247,7 @@ async def op_project_confirm(sidecar: Sidecar, conn: Connection, request: dict[s
 
 
 @asks_person
-async def op_project_remove(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_project_remove(sidecar: TeamHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Remove a member from a project: the owner removes anyone, a person themselves.
 
     Request: ``project``, ``repo`` or ``cwd`` (str): the project, as for ``project_join``;
@@ -270,7 +270,7 @@ async def op_project_remove(sidecar: Sidecar, conn: Connection, request: dict[st
     return await remove(sidecar, project, person)
 
 
-async def op_project_show(sidecar: Sidecar, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_project_show(sidecar: TeamHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Show a project's owner, members and open proposals.
 
     Request: ``project``, ``repo`` or ``cwd`` (str): the project, as for ``project_join``. Returns

@@ -26,12 +26,9 @@ LAYERS = ["base", "person", "sessions", "team", "mail", "mesh", "presence", "gat
 CLIENT_SIDE = {"client": 0, "mcp": 1, "__main__": 2, "cli": 3}
 ENTRY_POINT = "__main__"  # starts the daemon: the one module that may import it
 
-# These concepts still name the daemon's Sidecar type (under TYPE_CHECKING only, never at run time):
-# each goes once it names a protocol of what it uses instead, as sessions/ does (base.host.Host,
-# sessions.registry.SessionsHost; mypy checks the daemon against them where features.py lists them).
+# Each concept names what it uses of the daemon in a protocol of its layer (base.host.Host up to
+# agents.sessions.AgentsHost), never the daemon's class. These edges still go up a layer:
 STILL_UPWARD: set[tuple[str, str]] = {
-    (package, "daemon") for package in ("team", "mail", "mesh", "presence", "gate", "lessons", "agents")
-} | {
     ("mail", "mesh"),  # remote mail rides the mesh's links
     ("mail", "presence"),  # mail shown to an agent is recorded as one of its session's events
     ("mail", "gate"),  # a notify pop-up goes through the gate
