@@ -17,12 +17,14 @@ from ..agents import ask, hooks
 from ..agents import sessions as session_ops
 from ..base.host import Connection
 from ..gate import engine as gate
+from ..gate import sources as gate_sources
 from ..lessons import ops as lesson_ops
 from ..lessons import sync as lesson_sync
 from ..mail import mailboxes, notify, policy
 from ..mail import ops as mail_ops
 from ..mesh import links
 from ..presence import observe
+from ..presence.events import EventListener
 from ..sessions import attach, folders
 from ..team import membership, projects
 from . import ops as daemon_ops
@@ -46,6 +48,8 @@ class Feature:
     """Runs once the sidecar's store, sessions, mailbox, mesh and team exist, before any client connects."""
     before_digest: Callable[[Sidecar, str], Awaitable[None]] | None = None
     """Offers the gate what fell due with no event to offer it at, before ``person``'s digest is read."""
+    on_events: EventListener | None = None
+    """Acts on the events presence recorded for a session (presence.events.tell calls it)."""
 
 
 FEATURES: tuple[Feature, ...] = (
@@ -62,7 +66,7 @@ FEATURES: tuple[Feature, ...] = (
     Feature("notify", frames=notify.attach),
     Feature("team", ops=membership.OPS),
     Feature("projects", ops=projects.OPS),
-    Feature("gate", ops=gate.OPS, frames=gate.attach),
+    Feature("gate", ops=gate.OPS, frames=gate.attach, on_events=gate_sources.on_events),
     Feature("events", ops=observe.OPS),
     Feature(
         "lessons", ops=lesson_ops.OPS, setup=lesson_ops.follow_changes, before_digest=lesson_ops.offer_held_reviews

@@ -74,6 +74,7 @@ class Sidecar:
         self.parked: Counter[str] = Counter()  # mailboxes with a long poll waiting right now
         self.handlers: dict[str, Handler] = {op: functools.partial(func, self) for op, func in op_table().items()}
         self.before_digest = [feature.before_digest for feature in FEATURES if feature.before_digest is not None]
+        self.on_events = [feature.on_events for feature in FEATURES if feature.on_events is not None]
         self.store: Store
         self.sessions: Sessions
         self.mailbox: Mailbox

@@ -14,22 +14,29 @@ A security finding reaches the roster persons who own the files in its ``file`` 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from ..base.defang import one_line
+from ..mail.delivery import deliver_note
 from ..person.dialog import clip
+from ..presence.events import Event, store_events
 from ..team import codeowners
-from .model import Item
+from .model import Evidence, Item
 from .running import GATES
 
 if TYPE_CHECKING:
     from ..mail.host import MailHost
+    from ..sessions.registry import Session
+
+OVERLAP_SENDER = "hive/overlap"
 
 # ---- what sessions' hooks show: breakpoints and test records -------------------------------
 
@@ -47,6 +54,70 @@ PR_COMMAND = re.compile(_START + r"gh\s+pr\s+create(?:$|[\s;&|)])")
 def ref_for_tests(repo: str, branch: str) -> str:
     """The ref of the ``test`` record for a repository's branch: what items name as evidence."""
     return f"{repo}@{branch}" if branch else repo
+
+
+async def on_events(sidecar: MailHost, session: Session, events: Sequence[Event]) -> None:
+    """The gate's ``on_events`` (daemon/features.py): commands a session ran (:func:`observed`)
+    and overlaps presence noticed (:func:`offer_overlap`)."""
+    if any(event.action == "command.executed" for event in events):
+        await observed(sidecar, session, events)
+    for event in events:
+        if event.action == "overlap.noticed":
+            await offer_overlap(sidecar, session, event)
+
+
+async def offer_overlap(sidecar: MailHost, session: Session, noticed: Event) -> None:
+    """Offer an overlap notice to the gate (source ``overlap``); delivered to the session's mailbox
+    as a note from ``hive/overlap``, and the outcome recorded as ``overlap.offered``."""
+    gate = GATES.get(sidecar)
+    if gate is None:
+        return
+    facts = json.loads(noticed.detail or "{}")
+    other, repo, path = str(facts.get("other") or ""), str(facts.get("repo") or ""), noticed.path
+    address = sidecar.sessions.address(session)
+    ago = max(0, int((noticed.at - float(facts.get("at") or noticed.at)) // 60))
+    title = f"{one_line(other, 80)} also modified {one_line(path, 200)} ({ago} min ago)"
+    body = (
+        f"hive noticed that {one_line(other, 80)} modified {one_line(path, 200)} in {one_line(repo, 200)} "
+        f"{ago} min ago, and this session modified it too. Coordinate with send_message to "
+        f'"{one_line(other, 80)}" before the edits collide.'
+    )
+    if "overlap" not in gate.deliverers:
+        gate.register("overlap", lambda item, decision: _deliver_overlap(sidecar, item))
+    # The overlap is a record hive itself observed (both sessions' modify events), which is what
+    # lets the gate rate it above info without taking the proposer's word for it.
+    await gate.record("overlap", f"{repo}:{path}", "open")
+    decision = await gate.offer(
+        Item(
+            source="overlap",
+            person=sidecar.settings.person,
+            session=address,
+            title=title,
+            body=body,
+            evidence=(Evidence("overlap", f"{repo}:{path}"), Evidence("file", f"{repo}:{path}")),
+            key=f"overlap:{repo}:{path}:{other}",
+            proposer=OVERLAP_SENDER,
+            data={"session": session.key, "other": other, "path": path},
+        )
+    )
+    offered = Event(
+        at=time.time(),
+        session=session.key,
+        harness=session.agent,
+        action="overlap.offered",
+        path=path,
+        method="hook",
+        fidelity="inferred",
+        detail=json.dumps(
+            {"other": other, "outcome": decision.outcome, "rule": decision.rule, "item": decision.item_id}
+        ),
+    )
+    await store_events(sidecar.store, [offered])
+
+
+async def _deliver_overlap(sidecar: MailHost, item: Item) -> None:
+    """Put the notice in the session's mailbox (turn tier: shown at its next hook, recorded injected then)."""
+    await deliver_note(sidecar, item.session, f"{item.title}\n{item.body}", sender=OVERLAP_SENDER, agent="hive")
 
 
 async def observed(sidecar: MailHost, session: Any, events: Iterable[Any]) -> None:

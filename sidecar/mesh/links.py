@@ -71,6 +71,7 @@ from .transport import (
 if TYPE_CHECKING:
     from ..base.host import Connection
     from ..mail.host import MailHost
+    from ..presence.events import PresenceHost
 
 log = logging.getLogger("hive.sidecar.mesh.links")
 
@@ -83,7 +84,7 @@ class Mesh:
     """Links to teammates' machines for one sidecar, and the object the rest of the sidecar talks to
     about them. Start with ``await tg.start(mesh.run)``."""
 
-    def __init__(self, sidecar: MailHost) -> None:
+    def __init__(self, sidecar: PresenceHost) -> None:
         self.sc = sidecar
         self.config = load_mesh_config(sidecar.paths.config)
         self.inbound = InboundPolicy(sidecar.paths.config)

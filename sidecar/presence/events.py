@@ -9,16 +9,21 @@ the inserts and commits of a burst of hooks.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import logging
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
+from ..mail.host import MailHost
 from .redaction import DETAIL_CAP, clean, detail_json
 
 if TYPE_CHECKING:
     from ..base.store import Store
+    from ..sessions.registry import Session
+
+log = logging.getLogger("hive.sidecar.presence.events")
 
 COLUMNS = (
     "at",
@@ -146,3 +151,28 @@ async def store_events(store: Store, events: Sequence[Event]) -> None:
     if writer is None or writer.store is not store:
         writer = _writers[id(store)] = _Writer(store)
     await writer.add(events)
+
+
+EventListener = Callable[[Any, "Session", Sequence[Event]], Awaitable[None]]
+"""A feature's ``on_events`` (daemon/features.py): called with the sidecar, a session and the events
+just recorded for it, after they are stored."""
+
+
+class PresenceHost(MailHost, Protocol):
+    """What presence uses of the daemon: mail's host, and the features that act on what it observes
+    (the gate takes test runs, commits and overlaps from them), so presence never imports them."""
+
+    @property
+    def on_events(self) -> Sequence[EventListener]:
+        """Each feature's ``on_events``, in the order features.py lists them."""
+        ...
+
+
+async def tell(sidecar: PresenceHost, session: Session, events: Sequence[Event]) -> None:
+    """Hand recorded events to the features that act on them; one's failure costs the others
+    nothing, and never the hook its reply."""
+    for listener in sidecar.on_events:
+        try:
+            await listener(sidecar, session, events)
+        except Exception:
+            log.exception("a feature could not take the events of %s", session.key)

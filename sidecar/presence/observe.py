@@ -32,7 +32,7 @@ from .activity import git_head, repo_root, sensitive
 from .activity import presence_of as presence_of
 from .activity import recent_files as recent_files
 from .activity import sanitise_extra as sanitise_extra
-from .events import COLUMNS
+from .events import COLUMNS, tell
 from .events import Event as Event
 from .events import store_events as store_events
 from .normalize import normalize, tool_input_of
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from ..base.host import Connection
     from ..mail.host import MailHost
     from ..sessions.registry import Session
+    from .events import PresenceHost
 
 log = logging.getLogger("hive.sidecar.presence.observe")
 
@@ -68,7 +69,7 @@ def _relative(path: str, cwd: str, root: str) -> str:
 
 
 async def ingest(
-    sidecar: MailHost,
+    sidecar: PresenceHost,
     harness: str,
     point: HookPoint,
     payload: dict[str, Any],
@@ -143,13 +144,7 @@ async def ingest(
         sidecar.mesh.poke()  # the mesh sends presence when it changed
     if modified:
         await overlaps_for_local(sidecar, session, modified, now)
-    if "command.executed" in actions:
-        from ..gate.engine import observed  # test runs and commits: records and breakpoints for the gate
-
-        try:
-            await observed(sidecar, session, events)
-        except Exception:  # the gate's trouble must not cost the hook its reply
-            log.exception("the gate could not take the commands of %s", session.key)
+    await tell(sidecar, session, events)
     return events
 
 

@@ -33,7 +33,6 @@ STILL_UPWARD: set[tuple[str, str]] = {
     ("mail", "presence"),  # mail shown to an agent is recorded as one of its session's events
     ("mail", "gate"),  # a notify pop-up goes through the gate
     ("mesh", "presence"),  # presence frames carry each session's activity
-    ("presence", "gate"),  # harness events and overlaps are offered to the gate
 }
 
 
