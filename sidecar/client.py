@@ -13,22 +13,24 @@ makes a few calls in a row, and starting asyncio would cost it more than the cal
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import itertools
 import json
 import os
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from .base.errors import HiveError, Unreachable, from_wire
-from .base.paths import StatePaths, ensure_home, state_paths
+from .base.paths import StatePaths, ensure_home, socket_path_from_env, state_paths
 
-# anyio is imported where the async client runs: a CLI command's blocking calls never load it.
+# anyio is imported where the async client runs: a CLI command's blocking calls never load it, nor
+# typing and pathlib (about 10 ms together), which only the type checker needs here.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Iterator
+    from pathlib import Path
+    from typing import Any
+
     import anyio.abc
     from anyio.abc import SocketStream
 
@@ -105,6 +107,8 @@ def _why_it_exited(paths: StatePaths, stderr_path: Path, offset: int) -> str:
 
 def lock_held(path: os.PathLike[str]) -> bool:
     """Whether a live process holds the state folder's lock (a sidecar running or starting)."""
+    import fcntl
+
     try:
         lock = open(path, "rb")  # closed below; a missing lock has no holder
     except FileNotFoundError:
@@ -154,7 +158,7 @@ async def connect_or_start(paths: StatePaths, autostart: bool = True) -> SocketS
     return await UNIXSocketStream.from_socket(sock)
 
 
-def _connect_blocking(socket_path: Path) -> socket.socket:
+def _connect_blocking(socket_path: Path | str) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(str(socket_path))
@@ -187,6 +191,8 @@ def connect_or_start_blocking(paths: StatePaths, autostart: bool = True) -> sock
 
 class Client:
     def __init__(self, stream: SocketStream) -> None:
+        from typing import Any
+
         import anyio
         from anyio.streams.buffered import BufferedByteReceiveStream
 
@@ -244,6 +250,8 @@ class Client:
 
     async def call(self, op: str, **args: Any) -> dict[str, Any]:
         """Send one request and wait for its reply. Raises the HiveError the sidecar reported."""
+        from typing import Any
+
         import anyio
 
         request_id = next(self._ids)
@@ -277,7 +285,13 @@ class BlockingClient:
     @classmethod
     @contextlib.contextmanager
     def open(cls, paths: StatePaths | None = None, *, autostart: bool = True) -> Iterator[BlockingClient]:
-        sock = connect_or_start_blocking(paths or state_paths(), autostart)
+        sock = None
+        quick = socket_path_from_env() if paths is None else None
+        if quick is not None:  # HIVE_HOME names the folder: try its socket before pathlib is loaded
+            with contextlib.suppress(OSError):
+                sock = _connect_blocking(quick)
+        if sock is None:
+            sock = connect_or_start_blocking(paths or state_paths(), autostart)
         client = cls(sock)
         try:
             yield client

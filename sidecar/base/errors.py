@@ -26,7 +26,9 @@ again from those replies, so callers on both sides catch the same classes:
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is for the type checker only: every `hive` command loads this module
+    from typing import Any, ClassVar
 
 
 class HiveError(Exception):

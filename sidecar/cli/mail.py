@@ -10,10 +10,13 @@ import argparse
 import os
 import sys
 import time
-from typing import Any
 
 from ..base.errors import ConfirmOnTerminal
 from .main import WIDTH, AddCommand, _call, _confirm_on_terminal, _print_json, clip
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # for the type checker only, as in .main
+    from typing import Any
 
 LISTEN_WAIT = 600  # the sidecar's longest wait per request; listen asks again until mail comes
 
@@ -65,12 +68,11 @@ def cmd_ask(args: argparse.Namespace) -> int:
 
 
 def cmd_inbox(args: argparse.Namespace, until_mail: bool = False) -> int:
-    from ..base.paths import state_paths
     from ..client import BlockingClient
 
     # At a terminal a person reads the mail; piped (an agent's shell, a script) it stays in frames.
     human = not args.json and not args.raw and sys.stdout.isatty()
-    with BlockingClient.open(state_paths()) as client:
+    with BlockingClient.open() as client:
         mailbox = {"as": args.as_} if args.as_ else {}
         result = client.call("inbox", wait=0, peek=args.peek, **mailbox)
         if not result["messages"] and (args.wait > 0 or until_mail):

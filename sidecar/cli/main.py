@@ -19,10 +19,13 @@ import os
 import re
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn, cast
 
 from .. import __version__
 from ..base.errors import HiveError, Unreachable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # typing is for the type checker only: importing it costs a command ~5 ms
+    from typing import Any, NoReturn
 
 # Every command builds the whole parser, so at load time this module, the command groups and the
 # sub-CLIs' argument builders import only the standard library: a command imports what it runs on
@@ -75,10 +78,9 @@ def table(rows: Sequence[tuple[str, ...]], limits: tuple[int, ...]) -> list[str]
 
 
 def _call(op: str, autostart: bool = True, **args: Any) -> dict[str, Any]:
-    from ..base.paths import state_paths
     from ..client import BlockingClient
 
-    with BlockingClient.open(state_paths(), autostart=autostart) as client:
+    with BlockingClient.open(autostart=autostart) as client:  # the state folder's: HIVE_HOME or the default
         return client.call(op, **args)
 
 
@@ -144,6 +146,26 @@ class Parser(argparse.ArgumentParser):
             action.metavar = named or action.dest.strip("_").replace("_", "-").upper()
         return action
 
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        # argparse makes a formatter for every argument added, and one with no width imports shutil
+        # (and the compression modules shutil loads) to ask the terminal's: given here, the same width.
+        # (typeshed knows formatter classes as called with prog only; argparse's all take width)
+        return self.formatter_class(prog=self.prog, width=_terminal_columns() - 2)  # type: ignore[call-arg]
+
+
+def _terminal_columns() -> int:
+    """``shutil.get_terminal_size().columns`` without importing shutil: $COLUMNS, else stdout's terminal, else 80."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns > 0:
+        return columns
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80  # type: ignore[union-attr]
+    except (AttributeError, ValueError, OSError):
+        return 80
+
 
 def _command_list(commands: list[tuple[str, str]]) -> str:
     width = max(len(name) for name, _ in commands) + 2
@@ -157,7 +179,7 @@ class _Unbuilt:
         return lambda *args, **kwargs: self
 
 
-_UNBUILT = cast(argparse.ArgumentParser, _Unbuilt())
+_UNBUILT: argparse.ArgumentParser = _Unbuilt()  # type: ignore[assignment]
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:

@@ -9,10 +9,13 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any
 
 from ..base.errors import UnknownOp
 from .main import WIDTH, AddCommand, _call, _print_json, clip
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # for the type checker only, as in .main
+    from typing import Any
 
 
 def _print_invite(invite: dict[str, Any] | None) -> None:
