@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 Tier = Literal["push", "turn", "pull"]
@@ -45,7 +46,33 @@ class Identity:
     # measured ones (shared/notes/mcp-session-identity.md); none is ever set in a person's shell.
     agent_env: tuple[str, ...] = ()
     mcp_client_names: tuple[str, ...] = ()  # MCP clientInfo.name values it sends
+    # How an MCP tool call names its session (hive.sidecar.mcp.identity), for a server shared
+    # between sessions: ``_meta`` keys holding the session id, and ``_meta`` keys holding an object
+    # (or its JSON text) with the session id under a field, as (key, field).
+    mcp_session_meta: tuple[str, ...] = ()
+    mcp_session_meta_objects: tuple[tuple[str, str], ...] = ()
+    # Env vars the harness (or hive's bridge in it) sets in the MCP server it starts, naming the
+    # session at spawn time: only a hint, stale once the harness rotates the session in place.
+    mcp_session_env: tuple[str, ...] = ()
+    # Env vars that name this harness as the MCP client when its initialize carries no clientInfo
+    # (optional from protocol 2026-07-28 on): markers the server inherits from it.
+    mcp_client_env: tuple[str, ...] = ()
     transcript_field: str = "transcript_path"
+    # The project folder of Agent Skills it reads instead of ``.agents/skills``, if any: a lesson
+    # promoted into a project is linked (or copied) there too (hive.sidecar.lessons.promote).
+    project_skills: SkillsLink | None = None
+
+
+@dataclass(frozen=True)
+class SkillsLink:
+    """A harness's own project skills folder, which promotion mirrors ``.agents/skills`` into.
+
+    ``lesson_promote`` answers how each skill got there under ``key``: "link", "copy", "shared"
+    (the folder already is ``.agents/skills``) or "" (none: a hand-edited copy was left alone).
+    """
+
+    folder: str  # relative to the project root: ".claude/skills"
+    key: str  # the key of lesson_promote's answer that reports it: "claude"
 
 
 @dataclass(frozen=True)
@@ -128,3 +155,28 @@ class NativeFile:
 # line contains one of these (the installed hook client's file name, or the portable form
 # used in the generated reference files).
 HOOK_MARKERS = ("hive_hook.py", "hive hook ")
+
+
+# A ``hive doctor`` check's status. "todo": hive is set up right, and a step only the person can take
+# remains (trusting hooks or a folder in a harness). Listed, never a failure: a fresh, correct setup exits 0.
+Status = Literal["ok", "info", "todo", "warn", "fail"]
+
+
+@dataclass(frozen=True)
+class DoctorContext:
+    """What ``hive doctor`` found of a harness's user-scope wiring, for the checks only it knows."""
+
+    home: Path
+    binary: Path | None  # its program on PATH, None when not found
+    files: dict[Path, tuple[NativeFile, ...]]  # hive's user-scope files for it, resolved, in descriptor order
+    complete: bool  # every one of those files is there and parses
+
+
+@dataclass(frozen=True)
+class DoctorCheck:
+    """One line of ``hive doctor``: ``todo`` is a step only the person can take in the harness."""
+
+    name: str
+    status: Status
+    detail: str
+    fix: str | None = None

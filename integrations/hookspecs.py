@@ -11,17 +11,33 @@ Hooks, by plane (each documented below with its arguments and what it returns):
 - observe and inject: ``hive_hook_points(harness)``, ``hive_tiers(harness)``,
   ``hive_reply(harness, point, text, payload)``
 - presence: ``hive_presence(harness)``
-- install: ``hive_native_files(harness, context)``
+- inject (the ``app_server`` push): ``hive_app_server(harness)``
+- install: ``hive_native_files(harness, context)``, ``hive_setup_steps(harness, scope)``,
+  ``hive_doctor_checks(harness, context)``, ``hive_doctor_project(harness, project, where, home)``
 - gate: ``hive_deny(harness, point, reason)``
 """
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from .descriptor import HookPoint, Identity, InstallContext, NativeFile, Presence, Tiers
+from .descriptor import (
+    DoctorCheck,
+    DoctorContext,
+    HookPoint,
+    Identity,
+    InstallContext,
+    NativeFile,
+    Presence,
+    Scope,
+    Tiers,
+)
+
+if TYPE_CHECKING:
+    from .push import AppServer  # the sidecar's errors: loaded only where a push runs
 
 hookspec = pluggy.HookspecMarker("hive")
 hookimpl = pluggy.HookimplMarker("hive")
@@ -88,4 +104,38 @@ def hive_identify_caller(payload: dict[str, Any], env: dict[str, str]) -> str | 
     """Identity plane: given a hook's stdin ``payload`` and environment ``env``, return this harness's
     name if the evidence shows it is the one really calling (Cursor, for one, also runs Claude
     Code's hooks from ``~/.claude/settings.json``), else None.
+    """
+
+
+@hookspec(firstresult=True)
+def hive_app_server(harness: str) -> AppServer | None:
+    """Inject plane: for ``harness``, when its ``Tiers.push`` is ``"app_server"``, return the
+    :class:`~hive.integrations.push.AppServer` through which the sidecar itself puts mail into its
+    running UI (home folder, the running UI, the transcript to prove delivery by, the delivery).
+    None for another harness, or one without an app-server.
+    """
+
+
+@hookspec(firstresult=True)
+def hive_setup_steps(harness: str, scope: Scope) -> list[str] | None:
+    """Install plane: for ``harness``, return the approvals the person must give in it (trusting
+    hooks, a folder, a project's MCP file) before hive's ``scope`` files take effect, each a sentence
+    ``hive setup`` prints; hive never takes them itself. None for another harness or none needed.
+    """
+
+
+@hookspec(firstresult=True)
+def hive_doctor_checks(harness: str, context: DoctorContext) -> list[DoctorCheck] | None:
+    """Install plane: for ``harness``, return ``hive doctor``'s checks that only it knows how to make
+    (whether it trusts hive's hooks, a folder), given what doctor found of its user-scope files
+    in ``context``. They follow the generic checks, under the harness's name. Each must finish
+    within seconds and write nothing in the person's folders. None for another harness.
+    """
+
+
+@hookspec(firstresult=True)
+def hive_doctor_project(harness: str, project: Path, where: str, home: Path) -> list[DoctorCheck] | None:
+    """Install plane: for ``harness``, return ``hive doctor``'s checks of the approval hive's
+    committed files in ``project`` wait for (``where`` is how doctor shows that folder; ``home``
+    the person's home folder). Each check's name starts with ``where``. None for another harness.
     """

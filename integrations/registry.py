@@ -12,12 +12,26 @@ import os
 from dataclasses import dataclass
 from functools import cache
 from importlib.metadata import entry_points
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 from . import hookspecs
-from .descriptor import HookPoint, Identity, InstallContext, NativeFile, Presence, Tiers
+from .descriptor import (
+    DoctorCheck,
+    DoctorContext,
+    HookPoint,
+    Identity,
+    InstallContext,
+    NativeFile,
+    Presence,
+    Scope,
+    Tiers,
+)
+
+if TYPE_CHECKING:
+    from .push import AppServer
 
 BUILTIN = (
     "hive.integrations.claude_code",
@@ -84,6 +98,19 @@ class Harness:
     def deny(self, point: HookPoint, reason: str) -> str | None:
         result: str | None = self.hook.hive_deny(harness=self.name, point=point, reason=reason)
         return result
+
+    def app_server(self) -> AppServer | None:
+        result: AppServer | None = self.hook.hive_app_server(harness=self.name)
+        return result
+
+    def setup_steps(self, scope: Scope) -> list[str]:
+        return list(self.hook.hive_setup_steps(harness=self.name, scope=scope) or ())
+
+    def doctor_checks(self, context: DoctorContext) -> list[DoctorCheck]:
+        return list(self.hook.hive_doctor_checks(harness=self.name, context=context) or ())
+
+    def doctor_project(self, project: Path, where: str, home: Path) -> list[DoctorCheck]:
+        return list(self.hook.hive_doctor_project(harness=self.name, project=project, where=where, home=home) or ())
 
 
 @cache

@@ -13,9 +13,20 @@ after a tool result.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from ..descriptor import HookPoint, Identity, InstallContext, NativeFile, Presence, Tiers
+from ..descriptor import (
+    DoctorCheck,
+    HookPoint,
+    Identity,
+    InstallContext,
+    NativeFile,
+    Presence,
+    Scope,
+    SkillsLink,
+    Tiers,
+)
 from ..hookspecs import hookimpl
 
 NAME = "claude-code"
@@ -31,6 +42,10 @@ IDENTITY = Identity(
     caller_env=("CLAUDECODE", "CLAUDE_CODE_ENTRYPOINT"),
     agent_env=("CLAUDECODE",),
     mcp_client_names=("claude-code",),
+    mcp_session_env=("CLAUDE_CODE_SESSION_ID",),
+    mcp_client_env=("CLAUDECODE",),
+    # Claude Code reads only .claude/skills (../shared/notes/skills-and-popups.md A.5).
+    project_skills=SkillsLink(folder=".claude/skills", key="claude"),
 )
 
 POINTS = [
@@ -121,3 +136,22 @@ def hive_native_files(harness: str, context: InstallContext) -> list[NativeFile]
     for skill in context.skills:
         files.append(NativeFile(role="skill", path=f".claude/skills/{skill}/SKILL.md", format="text"))
     return files
+
+
+@hookimpl
+def hive_setup_steps(harness: str, scope: Scope) -> list[str] | None:
+    if harness != NAME or scope != "project":
+        return None
+    return [
+        "Claude Code asks before it starts servers from a project's .mcp.json: approve 'hive' when it "
+        "asks (or in `/mcp`)"
+    ]
+
+
+@hookimpl
+def hive_doctor_project(harness: str, project: Path, where: str, home: Path) -> list[DoctorCheck] | None:
+    if harness != NAME:
+        return None
+    from . import doctor
+
+    return doctor.project_checks(project, where, home)

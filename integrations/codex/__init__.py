@@ -25,10 +25,23 @@ daemon, so the session's pid is the daemon's, which outlives the TUI.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..descriptor import HookPoint, Identity, InstallContext, NativeFile, Presence, Tiers
+from ..descriptor import (
+    DoctorCheck,
+    DoctorContext,
+    HookPoint,
+    Identity,
+    InstallContext,
+    NativeFile,
+    Presence,
+    Scope,
+    Tiers,
+)
 from ..hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from ..push import AppServer
 
 NAME = "codex"
 
@@ -43,6 +56,9 @@ IDENTITY = Identity(
     caller_env=("CODEX_MANAGED_BY_NPM", "CODEX_MANAGED_PACKAGE_ROOT"),
     agent_env=("CODEX_MANAGED_BY_NPM",),
     mcp_client_names=("codex-mcp-client",),
+    # A tool call's _meta names the thread; the turn metadata (an object, or JSON text) carries it too.
+    mcp_session_meta=("sessionId", "threadId"),
+    mcp_session_meta_objects=(("x-codex-turn-metadata", "session_id"),),
 )
 
 # No matcher: an absent matcher matches every tool, as in Claude Code's shape.
@@ -131,3 +147,36 @@ def hive_native_files(harness: str, context: InstallContext) -> list[NativeFile]
     for skill in context.skills:
         files.append(NativeFile(role="skill", path=f".agents/skills/{skill}/SKILL.md", format="text"))
     return files
+
+
+@hookimpl
+def hive_app_server(harness: str) -> AppServer | None:
+    if harness != NAME:
+        return None
+    from .tui import CodexAppServer  # psutil and the WebSocket client: only where a push runs
+
+    return CodexAppServer()
+
+
+@hookimpl
+def hive_setup_steps(harness: str, scope: Scope) -> list[str] | None:
+    if harness != NAME:
+        return None
+    if scope == "user":
+        return [
+            "Codex runs hooks only once you trust them: start `codex`, type `/hooks` and trust hive's "
+            "entries (until then Codex sessions get hive mail only when they call a hive tool)"
+        ]
+    return [
+        "Codex reads a project's .codex/ folder only in a trusted project: trust it when `codex` asks",
+        "then type `/hooks` in Codex and trust hive's hook entries",
+    ]
+
+
+@hookimpl
+def hive_doctor_checks(harness: str, context: DoctorContext) -> list[DoctorCheck] | None:
+    if harness != NAME:
+        return None
+    from . import doctor  # tomlkit and a codex app-server: only for `hive doctor`
+
+    return doctor.checks(context)

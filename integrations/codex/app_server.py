@@ -24,7 +24,6 @@ import hashlib
 import json
 import os
 import struct
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ import anyio
 from anyio.abc import ByteStream
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from hive.sidecar.base.errors import HiveError
+from ..push import Delivery, NotRunning, PushFailed
 
 SOCKET = Path("app-server-control") / "app-server-control.sock"
 WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455 §1.3
@@ -43,18 +42,6 @@ DEADLINE = 10.0  # one whole delivery, connect to accepted answer
 QUEUE_DEADLINE = 20.0  # `codex queue` is a process start of a large binary, slow on a loaded machine
 
 
-class PushFailed(HiveError):
-    """Codex did not take the message; the reason says which step refused."""
-
-    code = "push_failed"
-
-
-class NotRunning(PushFailed):
-    """The thread is not loaded in the TUI's app-server: no Codex TUI runs it now."""
-
-    code = "push_not_running"
-
-
 class Refusal(PushFailed):
     """The app-server answered a request with an error."""
 
@@ -63,14 +50,6 @@ class Refusal(PushFailed):
     def __init__(self, method: str, message: str) -> None:
         super().__init__(f"{method}: {message}")
         self.method = method
-
-
-@dataclass(frozen=True)
-class Delivery:
-    """How a message went into a thread: ``steer`` (the running turn), ``start`` (a new turn), ``queue``."""
-
-    how: str
-    turn: str = ""
 
 
 def codex_home(transcript: str) -> Path:

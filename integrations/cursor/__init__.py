@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..descriptor import HookPoint, Identity, InstallContext, NativeFile, Presence, Tiers
+from ..descriptor import HookPoint, Identity, InstallContext, NativeFile, Presence, Scope, Tiers
 from ..hookspecs import hookimpl
 
 NAME = "cursor"
@@ -36,6 +36,7 @@ IDENTITY = Identity(
     stdin_session="conversation_id",
     stdin_cwd="workspace_roots",
     caller_env=("CURSOR_PROJECT_DIR",),
+    mcp_client_names=("cursor",),
 )
 
 # Cursor evidence in a hook's stdin: its session field plus one field no other harness sends.
@@ -108,3 +109,12 @@ def hive_native_files(harness: str, context: InstallContext) -> list[NativeFile]
     for skill in context.skills:
         files.append(NativeFile(role="skill", path=f".cursor/skills/{skill}/SKILL.md", format="text"))
     return files
+
+
+@hookimpl
+def hive_setup_steps(harness: str, scope: Scope) -> list[str] | None:
+    if harness != NAME:
+        return None
+    if scope == "user":
+        return ["Cursor may list hive as a new MCP server to turn on: enable it under Settings → MCP"]
+    return ["Cursor asks before it uses a project's .cursor/mcp.json: enable hive under Settings → MCP"]

@@ -14,9 +14,20 @@ would skip Gemini's tool confirmations.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from ..descriptor import HookPoint, Identity, InstallContext, NativeFile, Presence, Tiers
+from ..descriptor import (
+    DoctorCheck,
+    DoctorContext,
+    HookPoint,
+    Identity,
+    InstallContext,
+    NativeFile,
+    Presence,
+    Scope,
+    Tiers,
+)
 from ..hookspecs import hookimpl
 
 NAME = "gemini"
@@ -32,6 +43,8 @@ IDENTITY = Identity(
     caller_env=("GEMINI_SESSION_ID",),
     agent_env=("GEMINI_CLI",),
     mcp_client_names=("gemini-cli-mcp-client",),
+    mcp_session_env=("GEMINI_SESSION_ID",),  # Gemini sets it only for hooks; a wrapper may set it for MCP
+    mcp_client_env=("GEMINI_CLI",),
 )
 
 POINTS = [
@@ -111,3 +124,36 @@ def hive_native_files(harness: str, context: InstallContext) -> list[NativeFile]
     for skill in context.skills:
         files.append(NativeFile(role="skill", path=f".agents/skills/{skill}/SKILL.md", format="text"))
     return files
+
+
+@hookimpl
+def hive_setup_steps(harness: str, scope: Scope) -> list[str] | None:
+    if harness != NAME:
+        return None
+    if scope == "user":
+        return [
+            "Gemini CLI loads MCP servers and hooks only in folders you trust: trust each project folder "
+            "when `gemini` asks there (or with `/permissions`)"
+        ]
+    return [
+        "Gemini CLI reads a project's .gemini/settings.json only in a trusted folder: trust it when "
+        "`gemini` asks (or with `/permissions`)"
+    ]
+
+
+@hookimpl
+def hive_doctor_checks(harness: str, context: DoctorContext) -> list[DoctorCheck] | None:
+    if harness != NAME:
+        return None
+    from . import doctor
+
+    return doctor.checks(context)
+
+
+@hookimpl
+def hive_doctor_project(harness: str, project: Path, where: str, home: Path) -> list[DoctorCheck] | None:
+    if harness != NAME:
+        return None
+    from . import doctor
+
+    return doctor.project_checks(project, where, home)

@@ -36,6 +36,7 @@ IDENTITY = Identity(
     caller_env=("OPENCODE",),
     agent_env=("OPENCODE",),
     mcp_client_names=("opencode",),
+    mcp_client_env=("OPENCODE",),
     transcript_field="",
 )
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from functools import cache
 from pathlib import Path
 
-from ..descriptor import HookPoint, Identity, InstallContext, NativeFile, Presence, Tiers
+from ..descriptor import HookPoint, Identity, InstallContext, NativeFile, Presence, Scope, Tiers
 from ..hookspecs import hookimpl
 from ..plugin_source import render
 
@@ -36,6 +36,12 @@ IDENTITY = Identity(
     stdin_cwd="cwd",
     caller_env=("PI_CODING_AGENT",),
     agent_env=("PI_CODING_AGENT",),
+    # hive's extension is the MCP client (clientInfo "pi"): it names the session in each call's
+    # _meta and in the server's environment (mcp-session-identity.md, pi).
+    mcp_client_names=("pi",),
+    mcp_session_meta=("pi/sessionId",),
+    mcp_session_env=("PI_SESSION_ID",),
+    mcp_client_env=("PI_CODING_AGENT",),
     transcript_field="",
 )
 
@@ -93,3 +99,10 @@ def hive_native_files(harness: str, context: InstallContext) -> list[NativeFile]
     for skill in context.skills:
         files.append(NativeFile(role="skill", path=f".agents/skills/{skill}/SKILL.md", format="text"))
     return files
+
+
+@hookimpl
+def hive_setup_steps(harness: str, scope: Scope) -> list[str] | None:
+    if harness != NAME or scope != "project":
+        return None
+    return ["pi loads a project's .pi/ extensions and skills only after you trust the project: trust it when `pi` asks"]

@@ -57,6 +57,10 @@ def test_the_contract_declares_one_hook_per_plane() -> None:
         "hive_reply",
         "hive_deny",
         "hive_identify_caller",
+        "hive_app_server",
+        "hive_setup_steps",
+        "hive_doctor_checks",
+        "hive_doctor_project",
     }
 
 
@@ -571,3 +575,22 @@ def test_the_readme_states_for_each_harness_how_its_sessions_are_observed_as_its
         )
         assert row in readme, f"README.md lacks the row, or says otherwise: {row}"
         assert presence.via in ("hook", "plugin")
+
+
+def test_each_harness_states_the_approvals_setup_leaves_to_the_person() -> None:
+    table = registry.harnesses()
+    user = [name for name, harness in table.items() if harness.setup_steps("user")]
+    project = [name for name, harness in table.items() if harness.setup_steps("project")]
+    assert user == ["codex", "cursor", "gemini"]
+    assert project == ["claude-code", "codex", "cursor", "gemini", "pi"]
+    assert len(table["codex"].setup_steps("project")) == 2
+
+
+def test_only_claude_code_names_a_skills_folder_of_its_own_and_only_codex_an_app_server() -> None:
+    table = registry.harnesses()
+    links = {name: h.identity.project_skills for name, h in table.items() if h.identity.project_skills}
+    assert {name: (link.folder, link.key) for name, link in links.items()} == {
+        "claude-code": (".claude/skills", "claude")
+    }
+    assert [name for name, h in table.items() if h.app_server() is not None] == ["codex"]
+    assert [name for name, h in table.items() if h.tiers().push == "app_server"] == ["codex"]
