@@ -4,10 +4,11 @@ One ``hive mcp`` process may serve several sessions (opencode shares one server 
 sessions, Claude Code keeps one across ``/clear``), so each tool call is tied to a session,
 in this order:
 
-1. the call's ``_meta`` (Codex sends ``sessionId``/``threadId``; our pi bridge ``pi/sessionId``);
+1. the call's ``_meta``, under the keys the harness descriptors name (``mcp_session_meta``);
 2. a ``_hook_session_id`` argument a pre-tool hook stamped into the call, removed before the
    tool sees its arguments;
-3. the session id the harness put in this process's environment at spawn time, which goes
+3. the session id the harness put in this process's environment at spawn time (the
+   descriptors' ``mcp_session_env``), which goes
    stale when a harness rotates sessions in place, so the sidecar confirms it (op ``attach``);
 4. the session a hook registered under one of this process's ancestors (op ``attach``);
 5. otherwise one session of this process's own, with a generated key.
@@ -24,7 +25,7 @@ import os
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from typing import TYPE_CHECKING, Any
 
 from ..base.errors import NotFound
@@ -36,43 +37,57 @@ if TYPE_CHECKING:
     from .link import SidecarLink
 
 HOOK_ARGUMENT = "_hook_session_id"
-META_SESSION_KEYS = ("sessionId", "threadId", "pi/sessionId")
-CODEX_TURN_META = "x-codex-turn-metadata"
-ENV_SESSION_HINTS = ("CLAUDE_CODE_SESSION_ID", "GEMINI_SESSION_ID", "PI_SESSION_ID")
 MAX_KEY = 200
 
-# When a client does not identify itself (clientInfo is optional from protocol 2026-07-28 on),
-# the markers harnesses put in their children's environment still name the agent.
-ENV_AGENTS = (
-    ("CLAUDECODE", "claude-code"),
-    ("GEMINI_CLI", "gemini"),
-    ("OPENCODE", "opencode"),
-    ("PI_CODING_AGENT", "pi"),
-)
+
+@dataclass(frozen=True)
+class Naming:
+    """How each harness names its session and itself to an MCP server, from the harness descriptors.
+
+    Every table keeps registration order (a built-in harness's entry first) without repeats: the
+    first ``_meta`` key or environment variable present wins.
+    """
+
+    clients: Mapping[str, str]  # clientInfo.name as each harness sends it -> hive's agent name
+    meta_keys: tuple[str, ...]  # _meta keys holding the session id
+    meta_objects: tuple[tuple[str, str], ...]  # _meta keys holding an object with the session id under a field
+    session_env: tuple[str, ...]  # env vars naming the session at spawn time
+    agent_env: tuple[tuple[str, str], ...]  # (env var, agent) naming the client that sent no clientInfo
 
 
 @cache
-def client_agents() -> Mapping[str, str]:
-    """clientInfo.name as each harness sends it -> hive's agent name, from the harness descriptors.
-
-    Read on the first tool call, not at start-up: the registry loads pluggy and every harness plugin.
-    """
+def naming() -> Naming:
+    """Read on the first tool call, not at start-up: the registry loads pluggy and every harness plugin."""
     from hive.integrations import registry
 
-    agents: dict[str, str] = {}
-    for harness in registry.harnesses().values():  # registration order: a built-in harness's name wins
+    harnesses = list(registry.harnesses().values())  # registration order
+    clients: dict[str, str] = {}
+    for harness in harnesses:
         for name in harness.identity.mcp_client_names:
-            agents.setdefault(name, harness.name)
-    return agents
+            clients.setdefault(name, harness.name)
+    return Naming(
+        clients=clients,
+        meta_keys=tuple(dict.fromkeys(k for h in harnesses for k in h.identity.mcp_session_meta)),
+        meta_objects=tuple(dict.fromkeys(k for h in harnesses for k in h.identity.mcp_session_meta_objects)),
+        session_env=tuple(dict.fromkeys(v for h in harnesses for v in h.identity.mcp_session_env)),
+        agent_env=tuple(dict.fromkeys((v, h.name) for h in harnesses for v in h.identity.mcp_client_env)),
+    )
+
+
+def client_agents() -> Mapping[str, str]:
+    """clientInfo.name as each harness sends it -> hive's agent name, from the harness descriptors."""
+    return naming().clients
 
 
 def agent_name(client_name: str | None, environ: Mapping[str, str]) -> str:
     if client_name:
         from ..base.config import slug
 
-        # A client no descriptor names goes by its own name (Cursor sends "cursor", hive's pi extension "pi").
+        # A client no descriptor names goes by its own name.
         return client_agents().get(client_name) or slug(client_name) or "agent"
-    for variable, agent in ENV_AGENTS:
+    # When a client does not identify itself (clientInfo is optional from protocol 2026-07-28 on),
+    # the markers harnesses put in their children's environment still name the agent.
+    for variable, agent in naming().agent_env:
         if environ.get(variable):
             return agent
     return "agent"
@@ -87,15 +102,17 @@ def _key(value: Any) -> str | None:
 def session_from_meta(meta: Mapping[str, Any] | None) -> str | None:
     if not meta:
         return None
-    for name in META_SESSION_KEYS:
+    table = naming()
+    for name in table.meta_keys:
         if key := _key(meta.get(name)):
             return key
-    turn = meta.get(CODEX_TURN_META)
-    if isinstance(turn, str):
-        with contextlib.suppress(ValueError):
-            turn = json.loads(turn)
-    if isinstance(turn, dict):
-        return _key(turn.get("session_id"))
+    for name, field in table.meta_objects:
+        value = meta.get(name)
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                value = json.loads(value)
+        if isinstance(value, dict):
+            return _key(value.get(field))
     return None
 
 
@@ -114,9 +131,13 @@ class Callers:
         self.cwd = os.getcwd()
         self.ancestors = ancestor_pids()
         self.harness_pid = os.getppid()
-        self.env_hint = next((k for v in ENV_SESSION_HINTS if (k := _key(self.environ.get(v)))), None)
         self.process_key = f"mcp-{os.getpid()}-{secrets.token_hex(4)}"
         self._registered: dict[str, int] = {}  # session key -> link generation that holds it
+
+    @cached_property
+    def env_hint(self) -> str | None:
+        """The session id a harness put in this process's environment at spawn time, if any."""
+        return next((k for v in naming().session_env if (k := _key(self.environ.get(v)))), None)
 
     async def identify(self, ctx: Context, link: SidecarLink) -> Identity:
         request = ctx.request_context

@@ -21,7 +21,7 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp_types import CallToolResult, Implementation, TextContent
 
-from hive.sidecar.mcp.identity import agent_name, session_from_meta
+from hive.sidecar.mcp.identity import Callers, agent_name, session_from_meta
 from hive.sidecar.mcp.server import behaviour_rules
 from tests.conftest import REPO, Hive
 
@@ -406,8 +406,21 @@ def test_agent_names_come_from_client_info_then_from_harness_environment_markers
     assert agent_name("codex-mcp-client", {}) == "codex"
     assert agent_name("claude-code", {}) == "claude-code"
     assert agent_name("Zed Editor 2", {}) == "zed-editor-2"
+    assert (agent_name("cursor", {}), agent_name("pi", {})) == ("cursor", "pi")
     assert agent_name(None, {"OPENCODE": "1"}) == "opencode"
+    assert agent_name(None, {"PI_CODING_AGENT": "1"}) == "pi"
+    # The first harness's marker wins (a Claude Code session started from opencode's shell).
+    assert agent_name(None, {"OPENCODE": "1", "CLAUDECODE": "1", "GEMINI_CLI": "1"}) == "claude-code"
+    # Codex's npm marker names no MCP client: Codex's server goes by "agent" without clientInfo.
+    assert agent_name(None, {"CODEX_MANAGED_BY_NPM": "1"}) == "agent"
     assert agent_name(None, {}) == "agent"
+
+
+def test_the_spawn_time_session_hint_is_read_from_the_first_harness_variable_that_holds_one() -> None:
+    assert Callers({"PI_SESSION_ID": "p", "GEMINI_SESSION_ID": "g"}).env_hint == "g"
+    assert Callers({"PI_SESSION_ID": "p", "CLAUDE_CODE_SESSION_ID": " ", "GEMINI_SESSION_ID": ""}).env_hint == "p"
+    assert Callers({"CLAUDE_CODE_SESSION_ID": "c", "GEMINI_SESSION_ID": "g"}).env_hint == "c"
+    assert Callers({"HOME": "/tmp"}).env_hint is None
 
 
 def test_session_ids_are_read_from_codex_and_pi_meta_keys() -> None:
@@ -418,6 +431,9 @@ def test_session_ids_are_read_from_codex_and_pi_meta_keys() -> None:
     assert session_from_meta({"pi/sessionId": "e"}) == "e"
     assert session_from_meta({"claudecode/toolUseId": "toolu_1", "progressToken": 1}) is None
     assert session_from_meta({"sessionId": "   "}) is None
+    # Codex's and pi's keys are tried in that order, the flat keys before the turn metadata.
+    assert session_from_meta({"pi/sessionId": "e", "threadId": "b"}) == "b"
+    assert session_from_meta({"x-codex-turn-metadata": {"session_id": "c"}, "pi/sessionId": "e"}) == "e"
 
 
 def test_the_mcp_inspector_cli_lists_the_tools(make_hive: Any, tmp_path: Path) -> None:
