@@ -20,13 +20,10 @@ started with ``--dangerously-bypass-hook-trust``, or one that was closed; the da
 the mail back at once and drops the session to the turn tier, which senders and ``list_team`` are
 told from then on.
 
-A Codex TUI is told by its own arguments (:func:`is_tui`): ``argv[0]`` is ``codex`` and no
-subcommand is another mode's. Its executable is not enough: ``codex exec`` runs its sandbox helper
-as the same binary under ``argv[0]`` = ``codex-linux-sandbox``, which is no TUI.
-
-Codex's app-server keeps a closed TUI's thread loaded for a few minutes, and a turn started
-there would run with nobody watching; so a push first looks for a Codex TUI process running
-under the same CODEX_HOME (psutil: the same on Linux and macOS), and counts none as a failed push.
+What is Codex's (its home, which process is its TUI, where its rollout is, the app-server
+protocol) the Codex plugin answers through ``hive_app_server``
+(:mod:`hive.integrations.codex.tui`); a push first asks it for the TUI running under the session's
+CODEX_HOME, and counts none as a failed push (a closed TUI's thread stays loaded for minutes).
 
 A sender waits at most :data:`ANSWER_WITHIN` for Codex's answer; past that the push goes on in
 the sidecar's task group and the sender is told it was pushed (it is in Codex's hands, or the
@@ -38,18 +35,14 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import psutil
 
 from hive.integrations import registry
-from hive.integrations.codex.app_server import NotRunning, PushFailed, codex_home, deliver
-from hive.integrations.hook_client import start_time
+from hive.integrations.push import PushFailed
 
 from ..base.host import PerSidecar
 from ..presence import observe
@@ -62,29 +55,6 @@ if TYPE_CHECKING:
 
 MECHANISM = "app_server"  # the Tiers.push this module serves
 ANSWER_WITHIN = 3.0
-# Codex subcommands that are not an interactive TUI; any other `codex` process is one.
-NOT_TUI = frozenset(
-    {
-        "app-server",
-        "exec",
-        "e",
-        "queue",
-        "mcp",
-        "mcp-server",
-        "login",
-        "logout",
-        "apply",
-        "a",
-        "sandbox",
-        "debug",
-        "completion",
-        "cloud",
-        "features",
-        "responses-api-proxy",
-        "stdio-to-uds",
-        "help",
-    }
-)
 
 log = logging.getLogger("hive.sidecar.mail.codex_push")
 
@@ -98,62 +68,6 @@ def serves(session: Session) -> bool:
     except Exception:  # a broken third-party plugin must not fail a send: the other push paths still work
         log.exception("looking up the harness of session %s failed", session.key)
         return False
-
-
-@dataclass(frozen=True)
-class Tui:
-    """A running Codex TUI: its process (pid and start time name it) and its executable."""
-
-    pid: int
-    started: str  # hook_client.start_time's form, as a Holder wants it ("" where the system hides it)
-    binary: Path | None  # for the ``codex queue`` fallback; None where the system hides it
-
-
-def _home_of(environ: dict[str, str] | None) -> Path | None:
-    if not environ:
-        return None
-    if environ.get("CODEX_HOME"):
-        return Path(environ["CODEX_HOME"])
-    return Path(environ["HOME"]) / ".codex" if environ.get("HOME") else None
-
-
-def is_tui(argv: list[str]) -> bool:
-    """Whether a process's own arguments are an interactive Codex TUI's: the program is ``codex``
-    itself and no subcommand is one that is not the TUI.
-
-    Only the arguments tell: Codex runs its sandbox helper as the same binary (``/proc/<pid>/exe``
-    is codex) under ``argv[0]`` = ``codex-linux-sandbox`` while ``codex exec`` runs a command, and
-    that helper, or any process whose program name is not ``codex``, is never a TUI."""
-    if not argv or os.path.basename(argv[0]) != "codex":
-        return False
-    return not NOT_TUI & set(argv[1:])
-
-
-def find_tui(home: Path) -> Tui | None:
-    """The Codex TUI running under CODEX_HOME ``home`` (this user's processes), or None."""
-    wanted = os.path.realpath(home)
-    for process in psutil.process_iter(["cmdline", "environ"]):
-        info = process.info
-        argv = info.get("cmdline") or []
-        if not is_tui(argv):
-            continue
-        found = _home_of(info.get("environ"))  # None for another user's process: not ours to push into
-        if found is None or os.path.realpath(found) != wanted:
-            continue
-        binary: Path | None = None
-        with contextlib.suppress(psutil.Error, OSError):
-            binary = Path(process.exe()) if process.exe() else None
-        return Tui(process.pid, start_time(process.pid), binary)
-    return None
-
-
-def tui_binary(home: Path) -> Path | bool | None:
-    """The executable of a Codex TUI running under ``home`` (True when it runs and its executable
-    is hidden); None if there is none."""
-    tui = find_tui(home)
-    if tui is None:
-        return None
-    return tui.binary or True
 
 
 async def push(sidecar: MailHost, session: Session) -> bool:
@@ -184,13 +98,14 @@ async def _push(sidecar: MailHost, session: Session, address: str, done: anyio.E
                 return
             ids = [m.id for m in messages]
             sidecar.mailbox.mark_shown(messages)
-            home = codex_home(session.transcript)
-            tui = await anyio.to_thread.run_sync(find_tui, home)
-            if tui is None:
-                raise NotRunning(f"no Codex TUI runs under {home}")
-            rollout = rollout_of(session, home)
+            server = registry.harness(session.agent).app_server()
+            if server is None:
+                raise PushFailed(f"{session.agent} offers no app-server to push through")
+            home = server.home(session.transcript)
+            tui = await anyio.to_thread.run_sync(server.running, home)
+            rollout = server.rollout(session.key, session.transcript, home)
             offset = _size(rollout)  # what the rollout held before this push: proof comes after it
-            how = await deliver(home, session.key, frames(messages), tui.binary or _which_codex())
+            how = await server.deliver(home, session.key, frames(messages), tui)
             # Codex took the text; its model has not seen it yet. Held for the TUI until the
             # rollout shows a model turn that carried it (:func:`settle`).
             sidecar.mailbox.mark_shown(messages, Holder(session.key, tui.pid, tui.started, pushed=True))
@@ -213,11 +128,6 @@ async def _push(sidecar: MailHost, session: Session, address: str, done: anyio.E
         outcome.append(False)
     finally:
         done.set()
-
-
-def _which_codex() -> Path | None:
-    found = shutil.which("codex")
-    return Path(found) if found else None
 
 
 # ---- proof that a model turn carried pushed mail ----------------------------------------------------
@@ -250,14 +160,6 @@ class _Pushes:
 
 
 PUSHES: PerSidecar[_Pushes] = PerSidecar(lambda sidecar: _Pushes())
-
-
-def rollout_of(session: Session, home: Path) -> Path | None:
-    """The thread's rollout: the hook's transcript path, else found by the thread id under ``home``."""
-    if session.transcript and os.path.basename(session.transcript).startswith("rollout-"):
-        return Path(session.transcript)
-    found = sorted((home / "sessions").glob(f"*/*/*/rollout-*-{session.key}.jsonl"))
-    return found[-1] if found else None
 
 
 def _size(path: Path | None) -> int:

@@ -26,7 +26,7 @@ import pytest
 
 from hive.integrations.codex import app_server
 from hive.integrations.codex.app_server import Delivery, NotRunning, PushFailed
-from hive.sidecar.mail.codex_push import find_tui, is_tui
+from hive.integrations.codex.tui import find_tui, is_tui
 from tests.conftest import Hive
 from tests.installer.conftest import require_cli
 

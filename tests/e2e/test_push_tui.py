@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from hive.sidecar.mail.codex_push import tui_binary
+from hive.integrations.codex.tui import tui_binary
 from tests.installer.conftest import require_cli
 
 from .conftest import HarnessMachine, Team, cli, contract, harness_team, wait_for
