@@ -246,7 +246,14 @@ def cmd_promote(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(result)
         return 0
-    print(f"wrote {result['path']}" + (f" (Claude Code: {result['claude']})" if result["claude"] else ""))
+    from hive.integrations import registry  # only here: the plugins load for this one command
+
+    mirrored = "".join(
+        f" ({harness.identity.title}: {result[link.key]})"
+        for harness in registry.harnesses().values()
+        if (link := harness.identity.project_skills) is not None and result.get(link.key)
+    )
+    print(f"wrote {result['path']}" + mirrored)
     for note in result.get("notes", []):
         print(f"  {note}")
     return 0

@@ -1,7 +1,8 @@
 """Promotion: a verified lesson written into a project as an Agent Skill, ``.agents/skills/hive-<slug>/SKILL.md``.
 
-Codex, Gemini CLI, opencode and pi read ``.agents/skills``; Claude Code reads only ``.claude/skills``
-(``../shared/notes/skills-and-popups.md`` A.5), so each skill also gets a relative symlink there, or a
+Codex, Gemini CLI, opencode and pi read ``.agents/skills``; a harness that reads only a folder of
+its own names it in its descriptor (``Identity.project_skills``: Claude Code's ``.claude/skills``,
+``../shared/notes/skills-and-popups.md`` A.5), so each skill also gets a relative symlink there, or a
 copy where the file system refuses links. The frontmatter holds only the fields the reference
 validator (``skills-ref``) allows; provenance (lesson id, kind, scope, reviewer, author) goes under
 ``metadata``, whose values are strings.
@@ -9,7 +10,7 @@ validator (``skills-ref``) allows; provenance (lesson id, kind, scope, reviewer,
 A generated file carries ``metadata.hive-digest``: the SHA-256 of the file with that value blanked.
 A file whose digest no longer matches was edited by someone, and is never overwritten without
 ``force``. Superseding a promoted lesson re-renders its skill in the same folder with the new text;
-retracting it removes the folder (and the Claude Code link or copy), edited or not: a retraction
+retracting it removes the folder (and those links or copies), edited or not: a retraction
 deletes the lesson everywhere.
 
 The files are written 0644, unlike hive's state (0600): they are meant to be committed and read by
@@ -28,12 +29,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hive.integrations import registry
+from hive.integrations.descriptor import SkillsLink
+
 from ..base.config import slug
 from ..base.defang import defang
 from ..base.errors import Conflict, Refused
 
 SKILLS_DIR = Path(".agents") / "skills"
-CLAUDE_DIR = Path(".claude") / "skills"
 PREFIX = "hive-"
 NAME_LIMIT = 64
 DESCRIPTION_LIMIT = 1024
@@ -109,7 +112,9 @@ class Written:
     lesson: str
     skill: str  # the skill name, which is also its folder's name
     path: Path  # SKILL.md
-    claude: str  # "link", "copy", "shared" (.claude/skills already is .agents/skills) or "" (none)
+    # How the skill got into each harness's own folder, by SkillsLink.key: "link", "copy", "shared"
+    # (that folder already is .agents/skills) or "" (none).
+    links: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, object]:
@@ -117,9 +122,19 @@ class Written:
             "lesson": self.lesson,
             "skill": self.skill,
             "path": str(self.path),
-            "claude": self.claude,
+            **self.links,
             "notes": list(self.notes),
         }
+
+
+def skills_links() -> list[SkillsLink]:
+    """The harnesses' own project skills folders, in registration order, each once."""
+    found: dict[str, SkillsLink] = {}
+    for harness in registry.harnesses().values():
+        link = harness.identity.project_skills
+        if link is not None:
+            found.setdefault(link.folder, link)
+    return list(found.values())
 
 
 # ---- rendering -------------------------------------------------------------------------
@@ -276,21 +291,22 @@ def write_skill(
         if owner not in (source.id, replaces) or not untouched(existing):
             raise Conflict(f"{path} was edited by hand or is not hive's; promote with --force to overwrite it")
     _write(path, render(source, name))
-    written = Written(lesson=source.id, skill=name, path=path, claude="")
-    written.claude = _claude_copy(root, name, written.notes, force)
+    written = Written(lesson=source.id, skill=name, path=path)
+    for link in skills_links():
+        written.links[link.key] = _mirror(root, Path(link.folder), name, written.notes, force)
     return written
 
 
-def _claude_copy(root: Path, name: str, notes: list[str], force: bool) -> str:
-    """Make the skill visible in ``.claude/skills``: a relative link, else a copy."""
+def _mirror(root: Path, folder: Path, name: str, notes: list[str], force: bool) -> str:
+    """Make the skill visible in a harness's own skills ``folder``: a relative link, else a copy."""
     agents = root / SKILLS_DIR
-    claude = root / CLAUDE_DIR
+    mirror = root / folder
     with contextlib.suppress(OSError):
-        if claude.exists() and claude.resolve() == agents.resolve():
+        if mirror.exists() and mirror.resolve() == agents.resolve():
             return "shared"
-    target = claude / name
+    target = mirror / name
     source_dir = agents / name
-    relative = os.path.relpath(source_dir, claude)
+    relative = os.path.relpath(source_dir, mirror)
     if target.is_symlink():
         if os.readlink(target) == relative:
             return "link"
@@ -301,7 +317,7 @@ def _claude_copy(root: Path, name: str, notes: list[str], force: bool) -> str:
             notes.append(f"{target} was edited by hand; left as it is (use --force to replace it)")
             return ""
         shutil.rmtree(target)
-    claude.mkdir(parents=True, exist_ok=True)
+    mirror.mkdir(parents=True, exist_ok=True)
     try:
         target.symlink_to(relative, target_is_directory=True)
         return "link"
@@ -311,7 +327,7 @@ def _claude_copy(root: Path, name: str, notes: list[str], force: bool) -> str:
 
 
 def remove_skill(root: Path, folder: str, lesson_ids: tuple[str, ...]) -> bool:
-    """Remove a skill folder hive wrote for one of ``lesson_ids``, and its Claude Code link or copy."""
+    """Remove a skill folder hive wrote for one of ``lesson_ids``, and its links or copies in harnesses' own folders."""
     path = root / SKILLS_DIR / folder / "SKILL.md"
     existing = _read(path)
     removed = False
@@ -320,11 +336,12 @@ def remove_skill(root: Path, folder: str, lesson_ids: tuple[str, ...]) -> bool:
         removed = True
         with contextlib.suppress(OSError):
             (root / SKILLS_DIR / folder).rmdir()  # only when nothing else was put beside it
-    target = root / CLAUDE_DIR / folder
-    if target.is_symlink():
-        target.unlink()
-    elif target.is_dir():
-        copied = _read(target / "SKILL.md")
-        if copied is not None and generated_lesson(copied) in lesson_ids:
-            shutil.rmtree(target)
+    for link in skills_links():
+        target = root / link.folder / folder
+        if target.is_symlink():
+            target.unlink()
+        elif target.is_dir():
+            copied = _read(target / "SKILL.md")
+            if copied is not None and generated_lesson(copied) in lesson_ids:
+                shutil.rmtree(target)
     return removed

@@ -84,6 +84,18 @@ def test_a_verified_lesson_becomes_a_valid_skill_with_its_provenance_and_a_relat
     assert oct((skill / "SKILL.md").stat().st_mode & 0o777) == "0o644"  # committed, read by every harness
 
 
+def test_promote_says_how_claude_code_sees_the_skill_and_answers_the_same_keys_as_json(
+    hive: Hive, tmp_path: Path
+) -> None:
+    repo = git_repo(tmp_path / "api")
+    lesson_id = verified(hive, repo, "Release notes go in docs/releases, one file per version.")
+    said = run(hive, "lessons", "promote", lesson_id, cwd=repo)
+    assert said.returncode == 0, said.stderr
+    first = said.stdout.splitlines()[0]
+    assert first.startswith("wrote ") and first.endswith("/SKILL.md (Claude Code: link)")
+    assert list(promoted(hive, repo, lesson_id)) == ["lesson", "skill", "path", "claude", "notes"]
+
+
 def test_only_a_verified_project_or_team_lesson_is_promoted(hive: Hive, tmp_path: Path) -> None:
     repo = git_repo(tmp_path / "api")
     waiting = propose(hive, "Not reviewed yet.", scope="project", cwd=repo)["id"]
