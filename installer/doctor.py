@@ -9,33 +9,29 @@ place), since a broken one fails everything else for that one reason.
 
 The harness checks read the same descriptors ``hive setup`` writes from, so "wired" means "what
 setup would write is there". The MCP check starts ``hive mcp`` as harnesses do and speaks MCP to
-it with the official client; Codex's hook trust is asked of Codex itself (its app-server's
-``hooks/list``, run on a scratch copy of its home), because only Codex knows which hook hashes
-the person approved. Doctor writes nothing in the person's folders.
+it with the official client. What only one harness knows how to check (Codex's hook trust,
+asked of Codex itself; Gemini CLI's folder trust; a project's approval in Claude Code) its own
+plugin checks (``hive_doctor_checks``, ``hive_doctor_project``). Doctor writes nothing in the
+person's folders.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import re
 import stat
-import subprocess
 import sys
 import tempfile
-import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import Any, TextIO
 
 import anyio
-import tomlkit
-import tomlkit.exceptions
 
 from hive.integrations import registry
-from hive.integrations.descriptor import HOOK_MARKERS
+from hive.integrations.descriptor import DoctorContext, Status
 from hive.sidecar import __version__
 from hive.sidecar.base.errors import HiveError
 from hive.sidecar.base.paths import state_paths
@@ -48,11 +44,7 @@ from .errors import InstallError, display
 from .manifest import Manifest
 from .setup import resolve_path, setup_folder, skill_source
 
-# "todo": hive is set up right, and a step only the person can take remains (trusting hooks or a
-# folder in a harness). Listed, never a failure: a fresh, correct setup exits 0.
-Status = Literal["ok", "info", "todo", "warn", "fail"]
 MCP_TIMEOUT = 30.0
-CODEX_TIMEOUT = 20.0
 EXPECTED_TOOLS = {"list_team", "send_message", "check_inbox", "whoami"}
 
 
@@ -201,197 +193,6 @@ def check_mcp(argv: tuple[str, ...]) -> Check:
 # ---- harnesses ------------------------------------------------------------------------------------------
 
 
-def _scratch_codex_home(hooks_file: Path, scratch: Path) -> Path:
-    """A copy of the person's Codex home holding only what ``hooks/list`` reads: the hooks file and the
-    config with its trust records, their keys moved to the copy's path (a key names its hooks file).
-
-    Codex's app-server creates databases, logs and system skills in its home on start; run in the
-    real ``~/.codex`` that would be doctor writing into the person's folder."""
-    home = scratch / "codex-home"
-    home.mkdir()
-    copy = home / hooks_file.name
-    copy.write_bytes(hooks_file.read_bytes())
-    config = hooks_file.parent / "config.toml"
-    try:
-        doc = tomlkit.parse(config.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return home
-    state = (doc.get("hooks") or {}).get("state")
-    if state is not None:
-        prefix = f"{hooks_file}:"
-        for key in [k for k in state if k.startswith(prefix)]:
-            state[f"{copy}:{key[len(prefix) :]}"] = state.pop(key)
-    (home / "config.toml").write_text(tomlkit.dumps(doc), encoding="utf-8")
-    return home
-
-
-def _codex_hooks(binary: Path, hooks_file: Path) -> list[dict[str, Any]]:
-    """Codex's own view of hive's user hooks, from ``codex app-server``'s ``hooks/list``, with each
-    hook's ``sourcePath`` and ``key`` given as in the person's own Codex home."""
-    requests = [
-        {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {"clientInfo": {"name": "hive-doctor", "version": __version__}},
-        },
-        {"jsonrpc": "2.0", "method": "initialized"},
-        {"jsonrpc": "2.0", "id": 2, "method": "hooks/list", "params": {}},
-    ]
-    with tempfile.TemporaryDirectory(prefix="hive-doctor-") as folder:
-        scratch = Path(folder)
-        home = _scratch_codex_home(hooks_file, scratch)
-        copy = str(home / hooks_file.name)
-        env = {**os.environ, "CODEX_HOME": str(home)}
-        process = subprocess.Popen(
-            [str(binary), "app-server"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            cwd=scratch,
-            env=env,
-            text=True,
-            start_new_session=True,
-        )  # see detect._probe_version: not the person's session
-        assert process.stdin is not None and process.stdout is not None
-        try:
-            process.stdin.write("".join(json.dumps(r) + "\n" for r in requests))
-            process.stdin.flush()
-            with _deadline(process, CODEX_TIMEOUT):
-                for line in process.stdout:
-                    try:
-                        message = json.loads(line)
-                    except json.JSONDecodeError:
-                        continue
-                    if message.get("id") == 2:
-                        if "error" in message:
-                            raise RuntimeError(message["error"].get("message", "hooks/list failed"))
-                        hooks = [hook for entry in message["result"]["data"] for hook in entry.get("hooks", [])]
-                        for hook in hooks:
-                            if hook.get("sourcePath") == copy:
-                                hook["sourcePath"] = str(hooks_file)
-                        return hooks
-            raise RuntimeError(f"codex app-server gave no hooks/list answer within {CODEX_TIMEOUT:.0f}s")
-        finally:
-            process.kill()
-            process.wait()
-            with contextlib.suppress(OSError):  # a pipe to a killed process may refuse the final flush
-                process.stdin.close()
-            process.stdout.close()
-
-
-class _deadline:
-    """Kill ``process`` if the block takes longer than ``seconds`` (its blocked reads then end)."""
-
-    def __init__(self, process: subprocess.Popen[str], seconds: float) -> None:
-        self.timer = threading.Timer(seconds, process.kill)
-
-    def __enter__(self) -> None:
-        self.timer.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.timer.cancel()
-
-
-def check_codex_trust(detection: Detection, hooks_file: Path) -> Check:
-    if detection.binary is None:
-        return Check("codex", "hooks trusted", "info", "cannot tell without the codex binary")
-    try:
-        hooks = _codex_hooks(detection.binary, hooks_file)
-    except (OSError, RuntimeError, KeyError, TypeError, tomlkit.exceptions.ParseError) as exc:
-        return Check("codex", "hooks trusted", "warn", f"could not ask Codex: {exc}")
-    ours = [
-        h
-        for h in hooks
-        if any(m in str(h.get("command", "")) for m in HOOK_MARKERS)
-        and Path(str(h.get("sourcePath", ""))) == hooks_file
-    ]
-    if not ours:
-        return Check("codex", "hooks trusted", "fail", "Codex does not list hive's hooks", "`hive setup --only codex`")
-    untrusted = [h for h in ours if h.get("trustStatus") not in ("trusted", "managed")]
-    if untrusted:
-        events = ", ".join(sorted({str(h.get("eventName")) for h in untrusted}))
-        return Check(
-            "codex",
-            "hooks trusted",
-            "todo",
-            f"{len(untrusted)} of hive's {len(ours)} hooks are not trusted yet ({events}): Codex skips them",
-            "start `codex`, type `/hooks` and trust hive's entries",
-        )
-    return Check("codex", "hooks trusted", "ok", f"all {len(ours)} of hive's hooks")
-
-
-def _gemini_trust(settings: Path, home: Path) -> Check | None:
-    """Gemini CLI's folder trust (on unless its settings turn it off) hides hive in untrusted folders."""
-    try:
-        data = json.loads(settings.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if ((data.get("security") or {}).get("folderTrust") or {}).get("enabled") is False:
-        return None
-    try:
-        folders = json.loads((home / ".gemini" / "trustedFolders.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        folders = {}
-    trusted = [path for path, level in folders.items() if level in ("TRUST_FOLDER", "TRUST_PARENT")]
-    if not trusted:
-        return Check(
-            "gemini",
-            "folder trust",
-            "todo",
-            "Gemini CLI uses hive only in folders you trust, and none is trusted yet",
-            "trust a project folder when `gemini` asks there (or with `/permissions`)",
-        )
-    return Check(
-        "gemini",
-        "folder trust",
-        "info",
-        f"Gemini CLI uses hive only in folders you trust ({len(trusted)} trusted so far)",
-        "trust more folders when `gemini` asks there (or with `/permissions`)",
-    )
-
-
-def _gemini_trusts(folder: Path, home: Path) -> bool:
-    try:
-        folders = json.loads((home / ".gemini" / "trustedFolders.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    for path, level in folders.items() if isinstance(folders, dict) else ():
-        if level == "TRUST_FOLDER" and Path(path) == folder:
-            return True
-        if level == "TRUST_PARENT" and folder.is_relative_to(Path(path).parent):
-            return True
-    return False
-
-
-def _claude_approved(project: Path, home: Path) -> bool | None:
-    """Whether Claude Code runs the ``hive`` server of ``project``'s .mcp.json: True, False (declined),
-    None (not asked yet). Claude keeps the answer per project in ~/.claude.json, or a settings file."""
-    sources: list[dict[str, Any]] = []
-    try:
-        projects = json.loads((home / ".claude.json").read_text(encoding="utf-8")).get("projects") or {}
-        sources.append(projects.get(str(project)) or {})
-    except (OSError, ValueError, AttributeError):
-        pass
-    for settings in (
-        project / ".claude" / "settings.local.json",
-        project / ".claude" / "settings.json",
-        home / ".claude" / "settings.json",
-    ):
-        try:
-            sources.append(json.loads(settings.read_text(encoding="utf-8")))
-        except (OSError, ValueError):
-            continue
-    for source in sources:
-        if not isinstance(source, dict):
-            continue
-        if "hive" in (source.get("disabledMcpjsonServers") or []):
-            return False
-        if source.get("enableAllProjectMcpServers") is True or "hive" in (source.get("enabledMcpjsonServers") or []):
-            return True
-    return None
-
-
 def check_projects(manifest: Manifest, home: Path) -> list[Check]:
     """The approvals hive's committed project files wait for, per project ``hive setup --project`` wired."""
     projects: dict[Path, set[str]] = {}
@@ -408,34 +209,10 @@ def check_projects(manifest: Manifest, home: Path) -> list[Check]:
     checks: list[Check] = []
     for project, names in sorted(projects.items()):
         where = display(project)
-        if "claude-code" in names:
-            approved = _claude_approved(project, home)
-            if approved:
-                checks.append(Check("projects", f"{where}: claude-code", "ok", "hive in .mcp.json is approved"))
-            else:
-                checks.append(
-                    Check(
-                        "projects",
-                        f"{where}: claude-code",
-                        "todo",
-                        "Claude Code has not been allowed to start hive from .mcp.json"
-                        + (" (it was declined)" if approved is False else ""),
-                        f"start `claude` in {where} and approve 'hive' (or in `/mcp`)",
-                    )
-                )
-        if "gemini" in names:
-            if _gemini_trusts(project, home):
-                checks.append(Check("projects", f"{where}: gemini", "ok", "the folder is trusted"))
-            else:
-                checks.append(
-                    Check(
-                        "projects",
-                        f"{where}: gemini",
-                        "todo",
-                        "Gemini CLI reads the project's .gemini/settings.json only once you trust it",
-                        f"start `gemini` in {where} and trust the folder (or with `/permissions`)",
-                    )
-                )
+        for name in table:  # registration order
+            if name in names:
+                for found in table[name].doctor_project(project, where, home):
+                    checks.append(Check("projects", found.name, found.status, found.detail, found.fix))
     return checks
 
 
@@ -505,15 +282,14 @@ def check_harness(harness: registry.Harness, detection: Detection, manifest: Man
         checks.append(Check(name, "wired", "fail", detail, fix))
     elif not unparsed:
         checks.append(Check(name, "wired", "ok", ", ".join(sorted(display(p) for p in by_path))))
-    if name == "codex" and not missing and not unparsed:
-        hooks_file = next((p for p, g in by_path.items() if any(n.role == "hooks" for n in g)), None)
-        if hooks_file is not None:
-            checks.append(check_codex_trust(detection, hooks_file))
-    if name == "gemini":
-        settings = next(iter(by_path), None)
-        trust = _gemini_trust(settings, home) if settings else None
-        if trust:
-            checks.append(trust)
+    context = DoctorContext(
+        home=home,
+        binary=detection.binary,
+        files={path: tuple(group) for path, group in by_path.items()},
+        complete=not missing and not unparsed,
+    )
+    for found in harness.doctor_checks(context):
+        checks.append(Check(name, found.name, found.status, found.detail, found.fix))
     return checks
 
 

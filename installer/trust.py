@@ -8,49 +8,14 @@ the harnesses' approval prompts, measured in ``../shared/notes/harnesses.md``.
 
 from __future__ import annotations
 
+from hive.integrations import registry
 from hive.integrations.descriptor import Scope
 
 RESTART = "restart sessions that are already running: agents load MCP servers, hooks and plugins at start-up"
 
-_STEPS: dict[str, dict[Scope, tuple[str, ...]]] = {
-    "codex": {
-        "user": (
-            "Codex runs hooks only once you trust them: start `codex`, type `/hooks` and trust hive's "
-            "entries (until then Codex sessions get hive mail only when they call a hive tool)",
-        ),
-        "project": (
-            "Codex reads a project's .codex/ folder only in a trusted project: trust it when `codex` asks",
-            "then type `/hooks` in Codex and trust hive's hook entries",
-        ),
-    },
-    "gemini": {
-        "user": (
-            "Gemini CLI loads MCP servers and hooks only in folders you trust: trust each project folder "
-            "when `gemini` asks there (or with `/permissions`)",
-        ),
-        "project": (
-            "Gemini CLI reads a project's .gemini/settings.json only in a trusted folder: trust it when "
-            "`gemini` asks (or with `/permissions`)",
-        ),
-    },
-    "claude-code": {
-        "project": (
-            "Claude Code asks before it starts servers from a project's .mcp.json: approve 'hive' when it "
-            "asks (or in `/mcp`)",
-        )
-    },
-    "cursor": {
-        "user": ("Cursor may list hive as a new MCP server to turn on: enable it under Settings → MCP",),
-        "project": ("Cursor asks before it uses a project's .cursor/mcp.json: enable hive under Settings → MCP",),
-    },
-    "pi": {
-        "project": (
-            "pi loads a project's .pi/ extensions and skills only after you trust the project: trust it when `pi` asks",
-        )
-    },
-}
-
 
 def steps(harness: str, scope: Scope) -> tuple[str, ...]:
-    """What the person must approve in ``harness`` for hive's ``scope`` files to take effect."""
-    return _STEPS.get(harness, {}).get(scope, ())
+    """What the person must approve in ``harness`` for hive's ``scope`` files to take effect
+    (each harness states its own: ``hive_setup_steps``)."""
+    found = registry.harnesses().get(harness)
+    return tuple(found.setup_steps(scope)) if found else ()
