@@ -2,8 +2,9 @@
 
 The rest of hive (the sidecar, the installer) names no harness in its code: a string literal that
 is a harness's name, its folder (``.claude``) or its marker (``CLAUDECODE``) outside docstrings
-and comments is a fact held in the wrong place. The files that still hold some are listed in
-:data:`STILL_HOLDING`, each to move into its descriptor; the list may only shrink.
+and comments is a fact held in the wrong place: data goes into the harness's descriptor
+(``integrations/descriptor.py``), behaviour into a hook its plugin implements
+(``integrations/hookspecs.py``).
 """
 
 from __future__ import annotations
@@ -20,15 +21,6 @@ HARNESS_WORD = re.compile(
     r"(?i)^\.?(claude([-_ ]?code)?|codex|cursor|gemini|opencode|pi)(\.json)?$|"
     r"^(CLAUDECODE|OPENCODE|x-codex-[\w-]+|pi/\w+|codex-home)$"
 )
-
-STILL_HOLDING = {
-    "sidecar/cli/lessons.py": "promote's --claude choice",
-    "sidecar/lessons/promote.py": "Claude Code's project skills folder (.claude/skills)",
-    "sidecar/mail/codex_push.py": "the Codex home and its app-server, which only Codex has",
-    "sidecar/mcp/identity.py": "which environment variables and request fields name each harness's session",
-    "installer/doctor.py": "each harness's own checks (Codex home, Gemini trust, Claude Code's files)",
-    "installer/trust.py": "each harness's folder-trust rules",
-}
 
 
 def _literals(path: Path) -> list[tuple[int, str]]:
@@ -51,17 +43,14 @@ def _literals(path: Path) -> list[tuple[int, str]]:
     ]
 
 
-def test_harness_facts_outside_the_integrations_are_only_in_the_listed_files_and_the_list_only_shrinks() -> None:
+def test_no_harness_fact_is_held_outside_the_integrations() -> None:
     holding = {}
     for name, root in PACKAGES.items():
         for path in sorted(root.rglob("*.py")):
             found = _literals(path)
             if found:
                 holding[f"{name}/{path.relative_to(root)}"] = found
-    new = {path: found for path, found in holding.items() if path not in STILL_HOLDING}
-    assert not new, f"harness facts outside integrations/<harness>/ (read them from the descriptor): {new}"
-    gone = sorted(set(STILL_HOLDING) - set(holding))
-    assert not gone, f"these no longer hold harness facts: delete them from STILL_HOLDING: {gone}"
+    assert not holding, f"harness facts outside integrations/<harness>/ (read them from the descriptor): {holding}"
 
 
 def test_the_check_finds_a_harness_name_in_code_but_not_in_a_docstring(tmp_path: Path) -> None:
