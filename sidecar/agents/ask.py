@@ -35,8 +35,9 @@ import anyio
 from ..base.errors import BadRequest, Conflict, HiveError, NoDesktop, NotFound
 from ..base.host import PerSidecar
 from ..base.ulid import new_ulid
-from ..mail.addresses import Target
+from ..mail.addresses import Target, is_remote
 from ..mail.delivery import deliver_local, deliver_note
+from ..mail.remote import REMOTE
 from ..mail.render import Message
 from ..person.dialog import Answer, Backend, Prompt, backend_for, clean, clip, find_desktop
 from ..team.approvals import Approval, sign_approval, stored
@@ -336,7 +337,7 @@ async def _send_approval(sidecar: AgentsHost, question: Question) -> dict[str, A
         entry = next((e for e in sidecar.directory() if e.address == question.requester), None)
         team = team_of(sidecar)
         team_id = team.team_id()
-        if team_id is None or entry is None or not sidecar.mesh.is_remote(Target(question.requester, entry)):
+        if team_id is None or entry is None or not is_remote(Target(question.requester, entry)):
             return {
                 "to": question.requester,
                 "state": "not_sent",
@@ -365,7 +366,9 @@ async def _send_approval(sidecar: AgentsHost, question: Question) -> dict[str, A
     sender_key = question.key if live else None
     try:
         if remote:
-            result = (await sidecar.mesh.send([(Target(question.requester, entry), message)], sender_key))[message.id]
+            result = (await REMOTE.of(sidecar).send([(Target(question.requester, entry), message)], sender_key))[
+                message.id
+            ]
             state, detail = str(result["state"]), str(result.get("note", ""))
         else:
             state, detail = await deliver_local(sidecar, message, sender_key)

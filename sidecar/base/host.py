@@ -110,7 +110,8 @@ class Host(Protocol):
     """What every feature may use of the daemon it runs in: its state folder, settings, database,
     clients and background tasks. Each concept that needs more says so in a protocol of its own
     that extends the one of the layer below (sessions.registry.SessionsHost, team.local.TeamHost,
-    mail.host.MailHost, gate.host.GateHost, agents.sessions.AgentsHost), so no concept names the
+    mesh.links.MeshHost, presence.events.PresenceHost, mail.host.MailHost, gate.host.GateHost,
+    agents.sessions.AgentsHost), so no concept names the
     daemon's class; mypy checks the daemon against them where daemon/features.py lists the ops."""
 
     paths: StatePaths

@@ -20,17 +20,16 @@ from ..gate import engine as gate
 from ..gate import sources as gate_sources
 from ..lessons import ops as lesson_ops
 from ..lessons import sync as lesson_sync
-from ..mail import mailboxes, notify, policy
+from ..mail import copies, held, mailboxes, notify, policy, remote
 from ..mail import ops as mail_ops
 from ..mesh import links
-from ..presence import observe
+from ..presence import frames, observe
 from ..presence.events import EventListener
 from ..sessions import attach, folders
 from ..team import membership, projects
 from . import ops as daemon_ops
 
 if TYPE_CHECKING:
-    from ..mesh.links import Mesh
     from .server import Sidecar
 
 Op = Callable[["Sidecar", Connection, dict[str, Any]], Awaitable[dict[str, Any]]]
@@ -42,8 +41,9 @@ class Feature:
     name: str
     ops: Mapping[str, Op] = field(default_factory=dict)
     """Op name -> handler, served on the local socket."""
-    frames: Callable[[Mesh], None] | None = None
-    """Registers the frame kinds it speaks (and its mesh feature name) with :meth:`Mesh.add_frames`."""
+    frames: Callable[[Sidecar], None] | None = None
+    """Registers the frame kinds it speaks (and its mesh feature names) with the sidecar's mesh
+    (:meth:`Mesh.add_speaker` or :meth:`Mesh.add_frames`); called in the order listed here."""
     setup: Callable[[Sidecar], None] | None = None
     """Runs once the sidecar's store, sessions, mailbox, mesh and team exist, before any client connects."""
     before_digest: Callable[[Sidecar, str], Awaitable[None]] | None = None
@@ -58,8 +58,12 @@ FEATURES: tuple[Feature, ...] = (
     Feature("hooks", ops=hooks.OPS),
     Feature("attach", ops=attach.OPS),
     Feature("folders", ops=folders.OPS),
+    Feature("presence frames", frames=frames.attach),
     Feature("mail", ops=mail_ops.OPS),
-    Feature("mailboxes", frames=mailboxes.attach),
+    Feature("remote mail", frames=remote.attach),
+    Feature("held mail", ops=held.OPS),
+    Feature("mailboxes", setup=mailboxes.setup),
+    Feature("copies read", frames=copies.attach),
     Feature("inbound policy", ops=policy.OPS),
     Feature("mesh", ops=links.OPS),
     Feature("ask", ops=ask.OPS),

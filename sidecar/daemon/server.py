@@ -48,6 +48,7 @@ from ..mail.guards import Guards
 from ..mail.mailbox import Mailbox
 from ..mesh.links import Mesh
 from ..presence import discover
+from ..presence import frames as presence_frames
 from ..sessions.registry import Sessions, watch_processes
 from ..team.local import Team
 from ..team.membership import attach as attach_team
@@ -103,7 +104,7 @@ class Sidecar:
             self.guards = Guards(self.store, limits.rate_limit, limits.rate_window, limits.loop_limit)
             for feature in FEATURES:
                 if feature.frames is not None:
-                    feature.frames(self.mesh)
+                    feature.frames(self)
             await attach_team(self)  # sidecar.team; in a team, the roster's names replace config's
             for feature in FEATURES:
                 if feature.setup is not None:
@@ -303,7 +304,7 @@ class Sidecar:
                 key=s.key,
             )
             for s in self.sessions.by_key.values()
-        ] + self.mesh.entries()
+        ] + presence_frames.entries(self)
 
     # ---- ops -------------------------------------------------------------------------
 

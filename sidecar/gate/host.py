@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
-from ..presence.events import PresenceHost
+from ..mail.host import MailHost
 
 
-class GateHost(PresenceHost, Protocol):
-    """Presence's host and what the features offer the gate before a person's digest is read."""
+class GateHost(MailHost, Protocol):
+    """Mail's host and what the features offer the gate before a person's digest is read."""
 
     @property
     def before_digest(self) -> Sequence[Callable[[Any, str], Awaitable[None]]]:

@@ -22,6 +22,7 @@ from ..base.defang import one_line
 from ..base.errors import HiveError, Refused
 from ..base.host import PerSidecar
 from ..base.ulid import is_ulid, new_ulid
+from ..mail.addresses import peer_of
 from ..mesh.transport import FrameError, Link, LinkClosed
 from ..person.dialog import clean, clip
 from .model import FACT_STATES, MAX_EVIDENCE, MAX_REF, Fact, Item
@@ -29,7 +30,6 @@ from .running import gate_of
 
 if TYPE_CHECKING:
     from ..mail.host import MailHost
-    from ..mesh.links import Mesh
 
 GATE_FEATURE = "gate"
 GATE_FRAME = "gate"
@@ -58,7 +58,7 @@ def _machines_for(sidecar: MailHost, item: Item) -> list[str]:
     entries = sidecar.directory()
     if item.session:
         entry = next((e for e in entries if e.address == item.session), None)
-        peer = mesh.peer_of(entry) if entry is not None else None
+        peer = peer_of(sidecar, entry) if entry is not None else None
         if peer is not None:
             return [peer]
     me = mesh.team.my_key()
@@ -114,9 +114,9 @@ async def relay_item(sidecar: MailHost, item: Item, facts: list[Fact]) -> str:
     raise HiveError("; ".join(tried) if tried else f"the team knows no machine of {item.person}'s")
 
 
-def attach(mesh: Mesh) -> None:
+def attach(sidecar: MailHost) -> None:
     """Its feature's ``frames`` (daemon.features): this module speaks ``gate`` and ``gate_ack`` frames."""
-    sidecar = mesh.sc
+    mesh = sidecar.mesh
 
     async def handle(link: Link, member: Any, frame: dict[str, Any]) -> None:
         ack = await on_frame(sidecar, link.peer, member.person, member.machine, frame)

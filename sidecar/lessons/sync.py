@@ -51,7 +51,7 @@ from . import store as lesson_store
 if TYPE_CHECKING:
     from ..base.host import Connection
     from ..mail.host import MailHost
-    from ..mesh.links import Member, Mesh
+    from ..mesh.links import Member
     from ..mesh.transport import Link
 
 log = logging.getLogger("hive.sidecar.lessons.sync")
@@ -83,9 +83,9 @@ def may_hold(roster: Roster | None, machine: str, author: str, scope: str) -> bo
 class LessonSync:
     """One per mesh. Reads the sidecar's lesson store; sends only over the mesh's links."""
 
-    def __init__(self, mesh: Mesh) -> None:
-        self.mesh = mesh
-        self.sc: MailHost = mesh.sc
+    def __init__(self, sidecar: MailHost) -> None:
+        self.mesh = sidecar.mesh
+        self.sc = sidecar
         self._store: lesson_store.LessonStore | None = None
         self._team: Any = None
         self._adopted: str | None = None
@@ -339,9 +339,11 @@ def _not_started(sidecar: MailHost) -> LessonSync:
 SYNCS: PerSidecar[LessonSync] = PerSidecar(_not_started)
 
 
-def attach(mesh: Mesh) -> None:
-    sync = LessonSync(mesh)
-    SYNCS.put(mesh.sc, sync)
+def attach(sidecar: MailHost) -> None:
+    """Its feature's ``frames`` (daemon.features): lesson sync speaks ``sync``, ``entry`` and ``body``."""
+    mesh = sidecar.mesh
+    sync = LessonSync(sidecar)
+    SYNCS.put(sidecar, sync)
     mesh.add_frames(
         FEATURE, {"sync": sync.on_sync, "entry": sync.on_entry, "body": sync.on_body}, on_link_up=sync.on_link_up
     )

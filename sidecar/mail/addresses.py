@@ -11,31 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..base.errors import Ambiguous, BadRequest, GroupRefused, NotFound, Refused
+from ..sessions.registry import Entry as Entry
 
-
-@dataclass(frozen=True)
-class Entry:
-    person: str
-    machine: str
-    name: str
-    agent: str
-    repo: str
-    branch: str
-    folder: str
-    doing: str
-    tier: str
-    live: bool
-    key: str | None = None  # set for sessions on this machine
-
-    @property
-    def address(self) -> str:
-        return f"{self.person}/{self.name}"
-
-    @property
-    def full_address(self) -> str:
-        return f"{self.address}@{self.machine}"
+if TYPE_CHECKING:
+    from .host import MailHost
 
 
 @dataclass(frozen=True)
@@ -130,3 +112,18 @@ def resolve(
     if len(chosen) > 1:
         raise Ambiguous(f"{to} could mean several sessions: {_listing(chosen)}; use one of those")
     return [Target(chosen[0].address, chosen[0])]
+
+
+def peer_of(sidecar: MailHost, entry: Entry | None) -> str | None:
+    """The machine key behind a remote directory entry (None for this machine's own)."""
+    if entry is None or entry.key is not None:
+        return None
+    for member in sidecar.mesh.team.members():
+        if member.person == entry.person and member.machine == entry.machine and member.active:
+            return member.key
+    return None
+
+
+def is_remote(target: Target) -> bool:
+    """A mailbox on a teammate's machine: it has a directory entry that is not this machine's."""
+    return target.entry is not None and target.entry.key is None

@@ -13,6 +13,7 @@ from ..base.defang import defang
 from ..base.errors import BadRequest, HiveError
 from ..person.confirm import asks_person, confirm_by_person
 from . import attachments
+from .remote import REMOTE
 from .render import Message
 
 if TYPE_CHECKING:
@@ -138,7 +139,7 @@ async def op_approve(sidecar: MailHost, conn: Connection, request: dict[str, Any
         hint="Ask your person to run `hive approve` in a terminal.",
         agents_only=True,
     )
-    return {"settled": await settle(sidecar.mesh.remote, ids, approve=True)}
+    return {"settled": await settle(REMOTE.of(sidecar), ids, approve=True)}
 
 
 async def op_drop(sidecar: MailHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
@@ -147,4 +148,7 @@ async def op_drop(sidecar: MailHost, conn: Connection, request: dict[str, Any]) 
     Request: ``ids`` (list of str, required, not empty): the held messages. Returns ``{"settled":
     [{"id", "state": "dropped" | "not_held"}]}``. Raises ``bad_request`` without ``ids``.
     """
-    return {"settled": await settle(sidecar.mesh.remote, _ids(request), approve=False)}
+    return {"settled": await settle(REMOTE.of(sidecar), _ids(request), approve=False)}
+
+
+OPS = {"held": op_held, "approve": op_approve, "drop": op_drop}

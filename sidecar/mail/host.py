@@ -5,24 +5,23 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING, Protocol
 
-from ..team.local import TeamHost
+from ..presence.events import PresenceHost
 
 if TYPE_CHECKING:
     import anyio
 
-    from ..mesh.links import Mesh
-    from .addresses import Entry
+    from ..sessions.registry import Entry
     from .guards import Guards
     from .mailbox import Mailbox
 
 
-class MailHost(TeamHost, Protocol):
-    """The team's host, the mailbox and its guards, the mesh remote mail rides, and the long polls
-    waiting on each mailbox (a message for a mailbox with one parked is delivered by waking it)."""
+class MailHost(PresenceHost, Protocol):
+    """Presence's host (with the team and the mesh remote mail rides), the mailbox and its guards,
+    and the long polls waiting on each mailbox (a message for a mailbox with one parked is
+    delivered by waking it)."""
 
     mailbox: Mailbox
     guards: Guards
-    mesh: Mesh
     waits: dict[str, set[anyio.CancelScope]]
     parked: Counter[str]
 

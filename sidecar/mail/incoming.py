@@ -26,6 +26,7 @@ from . import attachments, mailboxes
 from .addresses import Entry
 from .guards import Guards
 from .notify import notify_received
+from .policy import INBOUND
 from .render import Message
 
 if TYPE_CHECKING:
@@ -118,7 +119,7 @@ class IncomingMail:
                 retry_after=round(wait, 2),
             )
             return
-        policy = self.mesh.inbound.of(member.person)
+        policy = INBOUND.of(self.sc).of(member.person)
         if policy == "refuse":
             await self._refuse(
                 link,

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -29,19 +28,17 @@ from ..base.config import slug
 from ..base.errors import BadRequest, Conflict
 from ..base.host import PerSidecar
 from ..base.ulid import is_ulid
-from .addresses import Entry, Target
+from ..presence.frames import FRAMES
+from .addresses import Entry, Target, peer_of
 
 if TYPE_CHECKING:
-    from ..mesh.links import Link, Mesh
+    from ..mesh.links import Mesh
     from .host import MailHost
 
 TERMINAL = "terminal"
 AGENT = "person"  # the ``agent`` of a mailbox's directory entry: what tells it from a session's
-FEATURE = "mailboxes"
-FRAME = "copies_read"
 MAX_NAMED = 16
 MAX_COPIES = 16
-SYNC_WINDOW = 7 * 86400.0  # copies read this recently are told again to a machine that links up
 FILE = "mailboxes"
 
 log = logging.getLogger("hive.sidecar.mail.mailboxes")
@@ -55,7 +52,6 @@ def _read_named(sidecar: MailHost) -> set[str]:
 
 
 _named: PerSidecar[set[str]] = PerSidecar(_read_named)
-_told: PerSidecar[dict[str, set[str]]] = PerSidecar(lambda sidecar: {})
 
 
 def named(sidecar: MailHost) -> set[str]:
@@ -97,7 +93,7 @@ def open_named(sidecar: MailHost, name: str) -> str:
     mine = named(sidecar)
     if wanted == TERMINAL or wanted in mine:
         return f"{sidecar.settings.person}/{wanted}"
-    if sidecar.sessions.by_name(wanted) is not None or wanted in sidecar.mesh.names_elsewhere():
+    if sidecar.sessions.by_name(wanted) is not None or wanted in FRAMES.of(sidecar).names_elsewhere():
         raise Conflict(f"{wanted} names one of your sessions; pick another mailbox name")
     if len(mine) >= MAX_NAMED:
         raise BadRequest(f"at most {MAX_NAMED} named mailboxes: {', '.join(sorted(mine))}")
@@ -115,17 +111,6 @@ def open_named(sidecar: MailHost, name: str) -> str:
 
 def presence_field(sidecar: MailHost) -> list[str]:
     return sorted(named(sidecar))[:MAX_NAMED]
-
-
-def sanitise(raw: Any) -> list[str]:
-    """A peer's ``mailboxes`` presence field: distinct names, ``terminal`` implied."""
-    items = raw if isinstance(raw, list) else []
-    out: list[str] = []
-    for item in items[:MAX_NAMED]:
-        name = slug(str(item), 64) if isinstance(item, str) else ""
-        if name and name != TERMINAL and name not in out:
-            out.append(name)
-    return out
 
 
 def entries(mesh: Mesh) -> list[Entry]:
@@ -170,7 +155,7 @@ async def route(sidecar: MailHost, targets: list[Target], reply_to: str | None) 
         origin = row[0] if row else None
     chosen: dict[str, list[Target]] = {}
     for address, copies in by_address.items():
-        peers = {id(t): sidecar.mesh.peer_of(t.entry) for t in copies}
+        peers = {id(t): peer_of(sidecar, t.entry) for t in copies}
         answered = [t for t in copies if origin is not None and peers[id(t)] == origin]
         online = [t for t in copies if peers[id(t)] in sidecar.mesh.links]
         chosen[address] = answered or online or copies
@@ -194,71 +179,8 @@ def record_copies(message_id: str, raw: Any) -> list[tuple[str, Sequence[Any]]]:
     return [("INSERT OR IGNORE INTO mail_copies (id, sibling) VALUES (?, ?)", (message_id, s)) for s in siblings]
 
 
-def attach(mesh: Mesh) -> None:
-    """Its feature's ``frames`` (daemon.features): this module speaks ``copies_read`` frames."""
-    sidecar = mesh.sc
-
-    async def handle(link: Link, member: Any, frame: dict[str, Any]) -> None:
-        if member.person != sidecar.settings.person:
-            log.info(
-                "ignored copies_read from %s's machine %s: only %s's machines mark %s's mail read",
-                member.person,
-                member.machine,
-                sidecar.settings.person,
-                sidecar.settings.person,
-            )
-            return
-        ids = [i for i in (frame.get("ids") or [])[:1000] if is_ulid(i)]
-        if not ids:
-            return
-        mine = [f"{sidecar.settings.person}/{n}" for n in sorted(names(sidecar))]
-        marks, boxes = ", ".join("?" for _ in ids), ", ".join("?" for _ in mine)
-        read_at = frame.get("at") if isinstance(frame.get("at"), int | float) else time.time()
-        rows = await sidecar.store.fetchall(
-            f"SELECT id FROM messages WHERE id IN ({marks}) AND read_at IS NULL AND recipient IN ({boxes})",
-            (*ids, *mine),
-        )
-        found = [r[0] for r in rows]
-        if not found:
-            return
-        marks = ", ".join("?" for _ in found)
-        await sidecar.store.write([(f"UPDATE messages SET read_at = ? WHERE id IN ({marks})", (read_at, *found))])
-        for message_id in found:
-            sidecar.mailbox.inflight.pop(message_id, None)
-        log.info("%d copies read on %s's machine %s", len(found), member.person, member.machine)
-        mesh.receipts_owed(len(found))  # their senders hear from this machine too
-
-    async def link_up(peer: str) -> None:
-        _told.of(sidecar).pop(peer, None)
-        await tell(mesh)
-
-    mesh.add_frames(FEATURE, {FRAME: handle}, on_link_up=link_up)
-
-
-async def tell(mesh: Mesh) -> None:
-    """Tell this person's other linked machines which copies were read here (each once per link)."""
-    sidecar = mesh.sc
-    own = [
-        peer
-        for peer, _ in mesh.links.items()
-        if (m := mesh.team.member(peer)) is not None
-        and m.person == sidecar.settings.person
-        and mesh.peer_has(peer, FEATURE)
-    ]
-    if not own:
-        return
-    rows = await sidecar.store.fetchall(
-        "SELECT c.sibling, m.read_at FROM mail_copies c JOIN messages m ON m.id = c.id "
-        "WHERE m.read_at IS NOT NULL AND m.read_at > ?",
-        (time.time() - SYNC_WINDOW,),
-    )
-    told = _told.of(sidecar)
-    for peer in own:
-        done = told.setdefault(peer, set())
-        fresh = [(sibling, at) for sibling, at in rows if sibling not in done]
-        link = mesh.links.get(peer)
-        if not fresh or link is None:
-            continue
-        done.update(s for s, _ in fresh)
-        with contextlib.suppress(Exception):
-            await link.send({"t": FRAME, "ids": [s for s, _ in fresh], "at": max(at for _, at in fresh)})
+def setup(sidecar: MailHost) -> None:
+    """Its feature's ``setup`` (daemon.features): no session here takes a named mailbox's name, and
+    this machine's presence tells teammates its named mailboxes."""
+    sidecar.sessions.elsewhere.append(lambda: named(sidecar))
+    FRAMES.of(sidecar).fields["mailboxes"] = lambda: presence_field(sidecar)

@@ -27,10 +27,11 @@ from ..base.host import PerSidecar
 from ..base.ulid import is_ulid
 from ..mesh.transport import FrameError, Link, LinkClosed
 from ..person.dialog import Prompt, backend_for, clean, clip, find_desktop
+from .addresses import peer_of
+from .policy import INBOUND
 from .render import Message
 
 if TYPE_CHECKING:
-    from ..mesh.links import Mesh
     from .host import MailHost
 
 NOTIFY_EVERY = 60.0  # at most one notification per sending person per minute...
@@ -69,7 +70,7 @@ def _person_of(address: str) -> str:
 def _machine_of(sidecar: MailHost, message: Message) -> str:
     """The key of the machine a remote message went to ("" when it is not known)."""
     entry = next((e for e in sidecar.directory() if e.address == message.recipient and e.key is None), None)
-    return sidecar.mesh.peer_of(entry) or ""
+    return peer_of(sidecar, entry) or ""
 
 
 async def notify_person(
@@ -213,16 +214,16 @@ def _notify_from_wire(sidecar: MailHost, person: str, frame: Mapping[str, Any]) 
     )
 
 
-def attach(mesh: Mesh) -> None:
+def attach(sidecar: MailHost) -> None:
     """Its feature's ``frames`` (daemon.features): this module speaks ``notify`` frames."""
-    sidecar = mesh.sc
+    mesh = sidecar.mesh
 
     async def handle(link: Link, member: Any, frame: dict[str, Any]) -> None:
         found = _notify_from_wire(sidecar, member.person, frame)
         if isinstance(found, str):
             log.info("ignored a notify frame from %s (%s): %s", member.machine, link.peer[:12], found)
             return
-        if mesh.inbound.of(member.person) != "accept":  # as for their messages: held or refused, no pop-up
+        if INBOUND.of(sidecar).of(member.person) != "accept":  # as for their messages: held or refused, no pop-up
             log.info("no notify for %s: %s's messages are not accepted here as they come", found.id, member.person)
             return
         notify_received(sidecar, found, frame.get("sent_at"))

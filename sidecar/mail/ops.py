@@ -15,10 +15,11 @@ from ..person.confirm import asks_person, confirm_group, group_question
 from ..presence import observe
 from ..sessions.registry import Session
 from . import attachments, mailboxes
-from .addresses import Target, is_group, resolve
+from .addresses import Target, is_group, is_remote, resolve
 from .delivery import after_deposit
 from .guards import Guards
 from .notify import notify_person
+from .remote import REMOTE
 from .render import Message, frames
 
 if TYPE_CHECKING:
@@ -132,8 +133,8 @@ async def op_send(sidecar: MailHost, conn: Connection, request: dict[str, Any]) 
     copies: dict[str, list[str]] = {}  # one person's mailbox on several machines: each copy names the others
     for message in messages:
         copies.setdefault(message.recipient, []).append(message.id)
-    remote = await sidecar.mesh.send(
-        [(t, m) for t, m in zip(targets, messages, strict=True) if sidecar.mesh.is_remote(t)],
+    remote = await REMOTE.of(sidecar).send(
+        [(t, m) for t, m in zip(targets, messages, strict=True) if is_remote(t)],
         sender_key,
         notify=bool(request.get("notify")),
         runs=runs,
@@ -162,7 +163,7 @@ async def guard(sidecar: MailHost, sender: str, kind: str, sends: list[tuple[Tar
         await sidecar.store.stage([s for target, _ in sends for s in Guards.human_input(target.address)])
         return {}
     steps = {
-        message.id: await sidecar.guards.step(sender, target.address, enforce=not sidecar.mesh.is_remote(target))
+        message.id: await sidecar.guards.step(sender, target.address, enforce=not is_remote(target))
         for target, message in sends
         if kind == "agent" and not mailboxes.is_mailbox(target)
     }
@@ -310,7 +311,7 @@ async def op_sent(sidecar: MailHost, conn: Connection, request: dict[str, Any]) 
     else:
         session = sidecar.sessions.find(ref)
         key, address = session.key, sidecar.sessions.address(session)
-    messages = await sidecar.mailbox.sent_by(key, address, ids) + await sidecar.mesh.sent_by(key, address, ids)
+    messages = await sidecar.mailbox.sent_by(key, address, ids) + await REMOTE.of(sidecar).sent_by(key, address, ids)
     return {"messages": sorted(messages, key=lambda m: m["id"], reverse=not ids)}
 
 

@@ -27,6 +27,7 @@ import tomlkit.exceptions
 
 from ..base.config import slug, write_atomically
 from ..base.errors import BadRequest
+from ..base.host import PerSidecar
 from ..person.confirm import asks_person, confirm_by_person
 
 if TYPE_CHECKING:
@@ -42,6 +43,10 @@ def check(person: str | None, value: str) -> None:
     if value not in POLICIES and not (person and value == "default"):
         choices = ", ".join(POLICIES) + (", default (drop their own)" if person else "")
         raise BadRequest(f"a policy is one of {choices}, not {value!r}")
+
+
+INBOUND: PerSidecar[InboundPolicy] = PerSidecar(lambda sidecar: InboundPolicy(sidecar.paths.config))
+"""Each sidecar's inbound policy, read from its config.toml."""
 
 
 class InboundPolicy:
@@ -121,7 +126,7 @@ async def op_policy(sidecar: MailHost, conn: Connection, request: dict[str, Any]
     default. Returns ``{"default", "people": {person: policy}}``. Raises ``bad_request``,
     ``needs_person``/``confirm_on_terminal`` when an agent asks to change it unconfirmed.
     """
-    inbound = sidecar.mesh.inbound
+    inbound = INBOUND.of(sidecar)
     value, person = request.get("value"), request.get("person")
     if value is None:
         return inbound.listing()

@@ -1,6 +1,7 @@
 """Mail between machines: the outbox, ``msg``/``ack``/``receipt`` frames, and what they update.
 
-Frames on the mesh's links (:mod:`hive.sidecar.mesh.links`):
+Frames on the mesh's links (:mod:`hive.sidecar.mesh.links`), spoken by :class:`RemoteMail`, the
+mesh's speaker for mail (:func:`attach`):
 
 - ``msg {msg}`` → ``ack {id, state, note, retry_after?}``: one message for one session. States:
   ``delivered``, ``queued``, ``held``, ``refused``, ``retry`` (the sender keeps it and tries
@@ -32,23 +33,32 @@ import anyio
 
 from ..base.config import DAY
 from ..base.defang import one_line
+from ..base.host import PerSidecar
 from ..mesh.config import BACKOFF_MAX, BACKOFF_START
+from ..mesh.frames import Speaker
 from ..mesh.transport import CLOSE_NORMAL, FrameError, Link, LinkClosed
 from ..team.approvals import receive_approval, wire_of
 from . import attachments
-from .addresses import Entry, Target
+from .addresses import Entry, Target, peer_of
 from .delivery import after_deposit
 from .incoming import IncomingMail
 from .render import Message
 
 if TYPE_CHECKING:
-    from ..mesh.links import Mesh
+    from ..mesh.team_view import Member
+    from .host import MailHost
 
 log = logging.getLogger("hive.sidecar.mail.remote")
 
 WINDOW = 128  # messages in flight per link, unacknowledged (aioquic's drain() never pushes back)
 PROBE_TIMEOUT = 5.0  # a peer that does not answer a ping in this long is taken for gone
 ACK_STATES = ("delivered", "queued", "held", "refused", "retry")
+# What a machine that speaks remote mail announces in hello and presence (a peer without "files"
+# gets attachments inlined; the others name behaviour older hives lacked).
+FEATURES = ("receipts", "hold", "loop-guard", "files")
+
+REMOTE: PerSidecar[RemoteMail] = PerSidecar(lambda sidecar: RemoteMail(sidecar))
+"""Each sidecar's remote mail (:func:`attach` makes it its mesh's speaker)."""
 
 
 @dataclass
@@ -68,12 +78,28 @@ class _Flow:
     receipts: set[tuple[str, str]] = field(default_factory=set)
 
 
-class RemoteMail:
-    """Remote mail for one mesh: sends through its links, answers the frames it routes here."""
+def attach(sidecar: MailHost) -> None:
+    """Its feature's ``frames`` (daemon.features): remote mail speaks ``msg``, ``ack`` and ``receipt``."""
+    remote = REMOTE.of(sidecar)
 
-    def __init__(self, mesh: Mesh) -> None:
-        self.mesh = mesh
-        self.sc = mesh.sc
+    async def on_msg(link: Link, member: Member, frame: dict[str, Any]) -> None:
+        await remote.incoming.receive_msg(link, member, frame.get("msg"))
+
+    async def on_ack(link: Link, member: Member, frame: dict[str, Any]) -> None:
+        await remote.receive_ack(link, frame)
+
+    async def on_receipt(link: Link, member: Member, frame: dict[str, Any]) -> None:
+        await remote.receive_receipts(link, frame)
+
+    sidecar.mesh.add_speaker(remote, FEATURES, {"msg": on_msg, "ack": on_ack, "receipt": on_receipt})
+
+
+class RemoteMail(Speaker):
+    """Remote mail for one sidecar: sends through its mesh's links, answers the frames it routes here."""
+
+    def __init__(self, sidecar: MailHost) -> None:
+        self.sc = sidecar
+        self.mesh = sidecar.mesh
         self.flows: dict[int, _Flow] = {}  # by id() of an established link
         self._acks: dict[str, _AckWait] = {}
         self._retrying: set[str] = set()
@@ -84,14 +110,37 @@ class RemoteMail:
         self.staged = False  # statements staged (acks' outbox updates) await the mesh flusher's commit
         self.incoming = IncomingMail(self)
 
-    def link_up(self, link: Link) -> None:
+    def link_adopted(self, link: Link) -> None:
         self.flows[id(link)] = _Flow()
+
+    async def link_up(self, link: Link) -> None:
+        self.mesh.spawn(self.replay, link.peer)
+        self.mesh.spawn(self.flush_receipts, link.peer)
 
     def link_down(self, link: Link) -> None:
         # Unacknowledged messages stay pending in the outbox and go again on the next link.
         self.flows.pop(id(link), None)
 
+    async def unreachable(self, peer: str) -> None:
+        await self.expire_outbox(peer)
+
+    async def refused(self, link: Link, kind: str, frame_id: str) -> None:
+        if kind == "msg":
+            await self.refuse_unreadable(link, frame_id)
+
+    async def flush(self, linked: bool) -> None:
+        """Commit what acks staged; send owed receipts."""
+        if self.staged:
+            self.staged = False
+            await self.sc.store.write([])
+        if linked:
+            await self.flush_receipts(None)
+
+    async def load(self) -> None:
+        await self.count_open_inbound()
+
     async def count_open_inbound(self) -> None:
+        """Count the inbound messages that may still owe their sender a receipt."""
         row = await self.sc.store.fetchone(
             "SELECT COUNT(*) FROM inbound WHERE (state = 'accepted' AND reported != 'read') "
             "OR (due != '' AND due != reported AND reported != 'read')"
@@ -171,7 +220,7 @@ class RemoteMail:
         queued: list[tuple[str, str, dict[str, Any]]] = []
         now = time.time()
         for target, message in pairs:
-            peer = self.mesh.peer_of(target.entry)
+            peer = peer_of(self.sc, target.entry)
             if peer is None:
                 results[message.id] = {
                     "to": target.address,

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from .addresses import valid_address
 from .config import BACKOFF_MAX, BACKOFF_START
-from .presence import valid_address
 from .transport import dial
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ class Dialer:
                     await link.closed.wait()
                     first = False
                     backoff = BACKOFF_START
-                    await self.mesh.remote.expire_outbox(peer)
+                    await self.mesh.unreachable(peer)
                     continue
                 learned = self.mesh.addresses.get(peer, [])
                 candidates = list(learned) + [a for a in member.addresses if a not in learned and valid_address(a)]
@@ -87,7 +87,7 @@ class Dialer:
                 if connected:
                     backoff = BACKOFF_START
                 else:
-                    await self.mesh.remote.expire_outbox(peer)
+                    await self.mesh.unreachable(peer)
                     backoff = min(backoff * 2, BACKOFF_MAX)
         finally:
             self.dialing.discard(peer)

@@ -18,8 +18,7 @@ from .transport import ALPN_JOIN, CLOSE_PROTOCOL, FrameError, Link, LinkClosed, 
 
 if TYPE_CHECKING:
     from ..base.host import Connection
-    from ..mail.host import MailHost
-    from .links import Mesh
+    from .links import Mesh, MeshHost
 
 log = logging.getLogger("hive.sidecar.mesh.join")
 
@@ -92,7 +91,7 @@ async def dial_join(mesh: Mesh, addresses: Sequence[str], keys: Sequence[str], f
 
 
 @asks_person
-async def op_team_join(sidecar: MailHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_team_join(sidecar: MeshHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Join a team: read the invite, dial its machines, keep the roster (``hive join '<link>' --as <person>``).
 
     Request: ``link`` (str, required): the invite, ``hive1:...``. ``person`` or ``as`` (str,

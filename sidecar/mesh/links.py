@@ -11,9 +11,9 @@ Frames on ``hive/1`` (JSON objects with a type ``t``):
 
 - ``hello {team, proto, features}``: first, from the dialer; the listener answers with its own.
 - ``state {state}``: the roster (:mod:`.roster_sync`).
-- ``presence {presence}``: this machine's sessions, names and addresses (:mod:`.presence`).
-- ``msg``, ``ack`` and ``receipt``: mail between machines (:mod:`hive.sidecar.mail.remote`).
-- the frame kinds other modules register with :meth:`Mesh.add_frames`.
+- the frame kinds the concepts above register: :meth:`Mesh.add_speaker` for one that speaks at
+  every point of a link's life (presence: :mod:`hive.sidecar.presence.frames`; mail between
+  machines: :mod:`hive.sidecar.mail.remote`), :meth:`Mesh.add_frames` for one that only answers.
 
 An unknown frame type is logged and ignored. Every frame is checked against the roster first:
 a machine removed while linked gets the roster without secrets and is disconnected. Joining a
@@ -27,27 +27,21 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from ..base.ulid import is_ulid, new_ulid
-from ..mail import mailboxes
-from ..mail.addresses import Entry, Target
-from ..mail.held import op_approve, op_drop, op_held
-from ..mail.policy import InboundPolicy
-from ..mail.remote import RemoteMail
-from ..mail.render import Message
+from ..team.local import TeamHost
+from .addresses import MAX_ADDRESSES, local_addresses, valid_address
 from .config import HELLO_TIMEOUT
 from .config import MeshConfig as MeshConfig
 from .config import load_mesh_config as load_mesh_config
 from .dialing import Dialer
-from .frames import BadFrame, FrameHandler, check_fields
+from .frames import MAX_FEATURES, BadFrame, FrameHandler, Speaker, check_fields
 from .join import op_team_join, serve_join
 from .mdns import run_mdns
-from .presence import MAX_ADDRESSES, MAX_FEATURES, PresenceFrames, local_addresses, valid_address
-from .presence import sanitise_presence as sanitise_presence
 from .roster_sync import RosterSync
 from .team_view import Member as Member
 from .team_view import TeamView as TeamView
@@ -70,27 +64,29 @@ from .transport import (
 
 if TYPE_CHECKING:
     from ..base.host import Connection
-    from ..mail.host import MailHost
-    from ..presence.events import PresenceHost
 
 log = logging.getLogger("hive.sidecar.mesh.links")
 
 PROTO = 1
-FEATURES = ("receipts", "hold", "loop-guard", "files")
 REPLACE_AFTER = 5.0  # a redial replaces an established link older than this
+
+
+class MeshHost(TeamHost, Protocol):
+    """What the concepts that speak over the links use of the daemon: the team's host and the mesh."""
+
+    mesh: Mesh
 
 
 class Mesh:
     """Links to teammates' machines for one sidecar, and the object the rest of the sidecar talks to
     about them. Start with ``await tg.start(mesh.run)``."""
 
-    def __init__(self, sidecar: PresenceHost) -> None:
+    def __init__(self, sidecar: TeamHost) -> None:
         self.sc = sidecar
         self.config = load_mesh_config(sidecar.paths.config)
-        self.inbound = InboundPolicy(sidecar.paths.config)
         self.team = TeamView(sidecar)
         self.links: dict[str, Link] = {}
-        self.presence: dict[str, dict[str, Any]] = {}  # peer key -> sanitised presence
+        self.presence: dict[str, dict[str, Any]] = {}  # peer key -> its presence, as the presence speaker keeps it
         self.addresses: dict[str, list[str]] = {}  # peer key -> addresses to try, best first
         self.listener: Listener | None = None
         self.my_addresses: list[str] = []
@@ -106,17 +102,23 @@ class Mesh:
         self._addresses_dirty = False
         self._expelling: set[int] = set()
         self.eager: set[str] = set()  # dial these at once (the inviter, right after a join)
-        # Names a session may not take: the person's other machines' sessions, and their mailboxes here.
-        sidecar.sessions.elsewhere = lambda: self.names_elsewhere() | mailboxes.named(sidecar)
         self.started = anyio.Event()
         self.frame_handlers: dict[str, FrameHandler] = {}
         self.extra_features: list[str] = []
         self.link_up_hooks: list[Callable[[str], Awaitable[None]]] = []
         self.peer_features: dict[str, frozenset[str]] = {}  # from each peer's hello, then its presence
-        self.presence_frames = PresenceFrames(self)
+        self.speakers: list[Speaker] = []
         self.roster_sync = RosterSync(self)
-        self.remote = RemoteMail(self)
         self.dialer = Dialer(self)
+
+    def add_speaker(
+        self, speaker: Speaker, features: Sequence[str] = (), frames: Mapping[str, FrameHandler] | None = None
+    ) -> None:
+        """Let ``speaker`` take part in every link's life (see :class:`~.frames.Speaker`), announce
+        ``features`` in hello and presence, and handle its frame kinds."""
+        self.speakers.append(speaker)
+        self.extra_features.extend(features)
+        self.frame_handlers.update(frames or {})
 
     def add_frames(
         self,
@@ -133,7 +135,7 @@ class Mesh:
             self.link_up_hooks.append(on_link_up)
 
     def features(self) -> list[str]:
-        return [*FEATURES, *self.extra_features]
+        return list(self.extra_features)
 
     def peer_has(self, peer: str, feature: str) -> bool:
         return feature in self.peer_features.get(peer, ())
@@ -150,7 +152,8 @@ class Mesh:
             # anyone on the network this machine's key (its certificate) and that it runs hive.
             await self._listen()
             tg.start_soon(self._flusher)
-            tg.start_soon(self.presence_frames.refresher)
+            for speaker in self.speakers:
+                tg.start_soon(self._guarded, speaker.run)
             task_status.started()
             await self._follow_team()
 
@@ -257,12 +260,12 @@ class Mesh:
         self._poked.set()
 
     async def _load(self) -> None:
-        await self.remote.count_open_inbound()
+        for speaker in self.speakers:
+            await speaker.load()
         saved = await self.sc.store.get_kv("mesh.addresses")
         if saved:
             with contextlib.suppress(ValueError, TypeError):
                 self.addresses = {k: [a for a in v if valid_address(a)] for k, v in json.loads(saved).items()}
-        await self.presence_frames.load()
 
     async def _follow_team(self) -> None:
         """While in a team, serve it; when the team changes or goes, start over."""
@@ -453,7 +456,8 @@ class Mesh:
                 return False
             existing.close(CLOSE_DUPLICATE, "replaced by a newer link")
         self.links[peer] = link
-        self.remote.link_up(link)
+        for speaker in self.speakers:
+            speaker.link_adopted(link)
         self.dialer.wake(peer).set()
         return True
 
@@ -463,18 +467,16 @@ class Mesh:
         state = None if same_roster else self.team.state_for(peer)
         if state is not None:
             await link.send({"t": "state", "state": state})
-        # The first presence on a link carries the addresses this machine knows for other members,
-        # so a machine that just joined through one inviter can dial everyone else.
-        await link.send({"t": "presence", "presence": self.presence_frames.own(with_peers=True)})
+        for speaker in self.speakers:
+            await speaker.link_up(link)
         self.poke()  # the directory changed: the peer's sessions are live again
         assert self._team_tg is not None
-        self._team_tg.start_soon(self._guarded, self.remote.replay, peer)
-        self._team_tg.start_soon(self._guarded, self.remote.flush_receipts, peer)
         for hook in self.link_up_hooks:
             self._team_tg.start_soon(self._guarded, hook, peer)
 
     def _link_down(self, link: Link) -> None:
-        self.remote.link_down(link)
+        for speaker in self.speakers:
+            speaker.link_down(link)
         if self.links.get(link.peer) is link:
             del self.links[link.peer]
             log.info("link to %s closed: %s", link.peer[:12], link.close_reason)
@@ -496,14 +498,6 @@ class Mesh:
         check_fields(frame)
         if kind == INVALID:
             await self._receive_invalid(link, member, frame)
-        elif kind == "msg":
-            await self.remote.incoming.receive_msg(link, member, frame.get("msg"))
-        elif kind == "ack":
-            await self.remote.receive_ack(link, frame)
-        elif kind == "receipt":
-            await self.remote.receive_receipts(link, frame)
-        elif kind == "presence":
-            await self.presence_frames.receive(link.peer, frame.get("presence"))
         elif kind == "state":
             await self.roster_sync.merge(link, frame)
         elif kind == "hello":
@@ -514,14 +508,20 @@ class Mesh:
             log.info("ignored a %.40r frame from %s (a newer hive?)", kind, link.peer[:12])
 
     async def _receive_invalid(self, link: Link, member: Member, frame: dict[str, Any]) -> None:
-        """A frame the transport refused for its text (see transport.Link._decode): a message
-        is answered as refused (:meth:`RemoteMail.refuse_unreadable`)."""
+        """A frame the transport refused for its text (see transport.Link._decode): the speakers
+        hear of it (remote mail answers a message as refused)."""
         kind, message_id = frame.get("of"), frame.get("id")
         log.warning(
             "a %.40r frame from %s (%s) was refused: %s", kind, member.machine, link.peer[:12], frame.get("reason")
         )
-        if kind == "msg" and is_ulid(message_id):
-            await self.remote.refuse_unreadable(link, message_id)
+        if isinstance(kind, str) and is_ulid(message_id):
+            for speaker in self.speakers:
+                await speaker.refused(link, kind, message_id)
+
+    async def unreachable(self, peer: str) -> None:
+        """The link to ``peer`` ended or no address of it answered (the dialer calls this)."""
+        for speaker in self.speakers:
+            await speaker.unreachable(peer)
 
     def roster_changed(self) -> None:
         """The roster changed here (a team op or a merge): re-sync links and dialers."""
@@ -531,52 +531,14 @@ class Mesh:
 
     # ---- for the rest of the sidecar -----------------------------------------------------
 
-    def entries(self) -> list[Entry]:
-        """Teammates' sessions for the directory (:meth:`PresenceFrames.entries`)."""
-        return self.presence_frames.entries()
-
-    def names_elsewhere(self) -> set[str]:
-        """Session names this person's other machines hold (:meth:`PresenceFrames.names_elsewhere`)."""
-        return self.presence_frames.names_elsewhere()
-
     def people(self) -> set[str]:
         return {m.person for m in self.team.members() if m.active}
-
-    def peer_of(self, entry: Entry | None) -> str | None:
-        """The machine key behind a remote directory entry (None for this machine's own)."""
-        if entry is None or entry.key is not None:
-            return None
-        for member in self.team.members():
-            if member.person == entry.person and member.machine == entry.machine and member.active:
-                return member.key
-        return None
-
-    def is_remote(self, target: Target) -> bool:
-        return target.entry is not None and target.entry.key is None
-
-    async def send(
-        self,
-        pairs: Sequence[tuple[Target, Message]],
-        sender_key: str | None,
-        notify: bool = False,
-        copies: Mapping[str, Sequence[str]] | None = None,
-        runs: Mapping[str, int] | None = None,
-    ) -> dict[str, dict[str, Any]]:
-        """Queue messages for teammates' sessions and mailboxes (:meth:`RemoteMail.send`)."""
-        return await self.remote.send(pairs, sender_key, notify, copies, runs)
-
-    async def sent_by(self, sender_key: str | None, sender: str, ids: Sequence[str] = ()) -> list[dict[str, Any]]:
-        """What was sent to teammates' machines (:meth:`RemoteMail.sent_by`)."""
-        return await self.remote.sent_by(sender_key, sender, ids)
-
-    def receipts_owed(self, count: int) -> None:
-        """Receipts to send at the next flush (:meth:`RemoteMail.receipts_owed`)."""
-        self.remote.receipts_owed(count)
 
     # ---- background work -----------------------------------------------------------------
 
     async def _flusher(self) -> None:
-        """After local changes: send presence if it changed, owed receipts, roster changes."""
+        """After local changes: roster changes, learned addresses, then each speaker's flush
+        (presence if it changed, owed receipts, ...)."""
         while True:
             await self._poked.wait()
             self._poked = anyio.Event()
@@ -587,25 +549,16 @@ class Mesh:
                 if self.roster_sync.dirty:
                     self.roster_sync.dirty = False
                     await self.roster_sync.broadcast()
-                statements: list[tuple[str, Sequence[Any]]] = []
                 if self._addresses_dirty:
                     self._addresses_dirty = False
-                    statements.append(
-                        (
-                            "INSERT OR REPLACE INTO kv(key, value) VALUES (?, ?)",
-                            ("mesh.addresses", json.dumps(self.addresses)),
-                        )
-                    )
-                statements.extend(self.presence_frames.statements())
-                if statements or self.remote.staged:
-                    self.remote.staged = False
-                    await self.sc.store.write(statements)
-                if self.links:
-                    await self.presence_frames.send_if_changed()
-                    await self.remote.flush_receipts(None)
-                    await mailboxes.tell(self)
+                    await self.sc.store.set_kv("mesh.addresses", json.dumps(self.addresses))
             except Exception:
                 log.exception("mesh flush failed")
+            for speaker in self.speakers:
+                try:
+                    await speaker.flush(bool(self.links))
+                except Exception:
+                    log.exception("%s could not flush", type(speaker).__name__)
 
     # ---- status --------------------------------------------------------------------------
 
@@ -627,7 +580,7 @@ class Mesh:
 # ---- ops ---------------------------------------------------------------------------------
 
 
-async def op_mesh(sidecar: MailHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_mesh(sidecar: MeshHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Show this machine's links to teammates, its addresses and its listener (`hive team`, tests).
 
     Reads no fields. Returns ``{"listening": port | None, "addresses", "links": {peer key:
@@ -636,6 +589,6 @@ async def op_mesh(sidecar: MailHost, conn: Connection, request: dict[str, Any]) 
     return sidecar.mesh.status()
 
 
-OPS = {"held": op_held, "approve": op_approve, "drop": op_drop, "mesh": op_mesh, "team_join": op_team_join}
+OPS = {"mesh": op_mesh, "team_join": op_team_join}
 
-__all__ = ["OPS", "Member", "Mesh", "MeshConfig", "TeamView", "load_mesh_config", "new_ulid", "sanitise_presence"]
+__all__ = ["OPS", "Member", "Mesh", "MeshConfig", "TeamView", "load_mesh_config", "new_ulid"]

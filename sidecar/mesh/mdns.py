@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .presence import HEX_KEY
+from .addresses import HEX_KEY
 from .transport import split_address
 
 if TYPE_CHECKING:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..mail.host import MailHost
+    from ..team.local import TeamHost
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class TeamView:
     mesh follows whatever team object the sidecar holds.
     """
 
-    def __init__(self, sidecar: MailHost) -> None:
+    def __init__(self, sidecar: TeamHost) -> None:
         self.sc = sidecar
 
     def _team(self) -> Any:

@@ -45,8 +45,8 @@ from ..sessions.registry import pid_alive
 from . import doing, observe
 
 if TYPE_CHECKING:
-    from ..mail.host import MailHost
     from ..sessions.registry import Session
+    from .events import PresenceHost
 
 log = logging.getLogger("hive.sidecar.presence.discover")
 
@@ -232,7 +232,7 @@ def scan(home: Path, where: list[Place], now: float) -> list[Found]:
 class Discovery:
     """One sidecar's discovered sessions: which file each came from, and keeping them current."""
 
-    def __init__(self, sidecar: MailHost) -> None:
+    def __init__(self, sidecar: PresenceHost) -> None:
         self.sidecar = sidecar
         self.home = doing.harness_home()
         self.places = places(self.home)
@@ -401,7 +401,7 @@ class Discovery:
             await self.gone(key)  # the file went, or its process did
 
 
-async def run(sidecar: MailHost) -> None:
+async def run(sidecar: PresenceHost) -> None:
     """Find unmanaged sessions now, then follow the harnesses' folders for as long as the sidecar runs."""
     try:
         discovery = Discovery(sidecar)
@@ -454,6 +454,6 @@ async def run(sidecar: MailHost) -> None:
         log.exception("discovering sessions on disk failed")
 
 
-def shared(sidecar: MailHost, session: Session) -> bool:
+def shared(sidecar: PresenceHost, session: Session) -> bool:
     """Whether the session goes into presence for teammates: unmanaged ones only if the person said so."""
     return not sidecar.sessions.is_unmanaged(session) or bool(getattr(sidecar.settings, "share_unmanaged", False))

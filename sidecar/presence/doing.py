@@ -43,8 +43,8 @@ from ..base.defang import one_line
 from ..base.host import PerSidecar
 
 if TYPE_CHECKING:
-    from ..mail.host import MailHost
     from ..sessions.registry import Session
+    from .events import PresenceHost
 
 log = logging.getLogger("hive.sidecar.presence.doing")
 
@@ -347,7 +347,7 @@ class Doing:
     """The watcher of one sidecar: which transcripts, title indexes and task folders belong to which
     session, what each says, and the line they make."""
 
-    def __init__(self, sidecar: MailHost) -> None:
+    def __init__(self, sidecar: PresenceHost) -> None:
         self.sidecar = sidecar
         self.sources: dict[Path, Source] = {}
         self.facts: dict[str, list[str]] = {}  # session key -> [title, task]
@@ -477,18 +477,18 @@ class Doing:
 DOINGS: PerSidecar[Doing] = PerSidecar(Doing)
 
 
-def doing_of(sidecar: MailHost) -> Doing:
+def doing_of(sidecar: PresenceHost) -> Doing:
     return DOINGS.of(sidecar)
 
 
-async def set_doing(sidecar: MailHost, session: Session, text: str) -> None:
+async def set_doing(sidecar: PresenceHost, session: Session, text: str) -> None:
     """Store a new ``doing`` for the session when it changed; the mesh sends it on."""
     if text and text != session.doing:
         await sidecar.sessions.set_status(session, text, None)
         sidecar.mesh.poke()
 
 
-async def from_tool_call(sidecar: MailHost, session: Session, tool_inputs: Iterable[Any]) -> None:
+async def from_tool_call(sidecar: PresenceHost, session: Session, tool_inputs: Iterable[Any]) -> None:
     """A todo or plan tool call names the task in progress: keep the title, replace the task."""
     for value in tool_inputs:
         task = in_progress(value)

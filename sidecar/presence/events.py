@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
-from ..mail.host import MailHost
+from ..mesh.links import MeshHost
 from .redaction import DETAIL_CAP, clean, detail_json
 
 if TYPE_CHECKING:
@@ -158,9 +158,10 @@ EventListener = Callable[[Any, "Session", Sequence[Event]], Awaitable[None]]
 just recorded for it, after they are stored."""
 
 
-class PresenceHost(MailHost, Protocol):
-    """What presence uses of the daemon: mail's host, and the features that act on what it observes
-    (the gate takes test runs, commits and overlaps from them), so presence never imports them."""
+class PresenceHost(MeshHost, Protocol):
+    """What presence uses of the daemon: the mesh's host (the team, the links), and the features
+    that act on what it observes (the gate takes test runs, commits and overlaps from them), so
+    presence never imports them."""
 
     @property
     def on_events(self) -> Sequence[EventListener]:

@@ -43,7 +43,6 @@ if TYPE_CHECKING:
     from hive.integrations.descriptor import HookPoint, Presence
 
     from ..base.host import Connection
-    from ..mail.host import MailHost
     from ..sessions.registry import Session
     from .events import PresenceHost
 
@@ -148,7 +147,7 @@ async def ingest(
     return events
 
 
-async def injected(sidecar: MailHost, key: str, ids: Sequence[str], channel: str, point: str) -> None:
+async def injected(sidecar: PresenceHost, key: str, ids: Sequence[str], channel: str, point: str) -> None:
     """Record that messages entered a session's model context: ``team.message.injected``, one event
     per message with its id, the session's tier and how it went in (``channel``: hook, push,
     plugin, mcp; ``point``: the hook event, or the push's way), so ``hive events`` answers what a
@@ -177,7 +176,7 @@ async def injected(sidecar: MailHost, key: str, ids: Sequence[str], channel: str
 # ---- who ---------------------------------------------------------------------------------------
 
 
-def describe_extra(sidecar: MailHost, key: str | None, person: str, machine: str, name: str) -> dict[str, Any]:
+def describe_extra(sidecar: PresenceHost, key: str | None, person: str, machine: str, name: str) -> dict[str, Any]:
     """``state``, ``files`` (paths) and ``head`` for one directory entry, local or a teammate's."""
     if key is not None:
         extra = presence_of(sidecar, key)
@@ -207,7 +206,7 @@ def describe_extra(sidecar: MailHost, key: str | None, person: str, machine: str
 # ---- ops ---------------------------------------------------------------------------------------
 
 
-async def op_events(sidecar: MailHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+async def op_events(sidecar: PresenceHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Read the newest observed events (tool calls, files, commands) of this machine's sessions.
 
     Request: ``session`` (str, optional): a key, name or address; ``action`` (str, optional): one

@@ -35,6 +35,31 @@ TIERS = ("push", "turn", "pull")
 RESERVED_NAMES = frozenset({"terminal"})
 
 
+@dataclass(frozen=True)
+class Entry:
+    """A session somewhere in the team, as the directory lists it (``who``, addressing mail)."""
+
+    person: str
+    machine: str
+    name: str
+    agent: str
+    repo: str
+    branch: str
+    folder: str
+    doing: str
+    tier: str
+    live: bool
+    key: str | None = None  # set for sessions on this machine
+
+    @property
+    def address(self) -> str:
+        return f"{self.person}/{self.name}"
+
+    @property
+    def full_address(self) -> str:
+        return f"{self.address}@{self.machine}"
+
+
 @dataclass
 class Session:
     key: str
@@ -98,7 +123,8 @@ class Sessions:
         self.store = store
         self.settings = settings
         self.by_key: dict[str, Session] = {}
-        self.elsewhere: Callable[[], set[str]] = set  # names this person's other machines hold
+        # Names taken elsewhere: sessions on this person's other machines, their mailboxes here.
+        self.elsewhere: list[Callable[[], set[str]]] = []
         # Keys of sessions found on disk (presence.discover) that no hook or client speaks for yet.
         self.unmanaged: set[str] = set()
         # Set when a session's recorded process may have changed (see watch_processes).
@@ -108,6 +134,10 @@ class Sessions:
         for row in await self.store.fetchall("SELECT * FROM sessions"):
             data = dict(row)
             self.by_key[data["key"]] = Session(**data)
+
+    def taken_elsewhere(self) -> set[str]:
+        """Names a session here may not take (see :attr:`elsewhere`)."""
+        return set().union(*(names() for names in self.elsewhere))
 
     def address(self, session: Session) -> str:
         return f"{self.settings.person}/{session.name}"
@@ -146,7 +176,7 @@ class Sessions:
 
     def _pick_name(self, key: str, base: str, place: str, agent: str, now: float) -> str:
         holders = {s.name: s for s in self.by_key.values() if s.key != key}
-        taken = self.elsewhere()
+        taken = self.taken_elsewhere()
         current = holders.get(base)
         if current is None and base not in taken:
             return base
@@ -264,7 +294,7 @@ class Sessions:
             holder = self.by_name(wanted)
             if holder is not None and holder.key != session.key:
                 raise Conflict(f"{wanted!r} is already the name of another session; pick another")
-            if wanted != session.name and wanted in self.elsewhere():
+            if wanted != session.name and wanted in self.taken_elsewhere():
                 raise Conflict(f"{wanted!r} is the name of a session on another machine of yours; pick another")
             if wanted != session.name:
                 old_address = self.address(session)

@@ -22,17 +22,14 @@ SIDECAR = Path(hive.sidecar.__file__).parent
 
 # Bottom to top. The client side (the CLI, the MCP server, the client library, ``python -m
 # hive.sidecar``) talks to the daemon over its socket and stands beside the daemon's stack.
-LAYERS = ["base", "person", "sessions", "team", "mail", "mesh", "presence", "gate", "lessons", "agents", "daemon"]
+LAYERS = ["base", "person", "sessions", "team", "mesh", "presence", "mail", "gate", "lessons", "agents", "daemon"]
 CLIENT_SIDE = {"client": 0, "mcp": 1, "__main__": 2, "cli": 3}
 ENTRY_POINT = "__main__"  # starts the daemon: the one module that may import it
 
 # Each concept names what it uses of the daemon in a protocol of its layer (base.host.Host up to
 # agents.sessions.AgentsHost), never the daemon's class. These edges still go up a layer:
 STILL_UPWARD: set[tuple[str, str]] = {
-    ("mail", "mesh"),  # remote mail rides the mesh's links
-    ("mail", "presence"),  # mail shown to an agent is recorded as one of its session's events
-    ("mail", "gate"),  # a notify pop-up goes through the gate
-    ("mesh", "presence"),  # presence frames carry each session's activity
+    ("mail", "gate")  # a notify pop-up goes through the gate
 }
 
 

@@ -21,8 +21,8 @@ import pytest
 import tomlkit
 
 from hive.sidecar.base.ulid import new_ulid
-from hive.sidecar.mesh.presence import sanitise_presence
 from hive.sidecar.mesh.transport import MAX_FRAME, LinkClosed, dial, machine_cert
+from hive.sidecar.presence.frames import sanitise_presence
 from hive.sidecar.team import roster
 from hive.sidecar.team.identity import load_identity
 

@@ -8,14 +8,10 @@ inviter). It is sent when it changes and sanitised on receipt (:func:`sanitise_p
 from __future__ import annotations
 
 import contextlib
-import importlib
-import ipaddress
 import json
 import logging
-import re
-import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,38 +19,30 @@ import anyio
 
 from ..base.config import slug
 from ..base.defang import one_line
-from ..mail import mailboxes
-from ..mail.addresses import Entry
-from ..presence import discover, observe
-from ..sessions.registry import TIERS
-from .transport import FrameError, LinkClosed, split_address
+from ..base.host import PerSidecar
+from ..mesh.addresses import HEX_KEY, MAX_ADDRESSES, valid_address
+from ..mesh.frames import MAX_FEATURES, Speaker
+from ..mesh.transport import FrameError, Link, LinkClosed
+from ..sessions.registry import TIERS, Entry
+from . import discover, observe
 
 if TYPE_CHECKING:
-    from .links import Mesh
+    from ..mesh.links import Mesh
+    from ..mesh.team_view import Member
+    from .events import PresenceHost
 
-log = logging.getLogger("hive.sidecar.mesh.presence")
+log = logging.getLogger("hive.sidecar.presence.frames")
 
 PRESENCE_REFRESH = 60.0
 
 # Limits on what a peer's presence may carry; anything beyond is cut.
 MAX_SESSIONS = 200
 MAX_KNOWN = 100
-MAX_FEATURES = 32
-MAX_ADDRESSES = 8
 MAX_PEERS = 256
+MAX_MAILBOXES = 16
 
-_ADDRESS = re.compile(r"^[A-Za-z0-9._:\[\]-]{1,100}:[0-9]{1,5}$")
-HEX_KEY = re.compile(r"^[0-9a-f]{64}$")
-
-
-def valid_address(value: Any) -> bool:
-    if not isinstance(value, str) or not _ADDRESS.match(value):
-        return False
-    try:
-        host, port = split_address(value)
-    except ValueError:
-        return False
-    return 0 < port < 65536 and bool(host)
+FRAMES: PerSidecar[PresenceFrames] = PerSidecar(lambda sidecar: PresenceFrames(sidecar))
+"""Each sidecar's presence frames (:func:`attach` makes them its mesh's speaker)."""
 
 
 def _listed(raw: dict[str, Any], key: str) -> list[Any]:
@@ -127,50 +115,33 @@ def sanitise_presence(raw: Any) -> dict[str, Any]:
         "features": features,
         "addresses": addresses,
         "peers": peers,
-        "mailboxes": mailboxes.sanitise(raw.get("mailboxes")),
+        "mailboxes": _mailboxes(raw.get("mailboxes")),
     }
 
 
-def _activity_of(key: str) -> str:
-    """Busy/idle/waiting as the session's hooks last reported it, when the hooks module is here."""
-    try:
-        hooks = importlib.import_module("hive.sidecar.agents.hooks")
-    except ImportError:
-        return ""
-    getter = getattr(hooks, "activity", None)
-    found = getter(key) if callable(getter) else None
-    return str(found[0]) if found else ""
+def _mailboxes(raw: Any) -> list[str]:
+    """A peer's ``mailboxes`` field: its person's named mailboxes there, distinct, ``terminal`` implied."""
+    out: list[str] = []
+    for item in (raw if isinstance(raw, list) else [])[:MAX_MAILBOXES]:
+        name = slug(item, 64) if isinstance(item, str) else ""
+        if name and name != "terminal" and name not in out:
+            out.append(name)
+    return out
 
 
-def local_addresses(listen_host: str, port: int) -> list[str]:
-    """The addresses teammates can try for this machine's listener."""
-    if listen_host not in ("0.0.0.0", "::", ""):
-        host = listen_host if ":" not in listen_host else f"[{listen_host}]"
-        return [f"{host}:{port}"]
-    found: list[str] = []
-    try:
-        import ifaddr  # zeroconf's own dependency; lists interface addresses without root
+class PresenceFrames(Speaker):
+    """Presence over one sidecar's mesh: what goes out (sent when it changes, refreshed once a
+    minute) and what comes in (kept in ``mesh.presence``, stored at the mesh's flush).
 
-        for adapter in ifaddr.get_adapters():
-            for ip in adapter.ips:
-                if isinstance(ip.ip, str):
-                    address = ipaddress.ip_address(ip.ip)
-                    if not address.is_loopback and not address.is_link_local:
-                        found.append(f"{ip.ip}:{port}")
-    except Exception:  # no interface list: the hostname's address is the best guess
-        with contextlib.suppress(OSError):
-            found.append(f"{socket.gethostbyname(socket.gethostname())}:{port}")
-    return found[:MAX_ADDRESSES]
+    Fields other concepts add to this machine's presence (mail's named mailboxes) come from
+    :attr:`fields`: name -> what to send; a peer's are read back by :func:`sanitise_presence`.
+    """
 
-
-class PresenceFrames:
-    """Presence for one mesh: what goes out (sent when it changes, refreshed once a minute) and
-    what comes in (kept in ``mesh.presence``, stored by the mesh's flusher)."""
-
-    def __init__(self, mesh: Mesh) -> None:
-        self.mesh = mesh
-        self.sc = mesh.sc
-        self.dirty: set[str] = set()  # peers whose presence changed since the flusher stored it
+    def __init__(self, sidecar: PresenceHost) -> None:
+        self.sc = sidecar
+        self.mesh: Mesh = sidecar.mesh
+        self.fields: dict[str, Callable[[], Any]] = {}
+        self.dirty: set[str] = set()  # peers whose presence changed since it was last stored
         self._sent = ""
         self._sent_peers = ""
 
@@ -181,19 +152,34 @@ class PresenceFrames:
                 presence["at"] = json.loads(value).get("at")
                 self.mesh.presence[key.removeprefix("mesh.presence.")] = presence
 
-    def statements(self) -> list[tuple[str, Sequence[Any]]]:
-        """The writes that store the presence received since the last call."""
-        statements: list[tuple[str, Sequence[Any]]] = []
-        for peer in self.dirty:
-            if peer in self.mesh.presence:
-                statements.append(
-                    (
-                        "INSERT OR REPLACE INTO kv(key, value) VALUES (?, ?)",
-                        (f"mesh.presence.{peer}", json.dumps(self.mesh.presence[peer])),
-                    )
-                )
+    async def run(self) -> None:
+        """Liveness changes with time alone (a session goes stale): look at most once a minute,
+        and pass on the addresses of members linked since the last look."""
+        while True:
+            await anyio.sleep(PRESENCE_REFRESH)
+            with contextlib.suppress(Exception):
+                await self.send_if_changed(refresh=True)
+
+    async def link_up(self, link: Link) -> None:
+        # The first presence on a link carries the addresses this machine knows for other members,
+        # so a machine that just joined through one inviter can dial everyone else.
+        await link.send({"t": "presence", "presence": self.own(with_peers=True)})
+
+    async def flush(self, linked: bool) -> None:
+        """Store the presence received since the last flush; send this machine's when it changed."""
+        statements: list[tuple[str, Sequence[Any]]] = [
+            (
+                "INSERT OR REPLACE INTO kv(key, value) VALUES (?, ?)",
+                (f"mesh.presence.{peer}", json.dumps(self.mesh.presence[peer])),
+            )
+            for peer in self.dirty
+            if peer in self.mesh.presence
+        ]
         self.dirty.clear()
-        return statements
+        if statements:
+            await self.sc.store.write(statements)
+        if linked:
+            await self.send_if_changed()
 
     def own(self, *, with_peers: bool = False) -> dict[str, Any]:
         """This machine's presence; ``with_peers`` adds the addresses it knows for linked members."""
@@ -211,7 +197,7 @@ class PresenceFrames:
                         "branch": s.branch,
                         "folder": Path(s.cwd.rstrip("/")).name if s.cwd else "",
                         "doing": s.doing,
-                        "activity": _activity_of(s.key),
+                        "activity": "",  # what older hives read before ``state``; nothing fills it now
                         "tier": s.tier,
                         **observe.presence_of(self.sc, s.key),
                     }
@@ -228,7 +214,7 @@ class PresenceFrames:
             "gone": gone[:MAX_KNOWN],
             "features": self.mesh.features(),
             "addresses": self.mesh.my_addresses,
-            "mailboxes": mailboxes.presence_field(self.sc),
+            **{name: field() for name, field in self.fields.items()},
         }
         if with_peers:
             presence["peers"] = self.peer_addresses()
@@ -254,8 +240,10 @@ class PresenceFrames:
             with contextlib.suppress(LinkClosed, FrameError):
                 await link.send({"t": "presence", "presence": presence})
 
-    async def receive(self, peer: str, raw: Any) -> None:
-        presence = sanitise_presence(raw)
+    async def receive(self, link: Link, member: Member, frame: dict[str, Any]) -> None:
+        """A ``presence`` frame: keep it, learn the addresses it carries, rename clashing sessions."""
+        peer = link.peer
+        presence = sanitise_presence(frame.get("presence"))
         presence["at"] = time.time()
         mesh = self.mesh
         mesh.presence[peer] = presence
@@ -264,12 +252,12 @@ class PresenceFrames:
             mesh.learn(peer, presence["addresses"])
         me = mesh.team.my_key()
         for other, addresses in presence["peers"].items():
-            member = mesh.team.member(other)
-            if other != me and member is not None and member.active:
+            known = mesh.team.member(other)
+            if other != me and known is not None and known.active:
                 mesh.learn(other, addresses)
         self.dirty.add(peer)
         await self._rename_clashes(peer, presence)
-        mesh.poke()  # stored by the flusher, coalesced: one write for a burst of presence frames
+        mesh.poke()  # stored at the flush, coalesced: one write for a burst of presence frames
         await observe.on_peer_presence(self.sc, peer)
 
     def names_elsewhere(self) -> set[str]:
@@ -350,10 +338,15 @@ class PresenceFrames:
                 )
         return out
 
-    async def refresher(self) -> None:
-        """Liveness changes with time alone (a session goes stale): look at most once a minute,
-        and pass on the addresses of members linked since the last look."""
-        while True:
-            await anyio.sleep(PRESENCE_REFRESH)
-            with contextlib.suppress(Exception):
-                await self.send_if_changed(refresh=True)
+
+def attach(sidecar: PresenceHost) -> None:
+    """Its feature's ``frames`` (daemon.features): presence is this sidecar's mesh's first speaker,
+    and the names its person's other machines hold are taken for new sessions here."""
+    frames = FRAMES.of(sidecar)
+    sidecar.mesh.add_speaker(frames, frames={"presence": frames.receive})
+    sidecar.sessions.elsewhere.append(frames.names_elsewhere)
+
+
+def entries(sidecar: PresenceHost) -> list[Entry]:
+    """Teammates' sessions for the directory (:meth:`PresenceFrames.entries`)."""
+    return FRAMES.of(sidecar).entries()
