@@ -6,15 +6,16 @@ carries ``notify``, :func:`notify_received`); the person's other linked machines
 body, sent_at}`` frame (feature ``notify``, :func:`attach`), checked like a ``msg`` (a machine speaks only for
 its roster person) and cleaned and defanged; and this machine shows it itself when it is one of that person's
 (an agent may notify its own person). On each machine the person's gate there decides (source ``notify``,
-:meth:`Gate.offer_now`), after that machine's limits: one per sending person per minute, none for a message
-older than 15 minutes, and one per message (a ``msg`` and a frame about it never show twice).
+through :data:`OFFERS`: hive.sidecar.gate.notify), after that machine's limits: one per sending person per
+minute, none for a message older than 15 minutes, and one per message (a ``msg`` and a frame about it never
+show twice).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +58,11 @@ class Notices:
 
 
 NOTICES: PerSidecar[Notices] = PerSidecar(lambda sidecar: Notices())
+
+Offer = Callable[[Message, Prompt], Awaitable[tuple[bool, str]]]
+"""Offers a notification about ``message`` to the person's gate, which shows ``prompt`` (with
+:func:`show_notification`) if it lets it through: (shown, why). The gate's feature adds its own."""
+OFFERS: PerSidecar[list[Offer]] = PerSidecar(lambda sidecar: [])
 
 
 def notices(sidecar: MailHost) -> Notices:
@@ -258,8 +264,6 @@ def _remember_shown(shown: dict[str, float], message_id: str, now: float) -> Non
 
 async def notify_here(sidecar: MailHost, message: Message, sent_at: float) -> tuple[bool, str]:
     """One notification on this machine's desktop for its person, through the gate: (shown, why)."""
-    from ..gate.engine import Item, gate_of
-
     now = time.time()
     mine = notices(sidecar)
     if message.id in mine.shown:
@@ -274,33 +278,12 @@ async def notify_here(sidecar: MailHost, message: Message, sent_at: float) -> tu
     _remember_shown(mine.shown, message.id, now)
     sender, body = clean(message.sender), defang(clean(message.body))
     prompt = Prompt(title=f"hive · {sender}", body=clip(body, NOTIFY_BODY_LIMIT), timeout=NOTIFY_TIME, question=False)
-    recipient = message.recipient
-    item = Item(
-        source="notify",
-        person=sidecar.settings.person,
-        session="" if recipient.endswith("/terminal") else recipient,
-        title=clip(f"{sender}: {body}", 200),
-        body="",
-        evidence=(),
-        key=f"notify:{message.id}",
-        proposer=sender[:200],
-        data={"message": message.id},
-    )
-
-    async def show(_item: Item, _decision: Any) -> None:
-        await _show(sidecar, prompt, message.id)
-
-    decision = await gate_of(sidecar).offer_now(item, show)
-    if decision.outcome == "deliver":
-        return True, f"{sidecar.settings.person} was shown a desktop notification."
-    if decision.rule == "deliver.failed":
-        return False, f"No notification was shown: {decision.reason}"
-    return False, (
-        f"No notification: {sidecar.settings.person}'s gate held it back ({decision.rule}: {decision.reason})."
-    )
+    for offer in OFFERS.of(sidecar):
+        return await offer(message, prompt)
+    return False, "No notification: this sidecar runs no gate to decide it."
 
 
-async def _show(sidecar: MailHost, prompt: Prompt, message_id: str) -> None:
+async def show_notification(sidecar: MailHost, prompt: Prompt, message_id: str) -> None:
     """Put the notification up; return once it is on screen, raise if it cannot be shown."""
     shown = anyio.Event()
     failure: list[HiveError] = []

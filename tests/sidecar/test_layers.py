@@ -4,10 +4,10 @@ The graph is read from the source (every import: module level, inside functions,
 ones under ``TYPE_CHECKING``), at package level: ``hive.sidecar.mail.ops`` importing
 ``hive.sidecar.presence.observe`` is the edge ``mail -> presence``.
 
-The redesign that brings every edge downward is under way (issue #21): the edges still going up
-are listed in :data:`STILL_UPWARD`, each to be inverted through its feature (daemon/features.py)
-or a protocol of what a concept uses of the daemon. The list may only shrink: a new upward edge
-fails, and so does a listed one that is gone (delete it from the list).
+Every edge goes down (issue #21): a concept that must reach one above it declares it in its
+feature (daemon/features.py), and names what it uses of the daemon in its layer's protocol. An
+edge that must go up is listed in :data:`STILL_UPWARD` with its reason; a listed one that is gone
+fails too (delete it from the list).
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ CLIENT_SIDE = {"client": 0, "mcp": 1, "__main__": 2, "cli": 3}
 ENTRY_POINT = "__main__"  # starts the daemon: the one module that may import it
 
 # Each concept names what it uses of the daemon in a protocol of its layer (base.host.Host up to
-# agents.sessions.AgentsHost), never the daemon's class. These edges still go up a layer:
-STILL_UPWARD: set[tuple[str, str]] = {
-    ("mail", "gate")  # a notify pop-up goes through the gate
-}
+# agents.sessions.AgentsHost), never the daemon's class; a concept that must reach one above it
+# declares that in its Feature (frames, setup, on_events, before_digest). No edge goes up now;
+# the list stays for the case where one must, named and explained here.
+STILL_UPWARD: set[tuple[str, str]] = set()
 
 
 def _package(module: str) -> str:
@@ -153,7 +153,7 @@ def test_packages_import_only_downward_but_for_the_listed_edges_which_may_only_s
     assert not STILL_UPWARD - upward, f"gone, delete from STILL_UPWARD: {sorted(STILL_UPWARD - upward)}"
 
 
-def test_a_cycle_between_packages_exists_only_through_the_listed_upward_edges() -> None:
+def test_no_import_cycle_between_packages_but_through_a_listed_upward_edge() -> None:
     downward = {edge for edge in _edges() if edge not in STILL_UPWARD}
     graph: dict[str, set[str]] = defaultdict(set)
     for source, dest in downward:
