@@ -1,4 +1,5 @@
-"""The code as shipped passes its checkers: mypy (strict for base/ and daemon/), ruff check and ruff format.
+"""The code as shipped passes its checkers: mypy (strict for base/, daemon/ and the session and harness
+registries), ruff check and ruff format.
 
 mypy reads the *installed* package, as CI installs it (``pip install '.[test]'``, not editable),
 so what it checks is what users get, py.typed markers included. An editable install (the dev
