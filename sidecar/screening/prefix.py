@@ -1,0 +1,190 @@
+"""Where a rule's match can start: the literal words its patterns open with, read from their source.
+
+Screening a message with every rule from every position costs milliseconds; most rules open with a
+word (``ignore``, ``curl``, ``cat``), so the screen finds those words once and tries a rule only
+where one of its words starts. :func:`openings` reads a pattern conservatively: zero-width
+assertions at its start are skipped, a group's alternatives are read one by one, and anything it
+does not understand (a class, an optional group, a backreference) means "anywhere" (``None``).
+"""
+
+from __future__ import annotations
+
+import re
+
+_META = set(".^$*+?{}[]()|\\")
+_ZERO_WIDTH = ("(?<!", "(?<=", "(?!", "(?=")
+_ESCAPED = {
+    "\\.": ".",
+    "\\-": "-",
+    "\\/": "/",
+    "\\|": "|",
+    "\\(": "(",
+    "\\)": ")",
+    "\\[": "[",
+    "\\$": "$",
+    "\\{": "{",
+    "\\*": "*",
+    "\\+": "+",
+    "\\?": "?",
+    "\\<": "<",
+    "\\:": ":",
+    "\\~": "~",
+}
+
+
+def _close(source: str, start: int) -> int:
+    """The index just past the group or class that opens at ``start``."""
+    depth, i, in_class = 0, start, False
+    while i < len(source):
+        char = source[i]
+        if char == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+            if source[i + 1 : i + 2] == "]" or source[i + 1 : i + 3] == "^]":
+                i += 2 if source[i + 1] == "]" else 3
+                continue
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    raise ValueError("unbalanced")
+
+
+def _close_class(source: str) -> int:
+    end = source.index("]", 2)
+    return end + 1
+
+
+def _alternatives(body: str) -> list[str]:
+    parts, depth, last, i, in_class = [], 0, 0, 0, False
+    while i < len(body):
+        char = body[i]
+        if char == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+            i += 2 if body[i + 1 : i + 2] == "]" else 1
+            continue
+        elif char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "|" and depth == 0:
+            parts.append(body[last:i])
+            last = i + 1
+        i += 1
+    return [*parts, body[last:]]
+
+
+def _optional_after(source: str, end: int) -> bool:
+    return source[end : end + 1] in ("?", "*") or source[end : end + 3] in ("{0,", "{0}")
+
+
+def openings(source: str) -> frozenset[str] | None:
+    """The lowercase strings every match of ``source`` starts with one of, or ``None`` if unknown."""
+    try:
+        found: set[str] = set()
+        for alternative in _alternatives(source):
+            inner = _openings(alternative)
+            if inner is None:
+                return None
+            found |= inner
+        return frozenset(found)
+    except (ValueError, IndexError):
+        return None
+
+
+def _useful(literal: str) -> bool:
+    """Whether finding ``literal`` first is worth it: a word of two letters, or one rarer character."""
+    return len(literal) >= 2 or (len(literal) == 1 and not literal.isalnum())
+
+
+def _openings(source: str) -> frozenset[str] | None:
+    i = 0
+    while True:  # zero-width assertions at the start do not move the match
+        if source.startswith("\\b", i):
+            i += 2
+        elif source.startswith(_ZERO_WIDTH, i):
+            i = _close(source, i)
+        else:
+            break
+    source = source[i:]
+    if source.startswith("[") and not source.startswith("[^"):
+        end = _close_class(source)
+        chars = source[1 : end - 1]
+        if (
+            "\\" in chars
+            or "-" in chars
+            or _optional_after(source, end)
+            or any(c.isascii() and c.isalnum() for c in chars)
+        ):
+            return None
+        return frozenset(chars.lower())
+    if source.startswith("(?:") or (source.startswith("(") and not source.startswith("(?")):
+        end = _close(source, 0)
+        if _optional_after(source, end):
+            return None
+        body = source[3 if source.startswith("(?:") else 1 : end - 1]
+        found: set[str] = set()
+        for alternative in _alternatives(body):
+            inner = _openings(alternative + source[end:]) if not alternative else _openings(alternative)
+            if inner is None:
+                return None
+            found |= inner
+        return frozenset(found)
+    literal, i = "", 0
+    while i < len(source):
+        two = source[i : i + 2]
+        if two in _ESCAPED:
+            char, step = _ESCAPED[two], 2
+        elif source[i] in _META:
+            break
+        else:
+            char, step = source[i], 1
+        if _optional_after(source, i + step):
+            break
+        literal += char.lower()
+        i += step
+    rest = source[i:]
+    if literal and (rest.startswith("(?:") or (rest.startswith("(") and not rest.startswith("(?"))):
+        if not _optional_after(rest, _close(rest, 0)):
+            following = _openings(rest)
+            if following is not None:
+                return frozenset(literal + tail for tail in following)
+    if _useful(literal) or (literal and not literal.isascii()):
+        return frozenset({literal})
+    return None
+
+
+_Trie = dict[str, "_Trie"]
+
+
+def trie_pattern(words: set[str]) -> str:
+    """One regular expression for ``words`` as a trie (``ab|ac`` is ``a(?:b|c)``): at each position
+    the engine tries one branch per next character, not every word."""
+    tree: _Trie = {}
+    for word in words:
+        node = tree
+        for char in word:
+            node = node.setdefault(char, {})
+        node[""] = {}
+    return _branch(tree)
+
+
+def _branch(node: _Trie) -> str:
+    ends = "" in node
+    parts = [re.escape(char) + _branch(child) for char, child in sorted(node.items()) if char]
+    if not parts:
+        return ""
+    body = parts[0] if len(parts) == 1 and not ends else "(?:" + "|".join(parts) + ")"
+    return body + ("?" if ends else "")
