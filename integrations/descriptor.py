@@ -122,6 +122,10 @@ class Tiers:
     turn: bool = True
     pull: bool = True
     note: str = ""  # told to senders when the tier has a caveat
+    # Mail hive puts into the model's context unasked (a hook's reply, a push), in characters: at
+    # most this much at once, and this much per session per hour; the rest waits for a pull.
+    inject_cap: int = 8_000
+    inject_hour: int = 40_000
 
 
 @dataclass(frozen=True)

@@ -59,8 +59,9 @@ from ..base.errors import BadRequest, NotFound
 from ..base.git import git_facts
 from ..lessons import turn as lesson_turn
 from ..mail import codex_push
+from ..mail.injection import fit
 from ..mail.mailbox import Holder
-from ..mail.render import Message, frames
+from ..mail.render import Message
 from ..presence import observe
 from ..presence.doing import doing_of, in_progress
 from ..sessions import folders
@@ -306,11 +307,11 @@ async def hook(sidecar: AgentsHost, conn: Connection, request: dict[str, Any]) -
         return nothing
     if point.event == "turn.stop":
         await _turn_ended(sidecar, session)
-    messages = await _mail_for(sidecar, session, point, caller.payload)
+    messages, mail = fit(sidecar, session, await _mail_for(sidecar, session, point, caller.payload))
     lessons = await lesson_turn.due(sidecar, session, point, caller.payload)  # turn-tier recall
-    if not messages and not lessons.lines:
+    if not mail and not lessons.lines:
         return nothing
-    text = "\n\n".join(part for part in (frames(messages), lessons.text) if part)
+    text = "\n\n".join(part for part in (mail, lessons.text) if part)
     stdout = caller.harness.reply(point, text, caller.payload)
     if stdout == point.no_opinion:
         return nothing  # this point cannot carry text to the model (a plugin's, say)
@@ -452,10 +453,11 @@ async def watch(sidecar: AgentsHost, conn: Connection, request: dict[str, Any]) 
             sidecar.parked[address] -= 1
     if session.ended_at is not None:
         return {**answer, "ended": True}
+    messages, text = fit(sidecar, session, messages)
     # The watcher's text reaches the model only with the woken turn: held like a hook's reply.
     sidecar.mailbox.mark_shown(messages, await _holder(session, request), conn.id)
     conn.hook_shown = (session.key, "push", "watcher")
-    return {**answer, "ids": [m.id for m in messages], "text": frames(messages)}
+    return {**answer, "ids": [m.id for m in messages], "text": text}
 
 
 async def hold(sidecar: AgentsHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:

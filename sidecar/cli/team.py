@@ -88,12 +88,12 @@ def cmd_policy(args: argparse.Namespace) -> int:
 
 
 def cmd_held(args: argparse.Namespace) -> int:
-    result = _call("held")
+    result = _call("held", outbound=args.outbound)
     if args.json:
         _print_json(result)
         return 0
     if not result["held"]:
-        print("no held messages")
+        print("no messages held before they leave" if args.outbound else "no held messages")
         return 0
     for m in result["held"]:
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(m["received_at"]))
@@ -101,6 +101,8 @@ def cmd_held(args: argparse.Namespace) -> int:
         print(m["id"] + "  " + clip(f"{when}  {m['from']} -> {m['to']}: {first}", WIDTH - len(m["id"]) - 2))
         if m.get("files"):
             print(f"    with files: {', '.join(m['files'])}")
+        if m.get("why"):
+            print(clip(f"    why: {m['why']}", WIDTH))
     print("approve with `hive approve <id>...`, or drop with `hive drop <id>...`")
     return 0
 
@@ -214,7 +216,8 @@ def add_arguments(add: AddCommand) -> None:
         "`hive policy bob default` to drop bob's own; none to list",
     )
     p.add_argument("--json", action="store_true")
-    p = add("held", cmd_held, "messages from teammates held by your inbound policy, waiting for you")
+    p = add("held", cmd_held, "messages held for you: teammates' (your inbound policy, screening), or your own")
+    p.add_argument("--outbound", action="store_true", help="your sessions' messages held before they leave")
     p.add_argument("--json", action="store_true")
     for name, func, what in (
         ("approve", cmd_approve, "deliver held messages to their sessions"),

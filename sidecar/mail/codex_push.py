@@ -47,8 +47,8 @@ from hive.integrations.push import PushFailed
 from ..base.host import PerSidecar
 from ..presence import observe
 from ..sessions.registry import Session
+from .injection import fit
 from .mailbox import Holder
-from .render import frames
 
 if TYPE_CHECKING:
     from .host import MailHost
@@ -96,6 +96,10 @@ async def _push(sidecar: MailHost, session: Session, address: str, done: anyio.E
             if not messages:
                 outcome.append(True)  # an earlier push (or a hook) took this mail while this one waited
                 return
+            messages, text = fit(sidecar, session, messages)
+            if not messages:
+                outcome.append(False)  # past what may be injected this hour: it waits for a pull
+                return
             ids = [m.id for m in messages]
             sidecar.mailbox.mark_shown(messages)
             server = registry.harness(session.agent).app_server()
@@ -105,7 +109,7 @@ async def _push(sidecar: MailHost, session: Session, address: str, done: anyio.E
             tui = await anyio.to_thread.run_sync(server.running, home)
             rollout = server.rollout(session.key, session.transcript, home)
             offset = _size(rollout)  # what the rollout held before this push: proof comes after it
-            how = await server.deliver(home, session.key, frames(messages), tui)
+            how = await server.deliver(home, session.key, text, tui)
             # Codex took the text; its model has not seen it yet. Held for the TUI until the
             # rollout shows a model turn that carried it (:func:`settle`).
             sidecar.mailbox.mark_shown(messages, Holder(session.key, tui.pid, tui.started, pushed=True))

@@ -17,7 +17,8 @@ from ..base.ulid import new_ulid
 from ..sessions.registry import Session
 from . import codex_push, mailboxes
 from .addresses import Target
-from .render import Message, frames
+from .injection import fit
+from .render import Message
 
 if TYPE_CHECKING:
     from .host import MailHost
@@ -67,14 +68,12 @@ async def push(sidecar: MailHost, session: Session) -> bool:
     address = sidecar.sessions.address(session)
     if conn is None or sidecar.parked[address] > 0:
         return False  # nobody to push to, or a reader is already long-polling for it
-    messages = [m for m in await sidecar.mailbox.unread(address) if m.wake]
+    messages, text = fit(sidecar, session, [m for m in await sidecar.mailbox.unread(address) if m.wake])
     if not messages:
-        return False
+        return False  # none, or past what may be injected now: it waits for a pull
     sidecar.mailbox.mark_shown(messages)
     try:
-        await conn.send(
-            {"event": "deliver", "session": session.key, "ids": [m.id for m in messages], "text": frames(messages)}
-        )
+        await conn.send({"event": "deliver", "session": session.key, "ids": [m.id for m in messages], "text": text})
     except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
         sidecar.mailbox.unshow([m.id for m in messages])
         return False

@@ -1,5 +1,6 @@
-"""Held mail: teammates' messages the inbound policy holds until the person approves or drops them,
-and the ``held``, ``approve`` and ``drop`` ops."""
+"""Held mail, and the ``held``, ``approve`` and ``drop`` ops: teammates' messages held here for the
+person (by the inbound policy, or by screening: hive.sidecar.mail.screen), and this machine's own
+messages outbound screening holds before they leave (``held_here`` in the outbox)."""
 
 from __future__ import annotations
 
@@ -25,10 +26,10 @@ if TYPE_CHECKING:
 async def held(sidecar: MailHost) -> list[dict[str, Any]]:
     """The held messages, oldest first, peer-written text defanged."""
     rows = await sidecar.store.fetchall(
-        "SELECT id, sender, recipient, frame, received_at FROM inbound WHERE state = 'held' ORDER BY id"
+        "SELECT id, sender, recipient, frame, received_at, note FROM inbound WHERE state = 'held' ORDER BY id"
     )
     out = []
-    for message_id, sender, recipient, frame, received_at in rows:
+    for message_id, sender, recipient, frame, received_at, note in rows:
         body, files = "", []
         with contextlib.suppress(ValueError, TypeError, AttributeError, HiveError):
             raw = json.loads(frame)
@@ -42,9 +43,68 @@ async def held(sidecar: MailHost) -> list[dict[str, Any]]:
                 "body": defang(str(body)),
                 "received_at": received_at,
                 "files": files,
+                "why": note,
             }
         )
     return out
+
+
+async def held_here(sidecar: MailHost) -> list[dict[str, Any]]:
+    """This machine's messages that outbound screening holds, oldest first."""
+    rows = await sidecar.store.fetchall(
+        "SELECT id, sender, recipient, frame, created_at, note FROM outbox WHERE state = 'held_here' ORDER BY id"
+    )
+    out = []
+    for message_id, sender, recipient, frame, created_at, note in rows:
+        body, files = "", []
+        with contextlib.suppress(ValueError, TypeError, AttributeError, HiveError):
+            raw = json.loads(frame)
+            body = raw.get("body", "")
+            files = [f.name for f in attachments.from_wire(raw.get("files"))]
+        out.append(
+            {
+                "id": message_id,
+                "from": sender,
+                "to": recipient,
+                "body": str(body),
+                "received_at": created_at,
+                "files": files,
+                "why": note,
+            }
+        )
+    return out
+
+
+async def release(remote: RemoteMail, message_id: str, approve: bool) -> dict[str, Any] | None:
+    """Let a message outbound screening held here go (it is queued as any other), or drop it; None
+    when ``message_id`` is not held here."""
+    sidecar = remote.sc
+    row = await sidecar.store.fetchone("SELECT peer FROM outbox WHERE id = ? AND state = 'held_here'", (message_id,))
+    if row is None:
+        return None
+    person = sidecar.settings.person
+    if not approve:
+        note = f"dropped by {person} before it left this machine"
+        await sidecar.store.write(
+            [
+                (
+                    "UPDATE outbox SET state = 'dropped', note = ?, updated_at = ? WHERE id = ?",
+                    (note, time.time(), message_id),
+                )
+            ]
+        )
+        return {"id": message_id, "state": "dropped", "note": note}
+    note = f"approved by {person}: queued in the outbox"
+    await sidecar.store.write(
+        [
+            (
+                "UPDATE outbox SET state = 'queued', pending = 1, note = ?, updated_at = ? WHERE id = ?",
+                (note, time.time(), message_id),
+            )
+        ]
+    )
+    remote.mesh.spawn(remote.replay, row[0])  # a linked peer gets it now; another on its next link
+    return {"id": message_id, "state": "queued", "note": note}
 
 
 async def settle(remote: RemoteMail, ids: Sequence[str], approve: bool) -> list[dict[str, Any]]:
@@ -56,7 +116,7 @@ async def settle(remote: RemoteMail, ids: Sequence[str], approve: bool) -> list[
             "SELECT frame, recipient, peer FROM inbound WHERE id = ? AND state = 'held'", (message_id,)
         )
         if row is None:
-            results.append({"id": message_id, "state": "not_held"})
+            results.append(await release(remote, message_id, approve) or {"id": message_id, "state": "not_held"})
             continue
         if not approve:
             await sidecar.store.write(
@@ -111,12 +171,22 @@ def _ids(request: dict[str, Any]) -> list[str]:
 
 
 async def op_held(sidecar: MailHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
-    """List teammates' messages the inbound policy holds for the person to approve or drop.
+    """List the messages held for the person to approve or drop.
 
-    Reads no fields. Returns ``{"held": [{"id", "from", "to", "body", "received_at", "files"}]}``,
-    peer-written text defanged; ``files`` are the names of attachments, saved only once approved.
+    Request: ``outbound`` (bool, optional): this machine's own messages outbound screening holds,
+    instead of teammates' held here. Returns ``{"held": [{"id", "from", "to", "body",
+    "received_at", "files", "why"}]}``, peer-written text defanged; ``files`` are the names of
+    attachments, saved only once approved; ``why`` says what held it. An agent asking gets no
+    ``body`` of a teammate's message: it was held so that no agent reads it before the person.
     """
-    return {"held": await held(sidecar)}
+    if request.get("outbound"):
+        return {"held": await held_here(sidecar)}
+    found = await held(sidecar)
+    if conn.by_agent:
+        for item in found:
+            item["body"] = ""
+            item["why"] = "held for your person: ask them to look at it (`hive held`)"
+    return {"held": found}
 
 
 @asks_person

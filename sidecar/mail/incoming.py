@@ -4,8 +4,9 @@ A message is answered once and recorded in ``inbound`` (a replay gets the same a
 must come from a session of the sending machine's person, fit the size limit and the rate limit
 for one machine (``[mesh] rate_limit`` per ``rate_window``), and name a session or mailbox of
 this machine's person; the person's inbound policy then accepts it (deposited at once), holds it
-for the person (:mod:`hive.sidecar.mail.held`) or refuses it. Between two sessions, the loop
-guard counts it.
+for the person (:mod:`hive.sidecar.mail.held`) or refuses it. One it would accept is still held
+when its text matches a screening rule (:mod:`hive.sidecar.mail.screen`). Between two sessions,
+the loop guard counts it.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from .guards import Guards
 from .notify import notify_received
 from .policy import INBOUND
 from .render import Message
+from .screen import inbound_hold
 
 if TYPE_CHECKING:
     from ..mesh.team_view import Member
@@ -182,8 +184,9 @@ class IncomingMail:
             carried=carried,
         )
         now = time.time()
-        if policy == "hold":
-            note = f"held: {local_person} sees it and approves it before any session does"
+        screened = inbound_hold(body, carried) if policy != "hold" else None
+        if policy == "hold" or screened is not None:
+            note = screened or f"held: {local_person} sees it and approves it before any session does"
             await self.sc.store.write(
                 [
                     *thread,

@@ -21,6 +21,7 @@ from .guards import Guards
 from .notify import notify_person
 from .remote import REMOTE
 from .render import Message, frames
+from .screen import outbound_hold
 
 if TYPE_CHECKING:
     from .host import MailHost
@@ -133,9 +134,12 @@ async def op_send(sidecar: MailHost, conn: Connection, request: dict[str, Any]) 
     copies: dict[str, list[str]] = {}  # one person's mailbox on several machines: each copy names the others
     for message in messages:
         copies.setdefault(message.recipient, []).append(message.id)
+    leaving = [(t, m) for t, m in zip(targets, messages, strict=True) if is_remote(t)]
+    held = await outbound_hold(sidecar, sender_session, body, carried) if leaving and kind != "person" else None
     remote = await REMOTE.of(sidecar).send(
-        [(t, m) for t, m in zip(targets, messages, strict=True) if is_remote(t)],
+        leaving,
         sender_key,
+        held=held,
         notify=bool(request.get("notify")),
         runs=runs,
         copies={m.id: mailboxes.copies_of(copies[m.recipient], m.id) for m in messages if len(copies[m.recipient]) > 1},

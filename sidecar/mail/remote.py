@@ -203,6 +203,7 @@ class RemoteMail(Speaker):
         notify: bool = False,
         copies: Mapping[str, Sequence[str]] | None = None,
         runs: Mapping[str, int] | None = None,
+        held: str | None = None,
     ) -> dict[str, dict[str, Any]]:
         """Queue messages for teammates' sessions and mailboxes; returns each one's result keyed by message id.
 
@@ -210,7 +211,9 @@ class RemoteMail(Speaker):
         ``copies``: for a message sent to one person's mailbox on several machines, the ids of
         its other copies (hive.sidecar.mail.mailboxes marks them read together). ``runs``: the loop
         guard's count of each agent message to a session, by id, which its frame carries
-        (hive.sidecar.mail.guards: the recipient's machine decides).
+        (hive.sidecar.mail.guards: the recipient's machine decides). ``held``: outbound screening
+        holds them here, and says why (hive.sidecar.mail.screen): each is stored in the outbox as
+        ``held_here`` and goes nowhere until the person approves it (:func:`release`).
 
         Each message is in the durable outbox before this returns. A linked recipient usually
         answers within milliseconds; after ``ack_wait`` seconds the answer is ``queued``.
@@ -249,13 +252,29 @@ class RemoteMail(Speaker):
                 payload["notify"] = True
             if copies and copies.get(message.id):
                 payload["copies"] = list(copies[message.id])
+            pending, state = (0, "held_here") if held is not None else (1, "queued")
             statements.append(
                 (
                     "INSERT OR IGNORE INTO outbox (id, peer, recipient, sender, sender_key, frame, created_at, "
-                    "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (message.id, peer, message.recipient, message.sender, sender_key, json.dumps(payload), now, now),
+                    "updated_at, pending, state, note) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        message.id,
+                        peer,
+                        message.recipient,
+                        message.sender,
+                        sender_key,
+                        json.dumps(payload),
+                        now,
+                        now,
+                        pending,
+                        state,
+                        held or "",
+                    ),
                 )
             )
+            if held is not None:
+                results[message.id] = {"to": target.address, "id": message.id, "state": "held", "note": held}
+                continue
             queued.append((message.id, peer, payload))
         # The outbox rows commit while the messages travel: the caller hears back only once both
         # are done, and the round trip no longer waits for this machine's fsync first.

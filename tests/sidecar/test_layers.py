@@ -22,7 +22,20 @@ SIDECAR = Path(hive.sidecar.__file__).parent
 
 # Bottom to top. The client side (the CLI, the MCP server, the client library, ``python -m
 # hive.sidecar``) talks to the daemon over its socket and stands beside the daemon's stack.
-LAYERS = ["base", "person", "sessions", "team", "mesh", "presence", "mail", "gate", "lessons", "agents", "daemon"]
+LAYERS = [
+    "base",
+    "screening",
+    "person",
+    "sessions",
+    "team",
+    "mesh",
+    "presence",
+    "mail",
+    "gate",
+    "lessons",
+    "agents",
+    "daemon",
+]
 CLIENT_SIDE = {"client": 0, "mcp": 1, "__main__": 2, "cli": 3}
 ENTRY_POINT = "__main__"  # starts the daemon: the one module that may import it
 

@@ -1,0 +1,110 @@
+"""What mail screens, and what a match does: hostile text is held before an agent reads it, and
+secrets are held before they leave this machine.
+
+- **Inbound** (:func:`inbound_hold`): a teammate's message (its body, the text of its files and
+  an approval's note) passes the rule set of :mod:`hive.sidecar.screening.inbound`. A match holds
+  it for this machine's person, as the inbound policy's ``hold`` does (``hive held``, ``hive
+  approve`` / ``hive drop``), with the rule and the matched span; the sender hears ``held`` and the
+  rule id.
+- **Outbound** (:func:`outbound_hold`): a message an agent or a script sends to a teammate's
+  machine is checked for key material and credentials (:mod:`hive.sidecar.screening.outbound`),
+  and a session that read a credential file (or ran a command naming one) in the last
+  :data:`READ_THEN_SEND` seconds has its message held whatever it says. Held here, nothing leaves
+  until the person approves (``hive held --outbound``, then ``hive approve``); the agent is told
+  why. What the person types at their own terminal is theirs to send and is not held.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from ..base.defang import defang
+from ..presence.activity import sensitive
+from ..screening.inbound import Finding, screen
+from ..screening.outbound import Secret, find_secrets
+
+if TYPE_CHECKING:
+    from ..sessions.registry import Session
+    from .attachments import File
+    from .host import MailHost
+
+READ_THEN_SEND = 120.0  # seconds between reading a credential file and a send that is held for it
+FRAME_FAMILY = "hive-frame/"
+
+
+def _screened(text: str) -> list[Finding]:
+    """The rules' findings in ``text``. Look-alike frames are looked for in what defang leaves of
+    it, as an agent is shown it: a tag defang breaks (a file of hive's own code, a note quoting a
+    frame) deceives nobody, so only one that survives it holds the message."""
+    found = [f for f in screen(text) if not f.rule.startswith(FRAME_FAMILY)]
+    return found + [f for f in screen(defang(text)) if f.rule.startswith(FRAME_FAMILY)]
+
+
+def inbound_hold(body: str, files: Sequence[File], note: str | None = None) -> str | None:
+    """Why a teammate's message is held for this machine's person, or None when nothing matched.
+
+    Says the most severe rule, its span and where (body, a file, the approval's note), and how
+    many more matched."""
+    found: list[tuple[str, Finding]] = [("the message", f) for f in _screened(body)]
+    for file in files:
+        found += [(f"the file {file.name}", f) for f in _screened(file.content)]
+    if note:
+        found += [("the approval's note", f) for f in _screened(note)]
+    if not found:
+        return None
+    order = {"high": 0, "medium": 1, "low": 2}
+    where, first = min(found, key=lambda pair: order.get(pair[1].severity, 3))
+    more = f"; {len(found) - 1} more match{'es' if len(found) > 2 else ''}" if len(found) > 1 else ""
+    return (
+        f"held by screening: {first.rule} ({first.severity}) in {where}: “{first.excerpt}”{more}. "
+        "The person sees it and approves or drops it before any session does"
+    )
+
+
+async def outbound_hold(sidecar: MailHost, session: Session | None, body: str, files: Sequence[File]) -> str | None:
+    """Why a message to a teammate's machine is held here for this machine's person, or None."""
+    secrets: list[tuple[str, Secret]] = [("the message", s) for s in find_secrets(body)]
+    for file in files:
+        secrets += [(f"the file {file.name}", s) for s in find_secrets(file.content)]
+    if secrets:
+        where, first = secrets[0]
+        kinds = sorted({s.kind for _, s in secrets})
+        return (
+            f"held on this machine: {where} carries what looks like a secret ({first.kind} on line "
+            f"{first.line}: {first.masked}; kinds found: {', '.join(kinds)}). Nothing left this machine; "
+            f"{sidecar.settings.person} approves it with `hive approve` or drops it with `hive drop` "
+            "(see `hive held --outbound`). Send it again without the secret instead"
+        )
+    read = await credential_read(sidecar, session) if session is not None else None
+    if read is not None:
+        return (
+            f"held on this machine: this session read {read} less than {int(READ_THEN_SEND)} s ago, so "
+            f"its message waits for {sidecar.settings.person} to look at it before it leaves "
+            "(`hive held --outbound`, then `hive approve` or `hive drop`)"
+        )
+    return None
+
+
+async def credential_read(sidecar: MailHost, session: Session) -> str | None:
+    """The credential file ``session`` read (or named in a command it ran) in the last
+    :data:`READ_THEN_SEND` seconds, from its recorded events; None when it read none."""
+    rows = await sidecar.store.fetchall(
+        "SELECT action, path, command FROM events WHERE session = ? AND at > ? "
+        "AND action IN ('file.read', 'command.executed') ORDER BY id DESC LIMIT 500",
+        (session.key, time.time() - READ_THEN_SEND),
+    )
+    for action, path, command in rows:
+        if action == "file.read" and path and sensitive(path):
+            return path
+        if action == "command.executed" and command:
+            try:
+                words = shlex.split(command)
+            except ValueError:
+                words = command.split()
+            named = next((word for word in words[1:] if sensitive(word)), None)
+            if named is not None:
+                return named
+    return None
