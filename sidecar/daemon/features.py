@@ -18,6 +18,7 @@ from ..agents import sessions as session_ops
 from ..base.host import Connection
 from ..gate import engine as gate
 from ..gate import notify as gate_notify
+from ..gate import screening as gate_screening
 from ..gate import sources as gate_sources
 from ..lessons import ops as lesson_ops
 from ..lessons import sync as lesson_sync
@@ -72,6 +73,7 @@ FEATURES: tuple[Feature, ...] = (
     Feature("team", ops=membership.OPS),
     Feature("projects", ops=projects.OPS),
     Feature("gate", ops=gate.OPS, frames=gate.attach, setup=gate_notify.setup, on_events=gate_sources.on_events),
+    Feature("screening", setup=gate_screening.setup),
     Feature("events", ops=observe.OPS),
     Feature(
         "lessons", ops=lesson_ops.OPS, setup=lesson_ops.follow_changes, before_digest=lesson_ops.offer_held_reviews

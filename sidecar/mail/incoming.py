@@ -29,7 +29,7 @@ from .guards import Guards
 from .notify import notify_received
 from .policy import INBOUND
 from .render import Message
-from .screen import inbound_hold
+from .screen import Held, ask_person, inbound_hold
 
 if TYPE_CHECKING:
     from ..mesh.team_view import Member
@@ -206,6 +206,8 @@ class IncomingMail:
                 ]
             )
             await self.remote.ack(link, message_id, "held", note)
+            if screened is not None:
+                ask_person(self.sc, Held(message_id, sender, recipient, screened))
             return
         # The message, its inbound record and its thread step share one commit, made before the ack
         # (a second commit for the record would hold up both the ack and the recipient's read).

@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import shlex
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..base.defang import defang
+from ..base.host import PerSidecar
 from ..presence.activity import sensitive
 from ..screening.inbound import Finding, screen
 from ..screening.outbound import Secret, find_secrets
@@ -62,6 +64,28 @@ def inbound_hold(body: str, files: Sequence[File], note: str | None = None) -> s
         f"held by screening: {first.rule} ({first.severity}) in {where}: “{first.excerpt}”{more}. "
         "The person sees it and approves or drops it before any session does"
     )
+
+
+@dataclass(frozen=True)
+class Held:
+    """A teammate's message screening held here, as the person is asked about it."""
+
+    id: str
+    sender: str
+    recipient: str
+    why: str
+
+
+Asker = Callable[[Held], Awaitable[None]]
+"""Puts a held message in front of the person (the gate's pop-up: hive.sidecar.gate.screening); the
+person's answer settles it with :func:`settle`. The gate's feature adds its own at setup."""
+ASKERS: PerSidecar[list[Asker]] = PerSidecar(lambda sidecar: [])
+
+
+def ask_person(sidecar: MailHost, held: Held) -> None:
+    """Ask the person about a held message, off the path of the frame that brought it."""
+    for ask in ASKERS.of(sidecar):
+        sidecar.tasks.start_soon(ask, held)
 
 
 async def outbound_hold(sidecar: MailHost, session: Session | None, body: str, files: Sequence[File]) -> str | None:
