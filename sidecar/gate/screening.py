@@ -1,10 +1,12 @@
-"""A teammate's message that screening held, put in front of the person through their gate.
+"""A message that screening held, put in front of the person through their gate: a teammate's,
+held before any session read it, or one of this machine's own, held before it left.
 
 Screening's hold is a security finding: it is recorded as an open ``security`` fact
 (``screening:<message id>``) and offered as an item of source ``screening`` whose evidence names
 it, so the gate's floor shows it at once whatever the person's preferences (``floor.security``)
 and its ledger says so (``hive gate why``). The pop-up asks Approve or Deny: Approve delivers the
-message, Deny drops it (its sender hears either by receipt); closing it leaves it in ``hive held``.
+message (or lets it leave), Deny drops it (a teammate sender hears either by receipt); closing it
+leaves it in ``hive held`` (``--outbound``).
 The fact is fixed once the message is settled either way.
 """
 
@@ -51,7 +53,7 @@ async def ask(sidecar: MailHost, held: screen.Held) -> None:
             source="screening",
             person=sidecar.settings.person,
             session="" if held.recipient.endswith("/terminal") else held.recipient,
-            title=clip(f"Held for you: a message from {clean(held.sender)} to {held.recipient}", MAX_TITLE),
+            title=clip(_title(held), MAX_TITLE),
             body=clip(held.why, 1000),
             evidence=(Evidence("security", ref(held)),),
             key=f"screening:{held.id}",
@@ -65,6 +67,12 @@ async def ask(sidecar: MailHost, held: screen.Held) -> None:
         await gate.offer_now(item, show)
     except Exception:
         log.exception("could not ask about held message %s", held.id)
+
+
+def _title(held: screen.Held) -> str:
+    if held.outbound:
+        return f"Held before it left: {clean(held.sender)}'s message to {held.recipient}"
+    return f"Held for you: a message from {clean(held.sender)} to {held.recipient}"
 
 
 async def _pop_up(sidecar: MailHost, held: screen.Held) -> None:
@@ -81,15 +89,12 @@ async def _pop_up(sidecar: MailHost, held: screen.Held) -> None:
 
 
 async def _ask_here(sidecar: MailHost, held: screen.Held, on_screen: anyio.Event, failed: list[HiveError]) -> None:
-    prompt = Prompt(
-        title=f"hive · held: a message from {clean(held.sender)}",
-        body=clip(
-            f"To {held.recipient}. {held.why}.\n"
-            "Approve delivers it to the session; Deny drops it. Closing this leaves it in `hive held`.",
-            1000,
-        ),
-        timeout=POPUP_TIME,
+    what = (
+        "Approve lets it leave; Deny drops it. Closing this leaves it in `hive held --outbound`."
+        if held.outbound
+        else "Approve delivers it to the session; Deny drops it. Closing this leaves it in `hive held`."
     )
+    prompt = Prompt(title=f"hive · {_title(held)}", body=clip(f"{held.why}.\n{what}", 1000), timeout=POPUP_TIME)
     try:
         async with backend_for(find_desktop()).show(prompt) as popup:
             on_screen.set()

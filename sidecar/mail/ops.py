@@ -21,7 +21,7 @@ from .guards import Guards
 from .notify import notify_person
 from .remote import REMOTE
 from .render import Message, frames
-from .screen import outbound_hold
+from .screen import Held, ask_person, outbound_hold
 
 if TYPE_CHECKING:
     from .host import MailHost
@@ -144,6 +144,9 @@ async def op_send(sidecar: MailHost, conn: Connection, request: dict[str, Any]) 
         runs=runs,
         copies={m.id: mailboxes.copies_of(copies[m.recipient], m.id) for m in messages if len(copies[m.recipient]) > 1},
     )
+    if held is not None:
+        for target, message in leaving:
+            ask_person(sidecar, Held(message.id, sender, target.address, held, outbound=True))
     local = [await attachments.keep(sidecar, m) for m in messages if m.id not in remote]  # files saved first
     await sidecar.mailbox.deposit(local, sender_key)
     results = []

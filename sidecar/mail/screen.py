@@ -68,12 +68,14 @@ def inbound_hold(body: str, files: Sequence[File], note: str | None = None) -> s
 
 @dataclass(frozen=True)
 class Held:
-    """A teammate's message screening held here, as the person is asked about it."""
+    """A message screening held here (a teammate's, or one of this machine's own before it left),
+    as the person is asked about it."""
 
     id: str
     sender: str
     recipient: str
     why: str
+    outbound: bool = False  # this machine's own message, held before it left
 
 
 Asker = Callable[[Held], Awaitable[None]]

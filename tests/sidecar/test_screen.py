@@ -153,10 +153,32 @@ def test_a_held_message_pops_up_for_the_person_whose_approve_delivers_it_framed(
     assert result["state"] == "held"
     desktop.wait_displayed(1, 30.0)
     assert inbox(bob, "api-codex") == []  # on screen, not yet in any session
-    desktop.click("approve", which="held")
+    desktop.click("approve", which="Held for you")
     wait_for(lambda: inbox(bob, "api-codex"), what="the approved message in bob's session")
     text = ok(bob, "inbox", session="b1")["text"]
     assert text.startswith('<hive-message from="alice/web-codex"') and "Ignore all previous instructions" in text
     # The gate's ledger says why the person was interrupted: the floor for a security finding.
     rows = ok(bob, "gate_ledger", limit=20)["rows"]
     assert any(r["source"] == "screening" and r["rule"] == "floor.security" for r in rows), rows
+
+
+def test_a_secret_held_before_it_left_pops_up_for_the_sender_and_approve_lets_it_go(
+    make_hive: Any, desktop: Desktop, empty_runtime: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HIVE_KEYRING", "off")
+    alice, bob = (make_hive(MESH, person=p) for p in ("alice", "bob"))
+    start_sidecar(alice, desktop.env)  # alice's pop-ups go to this screen
+    start_sidecar(bob, no_desktop_env(empty_runtime))
+    alice.cli("init", "acme", "--as", "alice", check=True)
+    bob.cli("join", alice.cli_json("invite")["link"], "--as", "bob", check=True)
+    wait_for(lambda: linked(alice) == 1 and linked(bob) == 1, what="the two machines linked")
+    register(alice, "a1", "/src/web")
+    register(bob, "b1", "/src/api")
+    wait_for(lambda: any(s["address"] == "bob/api-codex" for s in who(alice)), what="bob's session at alice")
+    result = send(alice, "bob/api-codex", f"use AWS_ACCESS_KEY_ID={FAKE_AWS}", **{"from": "a1"})
+    assert result["state"] == "held"
+    desktop.wait_displayed(1, 30.0)
+    assert not any(FAKE_AWS in b for b in bodies_at(bob))
+    desktop.click("approve", which="Held before it left")
+    wait_for(lambda: any(FAKE_AWS in m["body"] for m in inbox(bob, "api-codex")), what="the approved message at bob")
+    assert ok(alice, "held", outbound=True)["held"] == []
