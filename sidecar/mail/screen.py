@@ -34,15 +34,18 @@ if TYPE_CHECKING:
     from .host import MailHost
 
 READ_THEN_SEND = 120.0  # seconds between reading a credential file and a send that is held for it
-FRAME_FAMILY = "hive-frame/"
+FRAME_FAMILY = "hive-frame"
 
 
 def _screened(text: str) -> list[Finding]:
     """The rules' findings in ``text``. Look-alike frames are looked for in what defang leaves of
     it, as an agent is shown it: a tag defang breaks (a file of hive's own code, a note quoting a
     frame) deceives nobody, so only one that survives it holds the message."""
-    found = [f for f in screen(text) if not f.rule.startswith(FRAME_FAMILY)]
-    return found + [f for f in screen(defang(text)) if f.rule.startswith(FRAME_FAMILY)]
+    found = screen(text)
+    shown = defang(text)
+    if shown == text:  # nothing for defang to break: what matched is what an agent would see
+        return found
+    return [f for f in found if f.rule.split("/", 1)[0] != FRAME_FAMILY] + screen(shown, family=FRAME_FAMILY)
 
 
 def inbound_hold(body: str, files: Sequence[File], note: str | None = None) -> str | None:

@@ -271,12 +271,12 @@ def _finding(rule: Rule, view: View, start: int, end: int, severity: str, descri
     return Finding(rule.id, severity, description, start, end, excerpt(view.original[start:end]))
 
 
-def _screen(text: str, depth: int) -> list[Finding]:
+def _screen(text: str, depth: int, family: str | None = None) -> list[Finding]:
     view = normalize(text)
     starts = _starts(view)
     found = []
     for index, rule in enumerate(rules()):
-        if rule.inner is not None and depth >= _MAX_DEPTH:
+        if (rule.inner is not None and depth >= _MAX_DEPTH) or (family is not None and rule.family != family):
             continue
         finding = _findings(rule, view, depth, starts, index)
         if finding is not None:
@@ -284,10 +284,11 @@ def _screen(text: str, depth: int) -> list[Finding]:
     return sorted(found, key=lambda f: (_RANK[f.severity], f.start))
 
 
-def screen(text: str) -> list[Finding]:
-    """Every rule ``text`` matches (one finding each, at its first match), most severe first; ``[]`` if none.
+def screen(text: str, family: str | None = None) -> list[Finding]:
+    """Every rule ``text`` matches (one finding each, at its first match), most severe first; ``[]`` if
+    none. ``family``: only that family's rules.
 
     Raises:
         RuleError: a rule file is malformed (a packaging fault: the files ship with hive).
     """
-    return _screen(text, 0)
+    return _screen(text, 0, family)
