@@ -181,9 +181,14 @@ class Ledger:
 
     async def find(self, ref: str) -> list[Any]:
         if not isinstance(ref, str) or not ref or len(ref) > 64:
-            raise BadRequest("name an item by its id or its fingerprint")
+            raise BadRequest("name an item by its id or its fingerprint, or a message by its id")
         if is_ulid(ref.upper()):
             rows = await self.store.fetchall("SELECT * FROM gate_items WHERE id = ?", (ref.upper(),))
+            if not rows:  # a message's id: the items offered about it (a notification, a screening hold)
+                rows = await self.store.fetchall(
+                    "SELECT * FROM gate_items WHERE json_extract(data, '$.message') = ? ORDER BY offered_at",
+                    (ref.upper(),),
+                )
         else:
             rows = await self.store.fetchall(
                 "SELECT * FROM gate_items WHERE fingerprint = ? ORDER BY offered_at", (ref.lower(),)

@@ -53,7 +53,7 @@ async def ask(sidecar: MailHost, held: screen.Held) -> None:
             source="screening",
             person=sidecar.settings.person,
             session="" if held.recipient.endswith("/terminal") else held.recipient,
-            title=clip(_title(held), MAX_TITLE),
+            title=clip(f"{_title(held)}: {held.why}", MAX_TITLE),  # the rule and span, in the ledger too
             body=clip(held.why, 1000),
             evidence=(Evidence("security", ref(held)),),
             key=f"screening:{held.id}",

@@ -160,6 +160,8 @@ def test_a_held_message_pops_up_for_the_person_whose_approve_delivers_it_framed(
     # The gate's ledger says why the person was interrupted: the floor for a security finding.
     rows = ok(bob, "gate_ledger", limit=20)["rows"]
     assert any(r["source"] == "screening" and r["rule"] == "floor.security" for r in rows), rows
+    why = bob.cli("gate", "why", result["id"], check=True).stdout  # asked by the message's id
+    assert "prompt-injection/" in why and "security finding" in why, why
 
 
 def test_a_secret_held_before_it_left_pops_up_for_the_sender_and_approve_lets_it_go(
