@@ -22,6 +22,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import anyio
+
 from ..base.defang import defang
 from ..base.host import PerSidecar
 from ..presence.activity import sensitive
@@ -34,6 +36,9 @@ if TYPE_CHECKING:
     from .host import MailHost
 
 READ_THEN_SEND = 120.0  # seconds between reading a credential file and a send that is held for it
+# Text past this many characters is screened in a worker thread: a message of the largest size
+# with its files takes up to a second, which must not stall the sidecar's other clients.
+IN_THREAD = 32_000
 FRAME_FAMILY = "hive-frame"
 
 
@@ -93,11 +98,26 @@ def ask_person(sidecar: MailHost, held: Held) -> None:
         sidecar.tasks.start_soon(ask, held)
 
 
+async def screened_inbound(body: str, files: Sequence[File]) -> str | None:
+    """:func:`inbound_hold`, in a worker thread for a large message."""
+    if len(body) + sum(len(f.content) for f in files) <= IN_THREAD:
+        return inbound_hold(body, files)
+    return await anyio.to_thread.run_sync(inbound_hold, body, files)
+
+
+def _secrets(body: str, files: Sequence[File]) -> list[tuple[str, Secret]]:
+    found: list[tuple[str, Secret]] = [("the message", s) for s in find_secrets(body)]
+    for file in files:
+        found += [(f"the file {file.name}", s) for s in find_secrets(file.content)]
+    return found
+
+
 async def outbound_hold(sidecar: MailHost, session: Session | None, body: str, files: Sequence[File]) -> str | None:
     """Why a message to a teammate's machine is held here for this machine's person, or None."""
-    secrets: list[tuple[str, Secret]] = [("the message", s) for s in find_secrets(body)]
-    for file in files:
-        secrets += [(f"the file {file.name}", s) for s in find_secrets(file.content)]
+    if len(body) + sum(len(f.content) for f in files) <= IN_THREAD:
+        secrets = _secrets(body, files)
+    else:
+        secrets = await anyio.to_thread.run_sync(_secrets, body, files)
     if secrets:
         where, first = secrets[0]
         kinds = sorted({s.kind for _, s in secrets})

@@ -63,6 +63,14 @@ def test_a_hostile_message_is_held_for_the_recipients_person_and_reaches_the_ses
     wait_for(lambda: sent(alice, result["id"])["state"] in ("queued", "delivered"), what="the receipt")
 
 
+def test_a_large_message_is_screened_whole(make_hive: Any) -> None:
+    alice, bob = pair(make_hive)
+    log = "".join(f"12:00:{n % 60:02d} GET /api/items/{n} 200 in 3 ms\n" for n in range(1400))  # about 50 KB
+    result = send(alice, "bob/api-codex", log + HOSTILE, **{"from": "a1"})
+    assert len(log) > 40_000 and result["state"] == "held", result
+    assert inbox(bob, "api-codex") == []
+
+
 def test_an_agent_listing_held_mail_is_not_shown_the_text_held_from_it(make_hive: Any) -> None:
     alice, bob = pair(make_hive)
     result = send(alice, "bob/api-codex", HOSTILE, **{"from": "a1"})
