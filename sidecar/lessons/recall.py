@@ -28,6 +28,7 @@ open or close.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import time
 from collections.abc import Iterable, Mapping
@@ -37,10 +38,13 @@ from typing import TYPE_CHECKING, Any
 from weakref import WeakKeyDictionary
 
 from ..base.defang import attr, defang, one_line
+from ..mail.screen import screened
 from . import relevance
 
 if TYPE_CHECKING:
     from ..base.store import Store
+
+log = logging.getLogger("hive.sidecar.lessons.recall")
 
 W_RELEVANCE = 1.0
 W_OVERLAP = 0.6
@@ -446,7 +450,24 @@ async def search(
     for r in by_file_rows:
         if r["id"] not in merged:  # a text match keeps its relevance
             merged[r["id"]] = _candidate(r, None, origins)
-    return rank(list(merged.values()), project=project, files=files, now_ms=now_ms, limit=limit)
+    return [
+        r for r in rank(list(merged.values()), project=project, files=files, now_ms=now_ms, limit=limit) if _safe(r)
+    ]
+
+
+@lru_cache(maxsize=4096)
+def _screened_out(text: str, applicability: str) -> str:
+    """The screening rule a lesson's text matches ("" for none): a lesson is retrieved again and
+    again, so one that a reviewer let through with hostile text in it never reaches an agent."""
+    found = screened(f"{text}\n{applicability}")
+    return found[0].rule if found else ""
+
+
+def _safe(ranked: Ranked) -> bool:
+    rule = _screened_out(ranked.lesson.text, ranked.lesson.applicability)
+    if rule:
+        log.warning("lesson %s is not recalled: its text matches screening rule %s", ranked.lesson.id[:12], rule)
+    return not rule
 
 
 async def for_turn(

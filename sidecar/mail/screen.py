@@ -42,7 +42,7 @@ IN_THREAD = 32_000
 FRAME_FAMILY = "hive-frame"
 
 
-def _screened(text: str) -> list[Finding]:
+def screened(text: str) -> list[Finding]:
     """The rules' findings in ``text``. Look-alike frames are looked for in what defang leaves of
     it, as an agent is shown it: a tag defang breaks (a file of hive's own code, a note quoting a
     frame) deceives nobody, so only one that survives it holds the message."""
@@ -58,11 +58,11 @@ def inbound_hold(body: str, files: Sequence[File], note: str | None = None) -> s
 
     Says the most severe rule, its span and where (body, a file, the approval's note), and how
     many more matched."""
-    found: list[tuple[str, Finding]] = [("the message", f) for f in _screened(body)]
+    found: list[tuple[str, Finding]] = [("the message", f) for f in screened(body)]
     for file in files:
-        found += [(f"the file {file.name}", f) for f in _screened(file.content)]
+        found += [(f"the file {file.name}", f) for f in screened(file.content)]
     if note:
-        found += [("the approval's note", f) for f in _screened(note)]
+        found += [("the approval's note", f) for f in screened(note)]
     if not found:
         return None
     order = {"high": 0, "medium": 1, "low": 2}
