@@ -23,13 +23,17 @@ if TYPE_CHECKING:
     from .remote import RemoteMail
 
 
-async def held(sidecar: MailHost) -> list[dict[str, Any]]:
-    """The held messages, oldest first, peer-written text defanged."""
-    rows = await sidecar.store.fetchall(
-        "SELECT id, sender, recipient, frame, received_at, note FROM inbound WHERE state = 'held' ORDER BY id"
+async def held(sidecar: MailHost, outbound: bool = False) -> list[dict[str, Any]]:
+    """The held messages, oldest first: teammates' held here (their text defanged), or with
+    ``outbound`` this machine's own that outbound screening holds before they leave."""
+    query = (
+        "SELECT id, sender, recipient, frame, created_at, note FROM outbox WHERE state = 'held_here' ORDER BY id"
+        if outbound
+        else "SELECT id, sender, recipient, frame, received_at, note FROM inbound WHERE state = 'held' ORDER BY id"
     )
+    shown = str if outbound else defang  # a peer's text is defanged; this machine's own is as it was written
     out = []
-    for message_id, sender, recipient, frame, received_at, note in rows:
+    for message_id, sender, recipient, frame, at, note in await sidecar.store.fetchall(query):
         body, files = "", []
         with contextlib.suppress(ValueError, TypeError, AttributeError, HiveError):
             raw = json.loads(frame)
@@ -38,36 +42,10 @@ async def held(sidecar: MailHost) -> list[dict[str, Any]]:
         out.append(
             {
                 "id": message_id,
-                "from": defang(sender),
+                "from": shown(sender),
                 "to": recipient,
-                "body": defang(str(body)),
-                "received_at": received_at,
-                "files": files,
-                "why": note,
-            }
-        )
-    return out
-
-
-async def held_here(sidecar: MailHost) -> list[dict[str, Any]]:
-    """This machine's messages that outbound screening holds, oldest first."""
-    rows = await sidecar.store.fetchall(
-        "SELECT id, sender, recipient, frame, created_at, note FROM outbox WHERE state = 'held_here' ORDER BY id"
-    )
-    out = []
-    for message_id, sender, recipient, frame, created_at, note in rows:
-        body, files = "", []
-        with contextlib.suppress(ValueError, TypeError, AttributeError, HiveError):
-            raw = json.loads(frame)
-            body = raw.get("body", "")
-            files = [f.name for f in attachments.from_wire(raw.get("files"))]
-        out.append(
-            {
-                "id": message_id,
-                "from": sender,
-                "to": recipient,
-                "body": str(body),
-                "received_at": created_at,
+                "body": shown(str(body)),
+                "received_at": at,
                 "files": files,
                 "why": note,
             }
@@ -180,7 +158,7 @@ async def op_held(sidecar: MailHost, conn: Connection, request: dict[str, Any]) 
     ``body`` of a teammate's message: it was held so that no agent reads it before the person.
     """
     if request.get("outbound"):
-        return {"held": await held_here(sidecar)}
+        return {"held": await held(sidecar, outbound=True)}
     found = await held(sidecar)
     if conn.by_agent:
         for item in found:

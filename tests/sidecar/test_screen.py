@@ -36,6 +36,20 @@ def pair(make_hive: Any) -> tuple[Hive, Hive]:
     return alice, bob
 
 
+def pair_on(make_hive: Any, alice_env: dict[str, str], bob_env: dict[str, str]) -> tuple[Hive, Hive]:
+    """:func:`pair`, each sidecar started in the environment given (with a desktop or without)."""
+    alice, bob = (make_hive(MESH, person=p) for p in ("alice", "bob"))
+    start_sidecar(alice, alice_env)
+    start_sidecar(bob, bob_env)
+    alice.cli("init", "acme", "--as", "alice", check=True)
+    bob.cli("join", alice.cli_json("invite")["link"], "--as", "bob", check=True)
+    wait_for(lambda: linked(alice) == 1 and linked(bob) == 1, what="the two machines linked")
+    register(alice, "a1", "/src/web")
+    register(bob, "b1", "/src/api")
+    wait_for(lambda: any(s["address"] == "bob/api-codex" for s in who(alice)), what="bob's session at alice")
+    return alice, bob
+
+
 def bodies_at(hive: Hive) -> list[str]:
     """Every message body bob's machine stored, read from its database as a file."""
     with sqlite3.connect(hive.paths.database) as db:
@@ -148,15 +162,7 @@ def test_a_held_message_pops_up_for_the_person_whose_approve_delivers_it_framed(
     make_hive: Any, desktop: Desktop, empty_runtime: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HIVE_KEYRING", "off")  # two machines on one host: each key in its own folder
-    alice, bob = (make_hive(MESH, person=p) for p in ("alice", "bob"))
-    start_sidecar(alice, no_desktop_env(empty_runtime))
-    start_sidecar(bob, desktop.env)  # bob's pop-ups go to this screen
-    alice.cli("init", "acme", "--as", "alice", check=True)
-    bob.cli("join", alice.cli_json("invite")["link"], "--as", "bob", check=True)
-    wait_for(lambda: linked(alice) == 1 and linked(bob) == 1, what="the two machines linked")
-    register(alice, "a1", "/src/web")
-    register(bob, "b1", "/src/api")
-    wait_for(lambda: any(s["address"] == "bob/api-codex" for s in who(alice)), what="bob's session at alice")
+    alice, bob = pair_on(make_hive, no_desktop_env(empty_runtime), desktop.env)  # bob's pop-ups go to this screen
     result = send(alice, "bob/api-codex", HOSTILE, **{"from": "a1"})
     assert result["state"] == "held"
     desktop.wait_displayed(1, 30.0)
@@ -176,15 +182,7 @@ def test_a_secret_held_before_it_left_pops_up_for_the_sender_and_approve_lets_it
     make_hive: Any, desktop: Desktop, empty_runtime: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HIVE_KEYRING", "off")
-    alice, bob = (make_hive(MESH, person=p) for p in ("alice", "bob"))
-    start_sidecar(alice, desktop.env)  # alice's pop-ups go to this screen
-    start_sidecar(bob, no_desktop_env(empty_runtime))
-    alice.cli("init", "acme", "--as", "alice", check=True)
-    bob.cli("join", alice.cli_json("invite")["link"], "--as", "bob", check=True)
-    wait_for(lambda: linked(alice) == 1 and linked(bob) == 1, what="the two machines linked")
-    register(alice, "a1", "/src/web")
-    register(bob, "b1", "/src/api")
-    wait_for(lambda: any(s["address"] == "bob/api-codex" for s in who(alice)), what="bob's session at alice")
+    alice, bob = pair_on(make_hive, desktop.env, no_desktop_env(empty_runtime))  # alice's pop-ups go to this screen
     result = send(alice, "bob/api-codex", f"use AWS_ACCESS_KEY_ID={FAKE_AWS}", **{"from": "a1"})
     assert result["state"] == "held"
     desktop.wait_displayed(1, 30.0)
