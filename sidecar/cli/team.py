@@ -108,12 +108,15 @@ def cmd_held(args: argparse.Namespace) -> int:
 
 
 def _settle(op: str, args: argparse.Namespace) -> int:
-    result = _call(op, ids=args.ids)
+    extra = {"allow_sender": True} if getattr(args, "allow_sender", False) else {}
+    result = _call(op, ids=args.ids, **extra)
     if args.json:
         _print_json(result)
         return 0
     for r in result["settled"]:
         print(f"{r['id']}: {r['state'].replace('_', ' ')}" + (f" ({r['note']})" if r.get("note") else ""))
+    if result.get("allowed"):
+        print(f"screening holds nothing more from {', '.join(result['allowed'])}")
     return 0
 
 
@@ -226,6 +229,10 @@ def add_arguments(add: AddCommand) -> None:
         p = add(name, func, what)
         p.add_argument("ids", nargs="+", help="message ids from `hive held`")
         p.add_argument("--json", action="store_true")
+        if name == "approve":
+            p.add_argument(
+                "--allow-sender", action="store_true", help="screening holds nothing more from their senders"
+            )
     p = add("team", cmd_team, "the team: people, machines, roles, online or last seen")
     p.add_argument("--json", action="store_true")
     p = add("remove", cmd_remove, "remove a person (all their machines) or a machine from the team")

@@ -16,6 +16,7 @@ from ..person.confirm import asks_person, confirm_by_person
 from . import attachments
 from .remote import REMOTE
 from .render import Message
+from .screen import allow
 
 if TYPE_CHECKING:
     from ..base.host import Connection
@@ -171,23 +172,34 @@ async def op_held(sidecar: MailHost, conn: Connection, request: dict[str, Any]) 
 async def op_approve(sidecar: MailHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
     """Deliver held messages to their sessions, once the person confirms it when an agent asks.
 
-    Request: ``ids`` (list of str, required, not empty): the held messages. Returns ``{"settled":
-    [{"id", "state", "note"}]}``, ``state`` ``not_held`` for an id that is not held; each sender
-    hears the outcome by receipt. Raises ``bad_request`` without ``ids``, ``needs_person`` or
+    Request: ``ids`` (list of str, required, not empty): the held messages. ``allow_sender`` (bool,
+    optional): screening holds nothing more from their senders. Returns ``{"settled": [{"id",
+    "state", "note"}]}``, ``state`` ``not_held`` for an id that is not held; each sender hears the
+    outcome by receipt. Raises ``bad_request`` without ``ids``, ``needs_person`` or
     ``confirm_on_terminal`` when an agent asks and the person does not confirm.
     """
     ids = _ids(request)
+    senders = []
+    if request.get("allow_sender"):
+        marks = ", ".join("?" for _ in ids)
+        rows = await sidecar.store.fetchall(
+            f"SELECT DISTINCT sender FROM inbound WHERE state = 'held' AND id IN ({marks})", tuple(ids)
+        )
+        senders = [row[0] for row in rows]
     # Mail is held for the person to judge; the agent it would reach must not wave it through.
     await confirm_by_person(
         conn,
         request,
-        f"Deliver {len(ids)} held message(s) to your sessions?",
+        f"Deliver {len(ids)} held message(s) to your sessions?"
+        + (f" And let everything from {', '.join(senders)} past screening from now on?" if senders else ""),
         title="hive · release held mail",
         outcome="not delivered",
         hint="Ask your person to run `hive approve` in a terminal.",
         agents_only=True,
     )
-    return {"settled": await settle(REMOTE.of(sidecar), ids, approve=True)}
+    if senders:
+        await allow(sidecar, senders)
+    return {"settled": await settle(REMOTE.of(sidecar), ids, approve=True), "allowed": senders}
 
 
 async def op_drop(sidecar: MailHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:

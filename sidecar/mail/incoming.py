@@ -29,7 +29,7 @@ from .guards import Guards
 from .notify import notify_received
 from .policy import INBOUND
 from .render import Message
-from .screen import Held, ask_person, screened_inbound
+from .screen import Held, allowed, ask_person, screened_inbound
 
 if TYPE_CHECKING:
     from ..mesh.team_view import Member
@@ -184,7 +184,9 @@ class IncomingMail:
             carried=carried,
         )
         now = time.time()
-        screened = await screened_inbound(body, carried) if policy != "hold" else None
+        screened = None
+        if policy != "hold" and not await allowed(self.sc, sender):
+            screened = await screened_inbound(body, carried)
         if policy == "hold" or screened is not None:
             note = screened or f"held: {local_person} sees it and approves it before any session does"
             await self.sc.store.write(

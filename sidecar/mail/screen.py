@@ -39,6 +39,7 @@ READ_THEN_SEND = 120.0  # seconds between reading a credential file and a send t
 # Text past this many characters is screened in a worker thread: a message of the largest size
 # with its files takes up to a second, which must not stall the sidecar's other clients.
 IN_THREAD = 32_000
+ALLOWED = "screening.allowed."  # kv: + a sender's address, for a sender the person let past inbound screening
 FRAME_FAMILY = "hive-frame"
 
 
@@ -96,6 +97,19 @@ def ask_person(sidecar: MailHost, held: Held) -> None:
     """Ask the person about a held message, off the path of the frame that brought it."""
     for ask in ASKERS.of(sidecar):
         sidecar.tasks.start_soon(ask, held)
+
+
+async def allowed(sidecar: MailHost, sender: str) -> bool:
+    """Whether the person let ``sender`` (a teammate's session or mailbox) past inbound screening."""
+    return await sidecar.store.get_kv(ALLOWED + sender) is not None
+
+
+async def allow(sidecar: MailHost, senders: Sequence[str]) -> None:
+    """Let these senders past inbound screening from now on (``hive approve --allow-sender``)."""
+    now = str(time.time())
+    await sidecar.store.write(
+        [("INSERT OR REPLACE INTO kv(key, value) VALUES (?, ?)", (ALLOWED + sender, now)) for sender in senders]
+    )
 
 
 async def screened_inbound(body: str, files: Sequence[File]) -> str | None:

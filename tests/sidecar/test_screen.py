@@ -190,3 +190,17 @@ def test_a_secret_held_before_it_left_pops_up_for_the_sender_and_approve_lets_it
     desktop.click("approve", which="Held before it left")
     wait_for(lambda: any(FAKE_AWS in m["body"] for m in inbox(bob, "api-codex")), what="the approved message at bob")
     assert ok(alice, "held", outbound=True)["held"] == []
+
+
+def test_a_sender_the_person_allows_is_no_longer_screened_and_others_still_are(make_hive: Any) -> None:
+    alice, bob = pair(make_hive)
+    register(alice, "a2", "/src/docs")
+    wait_for(lambda: any(s["address"] == "alice/docs-codex" for s in who(bob)), what="alice's second session")
+    first = send(alice, "bob/api-codex", HOSTILE, **{"from": "a1"})
+    assert first["state"] == "held"
+    out = bob.cli("approve", "--allow-sender", first["id"], check=True).stdout
+    assert "screening holds nothing more from alice/web-codex" in out
+    again = send(alice, "bob/api-codex", HOSTILE + " (again)", **{"from": "a1"})
+    assert again["state"] != "held", again
+    other = send(alice, "bob/api-codex", HOSTILE, **{"from": "a2"})
+    assert other["state"] == "held"
