@@ -1,17 +1,18 @@
 """What mail screens, and what a match does: hostile text is held before an agent reads it, and
 secrets are held before they leave this machine.
 
-- **Inbound** (:func:`inbound_hold`): a teammate's message (its body, the text of its files and
-  an approval's note) passes the rule set of :mod:`hive.sidecar.screening.inbound`. A match holds
-  it for this machine's person, as the inbound policy's ``hold`` does (``hive held``, ``hive
-  approve`` / ``hive drop``), with the rule and the matched span; the sender hears ``held`` and the
-  rule id.
+- **Inbound** (:func:`inbound_hold`): a teammate's message (its body and the text of its files)
+  passes the rule set of :mod:`hive.sidecar.screening.inbound`. A match holds it for this
+  machine's person, as the inbound policy's ``hold`` does (``hive held``, ``hive approve`` / ``hive
+  drop``), with the rule and the matched span, and asks them (:data:`ASKERS`: the gate's pop-up);
+  the sender hears ``held`` and the rule id. A sender the person allowed is not screened.
 - **Outbound** (:func:`outbound_hold`): a message an agent or a script sends to a teammate's
   machine is checked for key material and credentials (:mod:`hive.sidecar.screening.outbound`),
   and a session that read a credential file (or ran a command naming one) in the last
   :data:`READ_THEN_SEND` seconds has its message held whatever it says. Held here, nothing leaves
-  until the person approves (``hive held --outbound``, then ``hive approve``); the agent is told
-  why. What the person types at their own terminal is theirs to send and is not held.
+  until the person approves (the same pop-up, or ``hive held --outbound`` then ``hive approve``);
+  the agent is told why. What the person types at their own terminal is theirs to send and is not
+  held.
 """
 
 from __future__ import annotations
@@ -54,16 +55,13 @@ def screened(text: str) -> list[Finding]:
     return [f for f in found if f.rule.split("/", 1)[0] != FRAME_FAMILY] + screen(shown, family=FRAME_FAMILY)
 
 
-def inbound_hold(body: str, files: Sequence[File], note: str | None = None) -> str | None:
+def inbound_hold(body: str, files: Sequence[File]) -> str | None:
     """Why a teammate's message is held for this machine's person, or None when nothing matched.
 
-    Says the most severe rule, its span and where (body, a file, the approval's note), and how
-    many more matched."""
+    Says the most severe rule, its span and where (the text or a file), and how many more matched."""
     found: list[tuple[str, Finding]] = [("the message", f) for f in screened(body)]
     for file in files:
         found += [(f"the file {file.name}", f) for f in screened(file.content)]
-    if note:
-        found += [("the approval's note", f) for f in screened(note)]
     if not found:
         return None
     order = {"high": 0, "medium": 1, "low": 2}
@@ -89,7 +87,7 @@ class Held:
 
 Asker = Callable[[Held], Awaitable[None]]
 """Puts a held message in front of the person (the gate's pop-up: hive.sidecar.gate.screening); the
-person's answer settles it with :func:`settle`. The gate's feature adds its own at setup."""
+person's answer settles it (hive.sidecar.mail.held.settle). The gate's feature adds its own at setup."""
 ASKERS: PerSidecar[list[Asker]] = PerSidecar(lambda sidecar: [])
 
 
