@@ -442,7 +442,9 @@ async def watch(sidecar: AgentsHost, conn: Connection, request: dict[str, Any]) 
     deadline = time.monotonic() + wait
     while True:
         arrival = sidecar.mailbox.watch(address)
-        messages = [m for m in await sidecar.mailbox.unread(address) if m.wake]
+        waking = [m for m in await sidecar.mailbox.unread(address) if m.wake]
+        # Past the injection cap the mail waits for a pull: the watcher parks as if there were none.
+        messages, text = fit(sidecar, session, waking) if waking else ([], "")
         remaining = deadline - time.monotonic()
         if messages or remaining <= 0 or session.ended_at is not None:
             break
@@ -453,7 +455,6 @@ async def watch(sidecar: AgentsHost, conn: Connection, request: dict[str, Any]) 
             sidecar.parked[address] -= 1
     if session.ended_at is not None:
         return {**answer, "ended": True}
-    messages, text = fit(sidecar, session, messages)
     # The watcher's text reaches the model only with the woken turn: held like a hook's reply.
     sidecar.mailbox.mark_shown(messages, await _holder(session, request), conn.id)
     conn.hook_shown = (session.key, "push", "watcher")

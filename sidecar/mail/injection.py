@@ -56,8 +56,8 @@ def more_line(count: int) -> str:
 def fit(sidecar: MailHost, session: Session, messages: list[Message]) -> tuple[list[Message], str]:
     """The first of ``messages`` that fit what may go into ``session``'s context now, and the text
     to inject: their frames, then :func:`more_line` when some are left out (once per change of
-    that count, so a waiting backlog is not announced at every tool call). Counts what it returns
-    as given."""
+    that count, so a waiting backlog is not announced at every tool call). Nothing at all when
+    not even the first fits. Counts what it returns as given."""
     if not messages:
         return [], ""
     limits = _limits(session)
@@ -77,6 +77,8 @@ def fit(sidecar: MailHost, session: Session, messages: list[Message]) -> tuple[l
         kept.append(message)
         parts.append(text)
         used += cost
+    if not kept:  # past the cap: nothing goes in, not even the line (a watcher would wake for it alone)
+        return [], ""
     left = len(messages) - len(kept)
     if left and left != spent.told:
         parts.append(more_line(left))

@@ -38,3 +38,23 @@ def test_a_message_under_the_cap_goes_in_whole_with_no_line_about_waiting_mail(h
     reply = hook_printing(hive, "claude-code", "UserPromptSubmit", claude("s-one", "/src/api", "UserPromptSubmit"))
     assert len(reply["ids"]) == 1 and "the staging deploy is done" in reply["stdout"]
     assert "more message" not in reply["stdout"]
+
+
+def test_past_the_hours_cap_the_watcher_parks_instead_of_waking_the_session(hive: Hive) -> None:
+    start = hook_printing(hive, "claude-code", "SessionStart", claude("s-hour", "/src/api", "SessionStart"))
+    [session] = ok(hive, "who")["sessions"]
+    tiers = registry.harness("claude-code").tiers()
+    body = "the nightly build failed on the migration step again; logs are attached in the ticket. " * 20
+    given = 0
+    while given < tiers.inject_hour:  # spend the hour's allowance through hooks, as a busy day would
+        for _ in range(5):
+            ok(hive, "send", to=session["address"], body=body)
+        reply = hook_printing(hive, "claude-code", "UserPromptSubmit", claude("s-hour", "/src/api", "UserPromptSubmit"))
+        if not reply["ids"]:
+            break
+        given += len(reply["stdout"])
+    ok(hive, "send", to=session["address"], body="one more")
+    payload = claude("s-hour", "/src/api", "SessionStart")
+    woke = ok(hive, "watch", harness="claude-code", event="watch", payload=payload, env={}, wait=1)
+    assert not woke.get("ids"), woke  # it waited out its second instead of waking the model
+    assert ok(hive, "inbox", session=start["session"], peek=True)["messages"]  # the mail waits for a pull
