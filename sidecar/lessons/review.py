@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from ..base.errors import NoDesktop, Refused
+from ..mail.screen import screened
 from ..person.confirm import confirm_by_person
 from ..person.dialog import Answer, Prompt, backend_for, clean, clip, find_desktop
 from ..team import codeowners
@@ -164,6 +165,9 @@ def prompt(
         f"Evidence: {evidence_summary(view.get('evidence') or [])}",
         f"Shared with: {where}" + (" (only you)" if where == "personal" else ""),
     ]
+    found = screened(text if text is not None else str(view.get("text", "")))
+    if found:
+        lines += ["", f"Screening holds this text ({found[0].rule}): approved, it would never be recalled."]
     if verdict == "edit":
         lines.insert(0, "Approve this lesson with your edited text?")
     elif verdict == "reject":
