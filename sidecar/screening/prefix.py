@@ -10,6 +10,7 @@ does not understand (a class, an optional group, a backreference) means "anywher
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 _META = set(".^$*+?{}[]()|\\")
 _ZERO_WIDTH = ("(?<!", "(?<=", "(?!", "(?=")
@@ -32,9 +33,10 @@ _ESCAPED = {
 }
 
 
-def _close(source: str, start: int) -> int:
-    """The index just past the group or class that opens at ``start``."""
-    depth, i, in_class = 0, start, False
+def _syntax(source: str) -> Iterator[tuple[int, str, int]]:
+    """Each character of ``source`` that is regex syntax rather than a literal (not escaped, not in
+    a class), with the depth of groups around it before it."""
+    depth, i, in_class = 0, 0, False
     while i < len(source):
         char = source[i]
         if char == "\\":
@@ -44,16 +46,20 @@ def _close(source: str, start: int) -> int:
             in_class = char != "]"
         elif char == "[":
             in_class = True
-            if source[i + 1 : i + 2] == "]" or source[i + 1 : i + 3] == "^]":
+            if source[i + 1 : i + 2] == "]" or source[i + 1 : i + 3] == "^]":  # a ``]`` first is literal
                 i += 2 if source[i + 1] == "]" else 3
                 continue
-        elif char == "(":
-            depth += 1
-        elif char == ")":
-            depth -= 1
-            if depth == 0:
-                return i + 1
+        else:
+            yield i, char, depth
+            depth += (char == "(") - (char == ")")
         i += 1
+
+
+def _close(source: str, start: int) -> int:
+    """The index just past the group that opens at ``start``."""
+    for i, char, depth in _syntax(source[start:]):
+        if char == ")" and depth == 1:
+            return start + i + 1
     raise ValueError("unbalanced")
 
 
@@ -63,27 +69,8 @@ def _close_class(source: str) -> int:
 
 
 def _alternatives(body: str) -> list[str]:
-    parts, depth, last, i, in_class = [], 0, 0, 0, False
-    while i < len(body):
-        char = body[i]
-        if char == "\\":
-            i += 2
-            continue
-        if in_class:
-            in_class = char != "]"
-        elif char == "[":
-            in_class = True
-            i += 2 if body[i + 1 : i + 2] == "]" else 1
-            continue
-        elif char == "(":
-            depth += 1
-        elif char == ")":
-            depth -= 1
-        elif char == "|" and depth == 0:
-            parts.append(body[last:i])
-            last = i + 1
-        i += 1
-    return [*parts, body[last:]]
+    cuts = [i for i, char, depth in _syntax(body) if char == "|" and depth == 0]
+    return [body[start + 1 : end] for start, end in zip([-1, *cuts], [*cuts, len(body)], strict=True)]
 
 
 def _optional_after(source: str, end: int) -> bool:
