@@ -235,8 +235,8 @@ def add_gate_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--since", help="2h, 30m, 7d, an ISO date or time, or epoch seconds")
     p.add_argument("--person", help="only this person's items")
     p.add_argument("--limit", type=int, default=500, help="the latest N decisions (default 500)")
-    p = add("why", cmd_why, "why the gate told you about an item, or why it did not")
-    p.add_argument("item", help="an item id or fingerprint from `hive gate ledger`")
+    p = add("why", cmd_why, "why the gate told you about an item, or why it did not (also `hive why`)")
+    p.add_argument("item", help="an item id or fingerprint from `hive gate ledger`, or a message id")
     p = add("prefs", cmd_prefs, "show your gate preferences; KEY=VALUE changes them once you confirm")
     p.add_argument(
         "changes",

@@ -73,6 +73,9 @@ def _print_lesson(view: dict[str, Any]) -> None:
         print(f"  quote       {view['quote'].get('speaker')}: “{view['quote'].get('words')}”")
     if view.get("supersedes"):
         print(f"  supersedes  {view['supersedes']}")
+    if view.get("screening"):
+        found = view["screening"]
+        print(f"  screening   matches {found['rule']} (“{found['excerpt']}”): it is never recalled, even approved")
     print(f"  outcome     cited {view.get('citations', 0)}, worked {view.get('successes', 0)}")
     print()
     print(view.get("text", "(text deleted: retracted)"))

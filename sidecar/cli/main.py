@@ -106,6 +106,12 @@ def cmd_digest(args: argparse.Namespace) -> int:
     return digest(args)
 
 
+def cmd_why(args: argparse.Namespace) -> int:
+    from .gate import cmd_why as why
+
+    return why(args)
+
+
 def cmd_lessons(args: argparse.Namespace) -> int:
     from .lessons import run  # the lessons' commands live in their own module
 
@@ -241,6 +247,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--since", help="2h, 30m, 7d or an ISO date or time (default: since your last digest)")
     p.add_argument("--peek", action="store_true", help="do not count this as your last digest")
     p.add_argument("--person", help="another person's digest")
+    p.add_argument("--json", action="store_true")
+    p = add("why", cmd_why, "why a message was held and who let it through, or why the gate told you")
+    p.add_argument("item", help="a message id (from `hive held` or `hive sent`), or an item id from `hive gate ledger`")
     p.add_argument("--json", action="store_true")
     parser.epilog = (
         f"commands:\n{_command_list(everyday)}\n\n"

@@ -88,6 +88,8 @@ def cmd_policy(args: argparse.Namespace) -> int:
 
 
 def cmd_held(args: argparse.Namespace) -> int:
+    if args.allowed or args.screen_again:
+        return _allowed(args)
     result = _call("held", outbound=args.outbound)
     if args.json:
         _print_json(result)
@@ -104,6 +106,26 @@ def cmd_held(args: argparse.Namespace) -> int:
         if m.get("why"):
             print(clip(f"    why: {m['why']}", WIDTH))
     print("approve with `hive approve <id>...`, or drop with `hive drop <id>...`")
+    return 0
+
+
+def _allowed(args: argparse.Namespace) -> int:
+    result = _call("screening_allowed", revoke=args.screen_again or [])
+    if args.json:
+        _print_json(result)
+        return 0
+    for sender in result["revoked"]:
+        print(f"{sender}: screened again")
+    for sender in sorted(set(args.screen_again or []) - set(result["revoked"])):
+        print(f"{sender}: was not let past screening")
+    if args.allowed:
+        if not result["allowed"]:
+            print("screening holds messages from every sender")
+        for a in result["allowed"]:
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(a["since"]))
+            print(f"{a['sender']}  let past screening {when}")
+        if result["allowed"]:
+            print("screen one again with `hive held --screen-again <sender>`")
     return 0
 
 
@@ -221,6 +243,10 @@ def add_arguments(add: AddCommand) -> None:
     p.add_argument("--json", action="store_true")
     p = add("held", cmd_held, "messages held for you: teammates' (your inbound policy, screening), or your own")
     p.add_argument("--outbound", action="store_true", help="your sessions' messages held before they leave")
+    p.add_argument(
+        "--allowed", action="store_true", help="the senders you let past screening (`hive approve --allow-sender`)"
+    )
+    p.add_argument("--screen-again", nargs="+", metavar="SENDER", help="screen these senders' messages again")
     p.add_argument("--json", action="store_true")
     for name, func, what in (
         ("approve", cmd_approve, "deliver held messages to their sessions"),

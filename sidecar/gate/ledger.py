@@ -172,12 +172,16 @@ class Ledger:
         """The person or their session acted on an item (cited it, replied, changed the file)."""
         if how not in ACTED:
             raise BadRequest(f"how is one of {', '.join(ACTED)}")
+        return {"items": await self.note(ref, how), "how": how}
+
+    async def note(self, ref: str, kind: str, detail: str = "") -> list[str]:
+        """Add a signal to every item with this id or fingerprint, or about this message; their ids."""
         rows = await self.find(ref)
         now = self.clock()
         for row in rows:
-            self.signal(row["id"], how, "", now)
+            self.signal(row["id"], kind, detail, now)
         await self.commit()
-        return {"items": [row["id"] for row in rows], "how": how}
+        return [row["id"] for row in rows]
 
     async def find(self, ref: str) -> list[Any]:
         if not isinstance(ref, str) or not ref or len(ref) > 64:

@@ -12,13 +12,14 @@ The fact is fixed once the message is settled either way.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from typing import TYPE_CHECKING
 
 import anyio
 
-from ..base.errors import HiveError
+from ..base.errors import HiveError, NotFound
 from ..mail import screen
 from ..mail.held import settle
 from ..mail.remote import REMOTE
@@ -36,8 +37,10 @@ SETTLE_TIME = 5.0  # for the pop-up to be on screen: past this the gate records 
 
 
 def setup(sidecar: MailHost) -> None:
-    """Its feature's ``setup`` (daemon.features): messages screening holds are asked about through the gate."""
+    """Its feature's ``setup`` (daemon.features): messages screening holds are asked about through
+    the gate, and who settled each, however they did, goes in its ledger."""
     screen.ASKERS.of(sidecar).append(functools.partial(ask, sidecar))
+    screen.SETTLED.of(sidecar).append(functools.partial(settled, sidecar))
 
 
 def ref(held: screen.Held) -> str:
@@ -67,6 +70,20 @@ async def ask(sidecar: MailHost, held: screen.Held) -> None:
         await gate.offer_now(item, show)
     except Exception:
         log.exception("could not ask about held message %s", held.id)
+
+
+async def settled(sidecar: MailHost, message_id: str, approved: bool, by: str) -> None:
+    """Fix the security finding of a held message once it is settled, and say who settled it on the
+    gate's item about it (``hive why <message id>`` shows it). Mail held by the inbound policy, not
+    by screening, has no finding and no item."""
+    gate = gate_of(sidecar)
+    key = f"screening:{message_id}"
+    if ("security", key) not in gate.facts:
+        return
+    what = "approved" if approved else "dropped"
+    await gate.record("security", key, "fixed", detail=clip(f"{what} by {by}", 200))
+    with contextlib.suppress(NotFound):  # its pop-up was never offered (the gate was not up yet)
+        await gate.note(message_id, what, f"by {by}")
 
 
 def _title(held: screen.Held) -> str:
@@ -101,9 +118,8 @@ async def _ask_here(sidecar: MailHost, held: screen.Held, on_screen: anyio.Event
             answer = await popup.answer()
         if answer in (Answer.APPROVED, Answer.DENIED):
             approve = answer is Answer.APPROVED
-            [result] = await settle(REMOTE.of(sidecar), [held.id], approve=approve)
-            if result["state"] != "not_held":
-                await gate_of(sidecar).record("security", ref(held), "fixed", detail=f"{answer} in a pop-up")
+            by = f"{sidecar.settings.person}, in the pop-up about it"
+            [result] = await settle(REMOTE.of(sidecar), [held.id], approve, by)
             log.info("held message %s %s in a pop-up: %s", held.id, answer, result["state"])
     except HiveError as exc:
         failed.append(exc)  # no desktop: the gate's deliverer says so, and it waits in `hive held`

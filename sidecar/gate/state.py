@@ -254,6 +254,11 @@ class GateState:
         """The person or their session acted on an item (cited it, replied, changed the file)."""
         return await self.book.acted(ref, how)
 
+    async def note(self, ref: str, kind: str, detail: str = "") -> list[str]:
+        """Say what became of the items with this id or fingerprint, or about this message (who
+        settled a held message): a signal on each, in ``hive gate why``. Returns their ids."""
+        return await self.book.note(ref, kind, detail)
+
     async def ledger(
         self, since: float | None = None, person: str | None = None, limit: int = 500, item: str | None = None
     ) -> list[dict[str, Any]]:

@@ -198,12 +198,15 @@ async def op_lesson_show(sidecar: MailHost, conn: Connection, request: dict[str,
     """Show one lesson, peer-written text defanged.
 
     Request: ``lesson`` (str, required): its id or its first 6+ hex digits. Returns ``{"lesson"}``
-    with ``suggested_reviewer``. Raises ``bad_request`` without ``lesson``, ``not_found`` for no
-    lesson or several by that prefix.
+    with ``suggested_reviewer`` and ``screening``: None, or the rule its text matches and the
+    matched text (``{"rule", "excerpt"}``), for which it is never recalled. Raises ``bad_request``
+    without ``lesson``, ``not_found`` for no lesson or several by that prefix.
     """
     view = await _find(sidecar, request)
     row = view_dict(view, origins(sidecar), agent=True)  # an agent may run `hive lessons show` too
     row["suggested_reviewer"] = await suggested_reviewer(sidecar, view.id)
+    found = recall.screened_out(view.text, view.applicability)
+    row["screening"] = None if found is None else {"rule": found.rule, "excerpt": found.excerpt}
     return {"lesson": row}
 
 

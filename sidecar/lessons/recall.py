@@ -39,6 +39,7 @@ from weakref import WeakKeyDictionary
 
 from ..base.defang import attr, defang, one_line
 from ..mail.screen import screened
+from ..screening.inbound import Finding
 from . import relevance
 
 if TYPE_CHECKING:
@@ -456,18 +457,18 @@ async def search(
 
 
 @lru_cache(maxsize=4096)
-def _screened_out(text: str, applicability: str) -> str:
-    """The screening rule a lesson's text matches ("" for none): a lesson is retrieved again and
-    again, so one that a reviewer let through with hostile text in it never reaches an agent."""
+def screened_out(text: str, applicability: str) -> Finding | None:
+    """The screening rule a lesson's text matches, or None: a lesson is retrieved again and again,
+    so one that a reviewer let through with hostile text in it never reaches an agent."""
     found = screened(f"{text}\n{applicability}")
-    return found[0].rule if found else ""
+    return found[0] if found else None
 
 
 def _safe(ranked: Ranked) -> bool:
-    rule = _screened_out(ranked.lesson.text, ranked.lesson.applicability)
-    if rule:
-        log.warning("lesson %s is not recalled: its text matches screening rule %s", ranked.lesson.id[:12], rule)
-    return not rule
+    found = screened_out(ranked.lesson.text, ranked.lesson.applicability)
+    if found is not None:
+        log.warning("lesson %s is not recalled: its text matches screening rule %s", ranked.lesson.id[:12], found.rule)
+    return found is None
 
 
 async def for_turn(

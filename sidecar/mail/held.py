@@ -16,10 +16,11 @@ from ..person.confirm import asks_person, confirm_by_person
 from . import attachments
 from .remote import REMOTE
 from .render import Message
-from .screen import allow
+from .screen import LOCAL, Held, allow, allowed, allowed_senders, ask_person, disallow, screened_inbound, settled
 
 if TYPE_CHECKING:
     from ..base.host import Connection
+    from .addresses import Target
     from .host import MailHost
     from .remote import RemoteMail
 
@@ -86,8 +87,11 @@ async def release(remote: RemoteMail, message_id: str, approve: bool) -> dict[st
     return {"id": message_id, "state": "queued", "note": note}
 
 
-async def settle(remote: RemoteMail, ids: Sequence[str], approve: bool) -> list[dict[str, Any]]:
-    """Approve (deposit now) or drop held messages; the sender hears which with a receipt."""
+async def settle(remote: RemoteMail, ids: Sequence[str], approve: bool, by: str) -> list[dict[str, Any]]:
+    """Approve (deposit now) or drop held messages; a teammate sender hears which with a receipt.
+
+    ``by``: who settled them and how ("alice, with `hive approve`"), for the record that says why
+    each was held (:func:`hive.sidecar.mail.screen.settled`)."""
     sidecar = remote.sc
     results = []
     for message_id in ids:
@@ -95,24 +99,32 @@ async def settle(remote: RemoteMail, ids: Sequence[str], approve: bool) -> list[
             "SELECT frame, recipient, peer FROM inbound WHERE id = ? AND state = 'held'", (message_id,)
         )
         if row is None:
-            results.append(await release(remote, message_id, approve) or {"id": message_id, "state": "not_held"})
+            result = await release(remote, message_id, approve)
+            results.append(result or {"id": message_id, "state": "not_held"})
+            if result is not None:
+                await settled(sidecar, message_id, approve, by)
             continue
+        local = row[2] == LOCAL
         if not approve:
             await sidecar.store.write(
                 [
                     (
-                        "UPDATE inbound SET state = 'refused', due = 'refused', frame = NULL, note = ? WHERE id = ?",
-                        (f"dropped by {sidecar.settings.person}", message_id),
+                        "UPDATE inbound SET state = 'refused', due = ?, frame = NULL, note = ? WHERE id = ?",
+                        ("" if local else "refused", f"dropped by {by}", message_id),
                     )
                 ]
             )
             results.append({"id": message_id, "state": "dropped"})
+            await settled(sidecar, message_id, False, by)
             continue
         raw = json.loads(row[0])
         recipient = row[1]
         name = recipient.split("/", 1)[1]
         entry = next((e for e in sidecar.directory() if e.key is not None and e.name == name), None)
-        approval, body = remote.approval(raw, row[2], recipient, raw["body"])  # checked again: time passed
+        if local:  # one of this machine's sessions wrote it: no signed approval rides with it
+            approval, body = None, raw["body"]
+        else:
+            approval, body = remote.approval(raw, row[2], recipient, raw["body"])  # checked again: time passed
         message = Message(
             id=message_id,
             sender=raw["from"],
@@ -127,19 +139,54 @@ async def settle(remote: RemoteMail, ids: Sequence[str], approve: bool) -> list[
             approval=approval,
             carried=attachments.from_wire(raw.get("files")),
         )
-        state, note = await remote.deposit(message, entry)
+        state, note = await remote.deposit(message, entry, sender_key=raw.get("sender_key") if local else None)
         await sidecar.store.write(
             [
                 (
-                    "UPDATE inbound SET state = 'accepted', due = 'delivered', frame = NULL, note = ? WHERE id = ?",
-                    (note, message_id),
+                    "UPDATE inbound SET state = 'accepted', due = ?, frame = NULL, note = ? WHERE id = ?",
+                    ("" if local else "delivered", note, message_id),
                 )
             ]
         )
         results.append({"id": message_id, "state": state, "note": note})
+        await settled(sidecar, message_id, True, by)
     remote.open_inbound += len(results)
     remote.mesh.poke()
     return results
+
+
+async def hold_local(
+    sidecar: MailHost, pairs: Sequence[tuple[Target, Message]], sender_key: str | None
+) -> dict[str, dict[str, Any]]:
+    """Hold what one of this machine's sessions (or a script) writes to another session or mailbox
+    here when inbound screening matches it, as a teammate's message would be held: the text of a
+    page an agent read can travel on in its words. The person's own terminal mailbox is theirs to
+    read and is not held. Returns each held message's result for its sender, keyed by message id."""
+    terminal = sidecar.terminal
+    pairs = [(t, m) for t, m in pairs if t.address != terminal]
+    if not pairs:
+        return {}
+    message = pairs[0][1]  # one body and one set of files, to every recipient
+    if await allowed(sidecar, message.sender):
+        return {}
+    why = await screened_inbound(message.body, message.carried)
+    if why is None:
+        return {}
+    payload = REMOTE.of(sidecar).msg_payload
+    now = time.time()
+    await sidecar.store.write(
+        [
+            (
+                "INSERT INTO inbound (id, peer, sender, recipient, state, note, frame, received_at) "
+                "VALUES (?, ?, ?, ?, 'held', ?, ?, ?)",
+                (m.id, LOCAL, m.sender, t.address, why, json.dumps({**payload(m), "sender_key": sender_key}), now),
+            )
+            for t, m in pairs
+        ]
+    )
+    for target, m in pairs:
+        ask_person(sidecar, Held(m.id, m.sender, target.address, why))
+    return {m.id: {"to": t.address, "id": m.id, "state": "held", "note": why} for t, m in pairs}
 
 
 def _ids(request: dict[str, Any]) -> list[str]:
@@ -187,7 +234,7 @@ async def op_approve(sidecar: MailHost, conn: Connection, request: dict[str, Any
         )
         senders = [row[0] for row in rows]
     # Mail is held for the person to judge; the agent it would reach must not wave it through.
-    await confirm_by_person(
+    how = await confirm_by_person(
         conn,
         request,
         f"Deliver {len(ids)} held message(s) to your sessions?"
@@ -199,7 +246,7 @@ async def op_approve(sidecar: MailHost, conn: Connection, request: dict[str, Any
     )
     if senders:
         await allow(sidecar, senders)
-    return {"settled": await settle(REMOTE.of(sidecar), ids, approve=True), "allowed": senders}
+    return {"settled": await settle(REMOTE.of(sidecar), ids, True, _by(sidecar, "approve", how)), "allowed": senders}
 
 
 async def op_drop(sidecar: MailHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
@@ -208,7 +255,34 @@ async def op_drop(sidecar: MailHost, conn: Connection, request: dict[str, Any]) 
     Request: ``ids`` (list of str, required, not empty): the held messages. Returns ``{"settled":
     [{"id", "state": "dropped" | "not_held"}]}``. Raises ``bad_request`` without ``ids``.
     """
-    return {"settled": await settle(REMOTE.of(sidecar), _ids(request), approve=False)}
+    how = "agent" if conn.by_agent else "person"
+    return {"settled": await settle(REMOTE.of(sidecar), _ids(request), False, _by(sidecar, "drop", how))}
 
 
-OPS = {"held": op_held, "approve": op_approve, "drop": op_drop}
+def _by(sidecar: MailHost, command: str, how: str) -> str:
+    """Who settled held mail, for its record: the person's own command, or an agent's they confirmed."""
+    person = sidecar.settings.person
+    return {
+        "person": f"{person}, with `hive {command}`",
+        "terminal": f"{person}, confirming at the terminal where an agent ran `hive {command}`",
+        "desktop": f"{person}, confirming in a pop-up when an agent asked to {command} it",
+        "agent": f"an agent of {person}'s, with `hive {command}`",
+    }[how]
+
+
+async def op_allowed(sidecar: MailHost, conn: Connection, request: dict[str, Any]) -> dict[str, Any]:
+    """The senders the person let past inbound screening (``hive approve --allow-sender``); with
+    ``revoke``, screen some of them again.
+
+    Request: ``revoke`` (list of str, optional): senders' addresses to screen again. Returns
+    ``{"allowed": [{"sender", "since"}], "revoked": [str]}``: those still allowed, and those of
+    ``revoke`` that had been. Raises ``bad_request`` for a ``revoke`` that is not a list of addresses.
+    """
+    revoke = request.get("revoke") or []
+    if not isinstance(revoke, list) or not all(isinstance(s, str) and s for s in revoke):
+        raise BadRequest("revoke is a list of senders' addresses, as `hive held --allowed` lists them")
+    revoked = await disallow(sidecar, revoke) if revoke else []
+    return {"allowed": await allowed_senders(sidecar), "revoked": revoked}
+
+
+OPS = {"held": op_held, "approve": op_approve, "drop": op_drop, "screening_allowed": op_allowed}

@@ -18,6 +18,7 @@ from . import attachments, mailboxes
 from .addresses import Target, is_group, is_remote, resolve
 from .delivery import after_deposit
 from .guards import Guards
+from .held import hold_local
 from .notify import notify_person
 from .remote import REMOTE
 from .render import Message, frames
@@ -136,7 +137,9 @@ async def op_send(sidecar: MailHost, conn: Connection, request: dict[str, Any]) 
         copies.setdefault(message.recipient, []).append(message.id)
     leaving = [(t, m) for t, m in zip(targets, messages, strict=True) if is_remote(t)]
     held = await outbound_hold(sidecar, sender_session, body, carried) if leaving and kind != "person" else None
-    remote = await REMOTE.of(sidecar).send(
+    # The results of the messages not put in a mailbox here now: those to teammates' machines, and
+    # those screening holds here.
+    decided = await REMOTE.of(sidecar).send(
         leaving,
         sender_key,
         held=held,
@@ -147,18 +150,24 @@ async def op_send(sidecar: MailHost, conn: Connection, request: dict[str, Any]) 
     if held is not None:
         for target, message in leaving:
             ask_person(sidecar, Held(message.id, sender, target.address, held, outbound=True))
-    local = [await attachments.keep(sidecar, m) for m in messages if m.id not in remote]  # files saved first
+    if kind != "person":  # what the person types is theirs; an agent's words may carry what it read
+        decided.update(
+            await hold_local(
+                sidecar, [(t, m) for t, m in zip(targets, messages, strict=True) if m.id not in decided], sender_key
+            )
+        )
+    local = [await attachments.keep(sidecar, m) for m in messages if m.id not in decided]  # files saved first
     await sidecar.mailbox.deposit(local, sender_key)
     results = []
     for target, message in zip(targets, messages, strict=True):
-        if message.id in remote:
-            results.append(remote[message.id])
+        if message.id in decided:
+            results.append(decided[message.id])
             continue
         state, note = await after_deposit(sidecar, target, wake, target.address in waiting)
         results.append({"to": target.address, "id": message.id, "state": state, "note": note})
     reply = {"from": sender, "results": results}
     if request.get("notify"):
-        reply.update(await notify_person(sidecar, request, sender, messages, remote))
+        reply.update(await notify_person(sidecar, request, sender, messages, decided))
     return reply
 
 

@@ -142,8 +142,8 @@ class RemoteMail(Speaker):
     async def count_open_inbound(self) -> None:
         """Count the inbound messages that may still owe their sender a receipt."""
         row = await self.sc.store.fetchone(
-            "SELECT COUNT(*) FROM inbound WHERE (state = 'accepted' AND reported != 'read') "
-            "OR (due != '' AND due != reported AND reported != 'read')"
+            "SELECT COUNT(*) FROM inbound WHERE peer != '' AND ((state = 'accepted' AND reported != 'read') "
+            "OR (due != '' AND due != reported AND reported != 'read'))"
         )
         self.open_inbound = int(row[0]) if row else 0
 
@@ -552,12 +552,19 @@ class RemoteMail(Speaker):
             await link.send({"t": "ack", "id": message_id, "state": state, "note": note, **extra})
 
     async def deposit(
-        self, message: Message, entry: Entry | None, also: Sequence[tuple[str, Sequence[Any]]] = ()
+        self,
+        message: Message,
+        entry: Entry | None,
+        also: Sequence[tuple[str, Sequence[Any]]] = (),
+        sender_key: str | None = None,
     ) -> tuple[str, str]:
-        """Put a teammate's accepted (or approved) message in the mailbox; the state and note its sender hears."""
+        """Put an accepted (or approved) message in the mailbox; the state and note its sender hears.
+
+        ``sender_key``: the session that sent it, when it is one of this machine's (a message screening
+        held, now approved), so it reads its receipts as for any local message."""
         message = await attachments.keep(self.sc, message)
         waiting = self.sc.parked[message.recipient] > 0
-        await self.sc.mailbox.deposit([message], None, also)
+        await self.sc.mailbox.deposit([message], sender_key, also)
         state, note = await after_deposit(self.sc, Target(message.recipient, entry), message.wake, waiting)
         return ("delivered" if state == "pushed" else state), note
 
@@ -569,7 +576,7 @@ class RemoteMail(Speaker):
         params: tuple[Any, ...] = () if peer is None else (peer,)
         rows = await self.sc.store.fetchall(
             "SELECT i.id, i.peer, m.read_at FROM inbound i JOIN messages m ON m.id = i.id "
-            f"WHERE i.state = 'accepted' AND i.reported != 'read' AND m.read_at IS NOT NULL {where}",
+            f"WHERE i.state = 'accepted' AND i.reported != 'read' AND m.read_at IS NOT NULL AND i.peer != '' {where}",
             params,
         )
         owed: dict[str, list[dict[str, Any]]] = {}

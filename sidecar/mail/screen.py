@@ -1,7 +1,8 @@
 """What mail screens, and what a match does: hostile text is held before an agent reads it, and
 secrets are held before they leave this machine.
 
-- **Inbound** (:func:`inbound_hold`): a teammate's message (its body and the text of its files)
+- **Inbound** (:func:`inbound_hold`): a teammate's message (its body and the text of its files),
+  and what one of this machine's sessions writes to another (:func:`hive.sidecar.mail.held.hold_local`),
   passes the rule set of :mod:`hive.sidecar.screening.inbound`. A match holds it for this
   machine's person, as the inbound policy's ``hold`` does (``hive held``, ``hive approve`` / ``hive
   drop``), with the rule and the matched span, and asks them (:data:`ASKERS`: the gate's pop-up);
@@ -9,25 +10,31 @@ secrets are held before they leave this machine.
 - **Outbound** (:func:`outbound_hold`): a message an agent or a script sends to a teammate's
   machine is checked for key material and credentials (:mod:`hive.sidecar.screening.outbound`),
   and a session that read a credential file (or ran a command naming one) in the last
-  :data:`READ_THEN_SEND` seconds has its message held whatever it says. Held here, nothing leaves
+  :data:`READ_THEN_SEND` seconds, or ran a command whose output showed one, has its message held
+  whatever it says. Held here, nothing leaves
   until the person approves (the same pop-up, or ``hive held --outbound`` then ``hive approve``);
   the agent is told why. What the person types at their own terminal is theirs to send and is not
   held.
+
+Whoever settles a held message, however (a pop-up, ``hive approve``, an agent's request the person
+confirmed), is told to :data:`SETTLED`: the gate records it beside why it was held (``hive why``).
 """
 
 from __future__ import annotations
 
+import logging
 import shlex
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ..base.defang import defang
+from ..base.defang import defang, one_line
 from ..base.host import PerSidecar
 from ..presence.activity import sensitive
+from ..presence.observe import SECRET_PRINTED
 from ..screening.inbound import Finding, screen
 from ..screening.outbound import Secret, find_secrets
 
@@ -36,12 +43,17 @@ if TYPE_CHECKING:
     from .attachments import File
     from .host import MailHost
 
+log = logging.getLogger("hive.sidecar.mail.screen")
+
 READ_THEN_SEND = 120.0  # seconds between reading a credential file and a send that is held for it
 # Text past this many characters is screened in a worker thread: a message of the largest size
 # with its files takes up to a second, which must not stall the sidecar's other clients.
 IN_THREAD = 32_000
 ALLOWED = "screening.allowed."  # kv: + a sender's address, for a sender the person let past inbound screening
 FRAME_FAMILY = "hive-frame"
+# The inbound table's peer for a message one of this machine's own sessions wrote to another and
+# screening held: it waits in `hive held` like a teammate's, and owes no receipt to any machine.
+LOCAL = ""
 
 
 def screened(text: str) -> list[Finding]:
@@ -97,6 +109,21 @@ def ask_person(sidecar: MailHost, held: Held) -> None:
         sidecar.tasks.start_soon(ask, held)
 
 
+Settled = Callable[[str, bool, str], Awaitable[None]]
+"""Told that a held message was settled: its id, whether it was approved, and by whom and how
+("alice, with `hive approve`"). The gate's feature adds one at setup, so the ledger that says why a
+message was held also says who let it through or dropped it (``hive why <message id>``)."""
+SETTLED: PerSidecar[list[Settled]] = PerSidecar(lambda sidecar: [])
+
+
+async def settled(sidecar: MailHost, message_id: str, approved: bool, by: str) -> None:
+    for tell in SETTLED.of(sidecar):
+        try:
+            await tell(message_id, approved, by)
+        except Exception:  # the message is settled either way; only its record is missing
+            log.exception("could not record who settled held message %s", message_id)
+
+
 async def allowed(sidecar: MailHost, sender: str) -> bool:
     """Whether the person let ``sender`` (a teammate's session or mailbox) past inbound screening."""
     return await sidecar.store.get_kv(ALLOWED + sender) is not None
@@ -108,6 +135,23 @@ async def allow(sidecar: MailHost, senders: Sequence[str]) -> None:
     await sidecar.store.write(
         [("INSERT OR REPLACE INTO kv(key, value) VALUES (?, ?)", (ALLOWED + sender, now)) for sender in senders]
     )
+
+
+async def allowed_senders(sidecar: MailHost) -> list[dict[str, Any]]:
+    """The senders the person let past inbound screening, each with when, oldest first."""
+    rows = await sidecar.store.fetchall(
+        "SELECT key, value FROM kv WHERE key >= ? AND key < ?", (ALLOWED, ALLOWED + "\uffff")
+    )
+    found = [{"sender": key[len(ALLOWED) :], "since": float(value)} for key, value in rows]
+    return sorted(found, key=lambda a: a["since"])
+
+
+async def disallow(sidecar: MailHost, senders: Sequence[str]) -> list[str]:
+    """Screen these senders again; returns those that had been allowed."""
+    were = {a["sender"] for a in await allowed_senders(sidecar)}
+    gone = [s for s in senders if s in were]
+    await sidecar.store.write([("DELETE FROM kv WHERE key = ?", (ALLOWED + sender,)) for sender in gone])
+    return gone
 
 
 async def screened_inbound(body: str, files: Sequence[File]) -> str | None:
@@ -150,14 +194,17 @@ async def outbound_hold(sidecar: MailHost, session: Session | None, body: str, f
 
 
 async def credential_read(sidecar: MailHost, session: Session) -> str | None:
-    """The credential file ``session`` read (or named in a command it ran) in the last
-    :data:`READ_THEN_SEND` seconds, from its recorded events; None when it read none."""
+    """The credential file ``session`` read (or named in a command it ran), or the command whose
+    output showed a secret, in the last :data:`READ_THEN_SEND` seconds, from its recorded events;
+    None when there was none."""
     rows = await sidecar.store.fetchall(
         "SELECT action, path, command FROM events WHERE session = ? AND at > ? "
-        "AND action IN ('file.read', 'command.executed') ORDER BY id DESC LIMIT 500",
-        (session.key, time.time() - READ_THEN_SEND),
+        "AND action IN ('file.read', 'command.executed', ?) ORDER BY id DESC LIMIT 500",
+        (session.key, time.time() - READ_THEN_SEND, SECRET_PRINTED),
     )
     for action, path, command in rows:
+        if action == SECRET_PRINTED:
+            return f"what looks like a secret in the output of `{one_line(command, 80)}`"
         if action == "file.read" and path and sensitive(path):
             return path
         if action == "command.executed" and command:

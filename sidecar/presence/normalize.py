@@ -90,6 +90,24 @@ def _command(tool: str, tool_input: dict[str, Any]) -> str:
     return value if isinstance(value, str) else ""
 
 
+_OUTPUT = ("tool_response", "tool_output", "toolResult", "result", "output")
+OUTPUT_SCANNED = 65_536  # characters of a command's output looked at for secrets (hive.sidecar.presence.observe)
+
+
+def command_output(payload: dict[str, Any]) -> str:
+    """What a shell command printed, as the harness reported it after the call (its first
+    :data:`OUTPUT_SCANNED` characters); "" when it reported none."""
+    parts: list[str] = []
+    size = 0
+    for key in _OUTPUT:
+        for text in _strings(payload.get(key)):
+            parts.append(text[: OUTPUT_SCANNED - size])
+            size += len(parts[-1])
+            if size >= OUTPUT_SCANNED:
+                return "\n".join(parts)
+    return "\n".join(parts)
+
+
 def _exit_code(payload: dict[str, Any]) -> int | None:
     for holder in (payload.get("tool_response"), payload.get("tool_output"), payload):
         if isinstance(holder, dict):

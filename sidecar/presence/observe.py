@@ -24,7 +24,10 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import anyio
+
 from ..base.errors import BadRequest
+from ..screening.outbound import find_secrets
 from . import doing
 from .activity import OBSERVED as OBSERVED
 from .activity import Observed as Observed
@@ -35,7 +38,7 @@ from .activity import sanitise_extra as sanitise_extra
 from .events import COLUMNS, tell
 from .events import Event as Event
 from .events import store_events as store_events
-from .normalize import normalize, tool_input_of
+from .normalize import command_output, normalize, tool_input_of
 from .overlap import on_peer_presence as on_peer_presence
 from .overlap import overlaps_for_local
 
@@ -65,6 +68,26 @@ def _relative(path: str, cwd: str, root: str) -> str:
     if root and (full == root or full.startswith(root.rstrip("/") + "/")):
         return os.path.relpath(full, root)
     return full
+
+
+# A command's output showed a credential: hive.sidecar.mail.screen holds the session's next send.
+SECRET_PRINTED = "secret.printed"
+IN_THREAD = 8_000  # characters of output past which it is scanned in a worker thread
+
+
+async def _look_for_secrets(sidecar: PresenceHost, command: Event, output: str) -> None:
+    """Record that a command printed what looks like a secret: its kinds, never the secret."""
+    try:
+        if len(output) <= IN_THREAD:
+            found = find_secrets(output)
+        else:
+            found = await anyio.to_thread.run_sync(find_secrets, output)
+        if found:
+            kinds = sorted({s.kind for s in found})
+            printed = Event(**{**command.__dict__, "action": SECRET_PRINTED, "detail": json.dumps({"kinds": kinds})})
+            await store_events(sidecar.store, [printed])
+    except Exception:
+        log.exception("could not look for secrets in a command's output")
 
 
 async def ingest(
@@ -101,6 +124,9 @@ async def ingest(
             )
         )
     await store_events(sidecar.store, events)
+    command = next((e for e in events if e.action == "command.executed"), None)
+    if command is not None and (output := command_output(payload)):
+        sidecar.tasks.start_soon(_look_for_secrets, sidecar, command, output)  # off the hook's path
     sidecar.sessions.unmanaged.discard(session.key)  # a hook speaks for it: hive manages it now
     seen = OBSERVED.of(sidecar).setdefault(session.key, Observed(files={}))
     before = (seen.state, seen.head)

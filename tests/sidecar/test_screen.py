@@ -158,6 +158,36 @@ def test_a_session_that_just_read_a_credential_file_has_its_next_message_held(ma
     assert send(alice, "bob/api-codex", "hello", **{"from": "a1"})["state"] in ("queued", "delivered")
 
 
+def test_a_session_whose_command_printed_a_secret_has_its_next_message_held(make_hive: Any) -> None:
+    alice, bob = pair(make_hive)
+
+    def ran(session: str, command: str, stdout: str) -> str:
+        payload = claude(
+            session,
+            "/src/web",
+            "PostToolUse",
+            tool_name="Bash",
+            tool_use_id=f"toolu_{session}",
+            tool_input={"command": command},
+            tool_response={"stdout": stdout, "stderr": "", "interrupted": False},
+        )
+        return str(hook(alice, "claude-code", "PostToolUse", payload)["session"])
+
+    def printed() -> list[str]:
+        with sqlite3.connect(alice.paths.database) as db:
+            return [row[0] for row in db.execute("SELECT detail FROM events WHERE action = 'secret.printed'")]
+
+    quiet = ran("s-ls", "ls -la", "total 8\ndrwxr-xr-x 2 alice alice 4096 src\n")
+    loud = ran("s-env", "printenv", f"HOME=/home/alice\nAWS_ACCESS_KEY_ID={FAKE_AWS}\nSHELL=/bin/bash\n")
+    wait_for(printed, what="the secret in printenv's output noticed")
+    assert all(FAKE_AWS not in detail for detail in printed())  # its kind is kept, never the secret
+    result = send(alice, "bob/api-codex", "env looks fine", **{"from": loud})
+    assert result["state"] == "held" and "output of `printenv`" in result["note"], result
+    assert send(alice, "bob/api-codex", "listing done", **{"from": quiet})["state"] != "held"
+    wait_for(lambda: inbox(bob, "api-codex"), what="the other session's message at bob")
+    assert [m["body"] for m in inbox(bob, "api-codex")] == ["listing done"]
+
+
 def test_a_held_message_pops_up_for_the_person_whose_approve_delivers_it_framed(
     make_hive: Any, desktop: Desktop, empty_runtime: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -174,8 +204,9 @@ def test_a_held_message_pops_up_for_the_person_whose_approve_delivers_it_framed(
     # The gate's ledger says why the person was interrupted: the floor for a security finding.
     rows = ok(bob, "gate_ledger", limit=20)["rows"]
     assert any(r["source"] == "screening" and r["rule"] == "floor.security" for r in rows), rows
-    why = bob.cli("gate", "why", result["id"], check=True).stdout  # asked by the message's id
+    why = bob.cli("why", result["id"], check=True).stdout  # asked by the message's id
     assert "prompt-injection/" in why and "security finding" in why, why
+    assert "approved: by bob, in the pop-up about it" in why, why
 
 
 def test_a_secret_held_before_it_left_pops_up_for_the_sender_and_approve_lets_it_go(
@@ -204,3 +235,54 @@ def test_a_sender_the_person_allows_is_no_longer_screened_and_others_still_are(m
     assert again["state"] != "held", again
     other = send(alice, "bob/api-codex", HOSTILE, **{"from": "a2"})
     assert other["state"] == "held"
+
+
+def test_who_settled_a_held_message_at_the_terminal_is_in_its_record(make_hive: Any) -> None:
+    alice, bob = pair(make_hive)
+    kept = send(alice, "bob/api-codex", HOSTILE, **{"from": "a1"})
+    dropped = send(alice, "bob/api-codex", HOSTILE + " Now.", **{"from": "a1"})
+    assert kept["state"] == dropped["state"] == "held"
+    bob.cli("approve", kept["id"], check=True)
+    bob.cli("drop", dropped["id"], check=True)
+    why = bob.cli("why", kept["id"], check=True).stdout
+    assert "prompt-injection/" in why and "approved: by bob, with `hive approve`" in why, why
+    assert "dropped: by bob, with `hive drop`" in bob.cli("why", dropped["id"], check=True).stdout
+    # The finding is closed either way: nothing about it is left open for the gate to raise.
+    with sqlite3.connect(bob.paths.database) as db:
+        states = dict(db.execute("SELECT ref, state FROM gate_facts WHERE kind = 'security'"))
+    assert states == {f"screening:{kept['id']}": "fixed", f"screening:{dropped['id']}": "fixed"}
+
+
+def test_the_person_lists_the_senders_let_past_screening_and_screens_one_again(make_hive: Any) -> None:
+    alice, bob = pair(make_hive)
+    first = send(alice, "bob/api-codex", HOSTILE, **{"from": "a1"})
+    bob.cli("approve", "--allow-sender", first["id"], check=True)
+    listing = bob.cli("held", "--allowed", check=True).stdout
+    assert "alice/web-codex  let past screening" in listing, listing
+    out = bob.cli("held", "--screen-again", "alice/web-codex", "carol/x", check=True).stdout
+    assert "alice/web-codex: screened again" in out and "carol/x: was not let past screening" in out, out
+    assert ok(bob, "screening_allowed")["allowed"] == []
+    assert send(alice, "bob/api-codex", HOSTILE + " (again)", **{"from": "a1"})["state"] == "held"
+
+
+def test_hostile_text_one_session_writes_to_another_on_the_same_machine_is_held_too(make_hive: Any) -> None:
+    [alice] = form_team(make_hive, ["alice"])
+    register(alice, "a1", "/src/web")
+    register(alice, "a2", "/src/docs")
+    result = send(alice, "alice/docs-codex", HOSTILE, **{"from": "a1"})
+    assert result["state"] == "held" and "prompt-injection/" in result["note"], result
+    assert inbox(alice, "docs-codex") == []
+    [held] = ok(alice, "held")["held"]
+    assert held["from"] == "alice/web-codex" and held["to"] == "alice/docs-codex"
+    alice.cli("approve", result["id"], check=True)
+    [message] = inbox(alice, "docs-codex")
+    assert message["id"] == result["id"] and HOSTILE in message["body"]
+    # Its sender reads its receipt as for any message between two sessions here.
+    shown = ok(alice, "inbox", session="a2")["ids"]
+    ok(alice, "delivered", session="a2", ids=shown)
+    [receipt] = ok(alice, "sent", session="a1")["messages"]
+    assert receipt["id"] == result["id"] and receipt["state"] == "read"
+    # What the person types, and what an agent writes to its person's own terminal, are not held.
+    code, output = run_in_terminal(alice, "send", "alice/docs-codex", HOSTILE)
+    assert code == 0 and "held" not in output, output
+    assert send(alice, "alice/terminal", HOSTILE, **{"from": "a1"})["state"] != "held"
