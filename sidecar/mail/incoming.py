@@ -186,7 +186,7 @@ class IncomingMail:
         now = time.time()
         screened = None
         if policy != "hold" and not await allowed(self.sc, sender):
-            screened = await screened_inbound(body, carried)
+            screened = await screened_inbound(body, carried, approval)
         if policy == "hold" or screened is not None:
             note = screened or f"held: {local_person} sees it and approves it before any session does"
             await self.sc.store.write(

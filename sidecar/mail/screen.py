@@ -22,6 +22,7 @@ confirmed), is told to :data:`SETTLED`: the gate records it beside why it was he
 
 from __future__ import annotations
 
+import json
 import logging
 import shlex
 import time
@@ -67,13 +68,28 @@ def screened(text: str) -> list[Finding]:
     return [f for f in found if f.rule.split("/", 1)[0] != FRAME_FAMILY] + screen(shown, family=FRAME_FAMILY)
 
 
-def inbound_hold(body: str, files: Sequence[File]) -> str | None:
+def approval_text(approval: str | None) -> str:
+    """The words of a verified approval that came with a message (the request, the question and the
+    approver's note, as its framing shows them to the agent); "" for none."""
+    if not approval:
+        return ""
+    try:
+        record = json.loads(approval).get("record") or {}
+    except (ValueError, AttributeError):
+        return ""
+    return "\n".join(str(record.get(k) or "") for k in ("request", "question", "note") if record.get(k))
+
+
+def inbound_hold(body: str, files: Sequence[File], approval: str = "") -> str | None:
     """Why a teammate's message is held for this machine's person, or None when nothing matched.
 
-    Says the most severe rule, its span and where (the text or a file), and how many more matched."""
+    ``approval``: the words of the approval that came with it (:func:`approval_text`). Says the most
+    severe rule, its span and where (the text, a file or the approval), and how many more matched."""
     found: list[tuple[str, Finding]] = [("the message", f) for f in screened(body)]
     for file in files:
         found += [(f"the file {file.name}", f) for f in screened(file.content)]
+    if approval:
+        found += [("the approval that came with it", f) for f in screened(approval)]
     if not found:
         return None
     order = {"high": 0, "medium": 1, "low": 2}
@@ -154,11 +170,13 @@ async def disallow(sidecar: MailHost, senders: Sequence[str]) -> list[str]:
     return gone
 
 
-async def screened_inbound(body: str, files: Sequence[File]) -> str | None:
-    """:func:`inbound_hold`, in a worker thread for a large message."""
-    if len(body) + sum(len(f.content) for f in files) <= IN_THREAD:
-        return inbound_hold(body, files)
-    return await anyio.to_thread.run_sync(inbound_hold, body, files)
+async def screened_inbound(body: str, files: Sequence[File], approval: str | None = None) -> str | None:
+    """:func:`inbound_hold` (``approval``: the message's stored approval, if any), in a worker
+    thread for a large message."""
+    words = approval_text(approval)
+    if len(body) + len(words) + sum(len(f.content) for f in files) <= IN_THREAD:
+        return inbound_hold(body, files, words)
+    return await anyio.to_thread.run_sync(inbound_hold, body, files, words)
 
 
 def _secrets(body: str, files: Sequence[File]) -> list[tuple[str, Secret]]:

@@ -145,10 +145,11 @@ async def register(machine: Machine, name: str) -> None:
 
 
 async def latency(
-    sender: Client, reader: Client, target: str, session: str, rounds: int, **extra: Any
+    sender: Client, reader: Client, target: str, session: str, rounds: int, body: str = BODY, **extra: Any
 ) -> tuple[list[float], list[float]]:
-    """``rounds`` sends to ``target``, each taken by a long poll already parked on ``session``'s mailbox:
-    the times from just before ``send`` until the poll returns it, and of the ``send`` calls."""
+    """``rounds`` sends of ``body`` to ``target``, each taken by a long poll already parked on
+    ``session``'s mailbox: the times from just before ``send`` until the poll returns it, and of the
+    ``send`` calls."""
     waits, sends = [], []
     for _ in range(rounds):
         got: dict[str, Any] = {}
@@ -161,7 +162,7 @@ async def latency(
             tg.start_soon(poll)
             await anyio.sleep(0.005)  # let the poll park, so the figure is the wake-up path
             t0 = time.perf_counter()
-            await sender.call("send", to=target, body=BODY, **extra)
+            await sender.call("send", to=target, body=body, **extra)
             sends.append(time.perf_counter() - t0)
         waits.append(got["at"] - t0)
         await reader.call("delivered", session=session, ids=got["ids"])

@@ -76,9 +76,13 @@ async def run(rounds: int, root: Path) -> None:
                 return any(s["address"] == target for s in found["sessions"])
 
             await wait_until(visible, 60, 0.05)
-            sender = f"{a.person}-web"
-            await latency(a.client, b.client, target, session, 3, **{"from": sender})  # warm-up: imports
-            waits, _ = await latency(a.client, b.client, target, session, rounds, **{"from": sender})
+            sender = {"from": f"{a.person}-web"}
+            await latency(a.client, b.client, target, session, 3, BODY, **sender)  # warm-up: imports
+            waits, _ = await latency(a.client, b.client, target, session, rounds, BODY, **sender)
+            # Between two sessions of one machine only inbound screening runs (nothing leaves it).
+            await register(a, "docs")
+            here = await latency(a.client, a.client, f"{a.person}/docs", f"{a.person}-docs", rounds, BODY, **sender)
+            local = here[0]
     finally:
         stop(pair)
     find_secrets(BODY)  # this process's own warm-up
@@ -97,6 +101,11 @@ async def run(rounds: int, root: Path) -> None:
     row("inbound_hold (receiver)", rules)
     print(f"  screening, both ends                  {added * 1e3:7.2f} ms = {added / send:.0%} of the send")
     print(f"  send without screening (estimate)     {(send - added) * 1e3:7.2f} ms")
+    row("send -> inbox on one machine", local)
+    here_send, here_added = percentile(local, 50), percentile(rules, 50)
+    share = here_added / here_send
+    print(f"  screening there                       {here_added * 1e3:7.2f} ms = {share:.0%} of the send")
+    print(f"  send without screening (estimate)     {(here_send - here_added) * 1e3:7.2f} ms")
 
 
 def main() -> int:
