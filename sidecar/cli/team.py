@@ -24,12 +24,18 @@ def _print_invite(invite: dict[str, Any] | None) -> None:
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    result = _call("team_init", team=args.team, person=args.as_, **({"machine": args.machine} if args.machine else {}))
+    extra: dict[str, Any] = {"machine": args.machine} if args.machine else {}
+    if args.anchor:
+        extra["anchor"] = True
+    result = _call("team_init", team=args.team, person=args.as_, **extra)
     if args.json:
         _print_json(result)
         return 0
     me = result["me"]
-    print(f"founded team {result['team']['name']}: you are {me['person']} on {me['machine']}")
+    print(
+        f"founded team {result['team']['name']}: you are {me['person']} on {me['machine']}"
+        + (", the team's anchor" if me.get("role") == "anchor" else "")
+    )
     print("invite teammates with this line (anyone who has it can join; `hive link --new` replaces it):")
     _print_invite(result.get("invite"))
     return 0
@@ -51,6 +57,8 @@ def cmd_join(args: argparse.Namespace) -> int:
         request["person"] = args.as_
     if args.machine:
         request["machine"] = args.machine
+    if args.anchor:
+        request["anchor"] = True
     try:
         result = _call("team_join", **request)
     except UnknownOp:
@@ -63,7 +71,10 @@ def cmd_join(args: argparse.Namespace) -> int:
         _print_json(result)
         return 0
     me = result["me"]
-    print(f"joined team {result['team']['name']}: you are {me['person']} on {me['machine']}")
+    print(
+        f"joined team {result['team']['name']}: you are {me['person']} on {me['machine']}"
+        + (", the team's anchor" if me.get("role") == "anchor" else "")
+    )
     _print_invite(result.get("invite"))
     return 0
 
@@ -222,6 +233,11 @@ def add_arguments(add: AddCommand) -> None:
     p.add_argument("team", help="the team's name: a-z, 0-9 and -")
     p.add_argument("--as", dest="as_", required=True, help="your name in the team: a-z, 0-9 and -")
     p.add_argument("--machine", help="this machine's name in the team (default: from config.toml or the hostname)")
+    p.add_argument(
+        "--anchor",
+        action="store_true",
+        help="this is an always-on machine (a VPS, a Pi) that holds mail for offline teammates and relays for them",
+    )
     p.add_argument("--json", action="store_true")
     p = add("invite", cmd_invite, "print the invite line with the team link")
     p.add_argument("--own-machine", action="store_true", help="a one-time invite for another machine of yours")
@@ -231,6 +247,11 @@ def add_arguments(add: AddCommand) -> None:
     p.add_argument("link", help="the invite (hive1:…), or the whole invite line")
     p.add_argument("--as", dest="as_", help="your name in the team (an own-machine invite sets it)")
     p.add_argument("--machine", help="this machine's name in the team")
+    p.add_argument(
+        "--anchor",
+        action="store_true",
+        help="this is an always-on machine (a VPS, a Pi) that holds mail for offline teammates and relays for them",
+    )
     p.add_argument("--json", action="store_true")
     p = add("policy", cmd_policy, "what this machine does with teammates' mail: accept, hold or refuse, per person")
     p.add_argument(

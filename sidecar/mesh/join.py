@@ -96,7 +96,8 @@ async def op_team_join(sidecar: MeshHost, conn: Connection, request: dict[str, A
 
     Request: ``link`` (str, required): the invite, ``hive1:...``. ``person`` or ``as`` (str,
     optional): the name to join as (default this machine's person, or the invite's own for an
-    own-machine invite). ``machine`` (str, optional): this machine's name. Returns the team as
+    own-machine invite). ``machine`` (str, optional): this machine's name. ``anchor`` (bool,
+    optional): this machine joins as the team's always-on anchor. Returns the team as
     ``team_show`` does, with ``invite`` (the team link) when the team has one. Raises
     ``bad_request``, ``conflict`` when already in a team, ``refused`` for an expired or refused
     invite, ``needs_person``/``confirm_on_terminal`` when an agent asks unconfirmed, and
@@ -114,6 +115,8 @@ async def op_team_join(sidecar: MeshHost, conn: Connection, request: dict[str, A
     machine = request.get("machine")
     if any(v is not None and not isinstance(v, str) for v in (person, machine)):
         raise BadRequest("person and machine are names (a-z, 0-9 and -)")
+    if not isinstance(request.get("anchor", False), bool):
+        raise BadRequest("anchor is true or false")
     team = team_of(sidecar)
     prepared = await team.prepare_join(link.strip(), person, machine, ())
     # A link in a stranger's text must not make this machine a member of their team unasked.
@@ -127,6 +130,7 @@ async def op_team_join(sidecar: MeshHost, conn: Connection, request: dict[str, A
     answer = await dial_join(sidecar.mesh, prepared["addresses"], prepared["keys"], prepared["frame"])
     sidecar.mesh.learn(answer["peer"], [answer["address"]], front=True)
     sidecar.mesh.eager.add(answer["peer"])
-    result = await team.finish_join(link.strip(), answer["state"], answer["peer"])
+    role = "anchor" if request.get("anchor") else "member"
+    result = await team.finish_join(link.strip(), answer["state"], answer["peer"], role)
     sidecar.mesh.roster_changed()
     return dict(result)

@@ -378,7 +378,9 @@ class Team:
 
     # ---- ops -------------------------------------------------------------------------
 
-    async def init(self, team: str, person: str, machine: str, addresses: Sequence[str] = ()) -> dict[str, Any]:
+    async def init(
+        self, team: str, person: str, machine: str, addresses: Sequence[str] = (), role: str = "member"
+    ) -> dict[str, Any]:
         for label, value in (("team", team), ("person", person), ("machine", machine)):
             admission.check_name(label, value)
         if self.unavailable is not None:
@@ -387,7 +389,7 @@ class Team:
         async with self._lock:
             if self.state is not None:
                 raise Conflict(f"this machine is already in team {self._roster().name}; `hive leave` first")
-            state = roster.found(identity, team, person, machine, parse_addresses(addresses))
+            state = roster.found(identity, team, person, machine, parse_addresses(addresses), role=role)
             await self._commit(state, "init")
             await self._apply_names()
         return {**self.show(), "invite": self._link_reply()}
@@ -538,8 +540,9 @@ class Team:
             log.info("admitted %s@%s (%s)", hello.body.person, machine, hello.body.key[:12])
             return new.to_wire()
 
-    async def finish_join(self, link: str, obj: Any, peer: str | None = None) -> dict[str, Any]:
-        """The joiner's side, after the inviter answered: check the state and keep it."""
+    async def finish_join(self, link: str, obj: Any, peer: str | None = None, role: str = "member") -> dict[str, Any]:
+        """The joiner's side, after the inviter answered: check the state and keep it; with
+        ``role`` anchor, then sign this machine's entry as the team's anchor."""
         ticket = decode_link(link)
         identity = await self.ensure_identity()
         state, refused = admission.answered_state(ticket, obj, identity.key_id, peer)
@@ -549,6 +552,8 @@ class Team:
             if self.state is not None:
                 raise Conflict(f"this machine is already in team {self._roster().name}")
             await self._commit(state, "joined")
+            if role != "member":
+                await self._commit(roster.self_update(state, identity, role=role), "role")
             await self._apply_names()
         reply = self.show()
         if self._roster().link is not None:
@@ -618,4 +623,9 @@ class Team:
             },
             "people": people,
             "departed": departed,
+            "anchors": [
+                {"key": m.key, "person": m.person, "machine": m.machine}
+                for m in sorted(view.members.values(), key=lambda m: (m.person, m.machine))
+                if m.active and m.role == "anchor"
+            ],
         }

@@ -68,7 +68,8 @@ async def op_team_init(sidecar: TeamHost, conn: Connection, request: dict[str, A
 
     Request: ``team`` (str, required): the team's name; ``person`` and ``machine`` (str, optional):
     this machine's names in it (default config.toml's); ``addresses`` (list of host:port, optional):
-    where teammates dial it. Returns the team as ``team_show`` does, with ``invite`` (the team link).
+    where teammates dial it; ``anchor`` (bool, optional): this machine is the team's always-on
+    anchor. Returns the team as ``team_show`` does, with ``invite`` (the team link).
     Raises ``bad_request`` for a bad name, ``conflict`` when already in a team, ``needs_person`` or
     ``confirm_on_terminal`` when an agent asks unconfirmed.
     """
@@ -83,7 +84,8 @@ async def op_team_init(sidecar: TeamHost, conn: Connection, request: dict[str, A
         f"Found team {team} as {person} on this machine?",
         f"Ask your person to run `hive init {team}` in a terminal.",
     )
-    return await team_of(sidecar).init(team, person, machine, parse_addresses(request.get("addresses")))
+    role = "anchor" if _flag(request, "anchor") else "member"
+    return await team_of(sidecar).init(team, person, machine, parse_addresses(request.get("addresses")), role)
 
 
 @asks_person
@@ -124,8 +126,9 @@ async def op_team_show(sidecar: TeamHost, conn: Connection, request: dict[str, A
     """Show the team: its people, their machines and roles, and each link's state from the mesh.
 
     Reads no fields. Returns ``{"team": {"id", "name", "founder", "link", "invites"} | None, "me",
-    "people": [{"person", "machines"}], "departed"}``, plus ``problem`` when this machine's key
-    cannot be read.
+    "people": [{"person", "machines"}], "departed", "anchors": [{"key", "person", "machine"}]}``
+    (``anchors``: the active machines whose role is anchor), plus ``problem`` when this machine's
+    key cannot be read.
     """
     return team_of(sidecar).show()
 

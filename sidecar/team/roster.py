@@ -381,15 +381,21 @@ def _checked(state: TeamState, made: list[Entry], now: int) -> TeamState:
 
 
 def found(
-    identity: Identity, team: str, person: str, machine: str, addresses: Iterable[str] = (), now: int | None = None
+    identity: Identity,
+    team: str,
+    person: str,
+    machine: str,
+    addresses: Iterable[str] = (),
+    now: int | None = None,
+    role: str = "member",
 ) -> TeamState:
-    """A new team with ``identity`` as its founder and only member, and a team link."""
+    """A new team with ``identity`` as its founder and only member (of ``role``), and a team link."""
     now = now_ms() if now is None else now
     for label, value in (("team", team), ("person", person), ("machine", machine)):
         if not valid_name(value):
             raise ValueError(f"a {label} name is a-z, 0-9 and -, at most {MAX_NAME} characters")
     team_id = secrets.token_hex(16)
-    me = Member(key=identity.key_id, person=person, machine=machine, ts=now, addresses=tuple(addresses))
+    me = Member(key=identity.key_id, person=person, machine=machine, ts=now, role=role, addresses=tuple(addresses))
     made = [
         Entry("meta", sign(identity, team_id, "meta", Meta(name=team, ts=now))),
         Entry("admission", sign(identity, team_id, "admission", me)),
