@@ -363,6 +363,24 @@ MIGRATIONS: list[str] = [
             WHERE json_extract(e.value, '$.kind') = 'file') WHERE p != '';
     END;
     """,
+    # what an anchor holds for a member's machine that is offline (hive.sidecar.mesh.relay): each
+    # frame sealed by the machine that wrote it, kept until it is delivered (a message: until its
+    # recipient's answer passes back through the anchor)
+    """
+    CREATE TABLE custody (
+        seq INTEGER PRIMARY KEY,
+        peer TEXT NOT NULL,
+        origin TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        frame_id TEXT NOT NULL DEFAULT '',
+        sealed TEXT NOT NULL,
+        size INTEGER NOT NULL,
+        at REAL NOT NULL
+    );
+    CREATE INDEX custody_peer ON custody(peer, seq);
+    CREATE INDEX custody_origin ON custody(origin);
+    CREATE UNIQUE INDEX custody_msg ON custody(peer, frame_id) WHERE kind = 'msg';
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -52,7 +52,9 @@ log = logging.getLogger("hive.sidecar.mail.remote")
 
 WINDOW = 128  # messages in flight per link, unacknowledged (aioquic's drain() never pushes back)
 PROBE_TIMEOUT = 5.0  # a peer that does not answer a ping in this long is taken for gone
-ACK_STATES = ("delivered", "queued", "held", "refused", "retry")
+# "anchored": the team's anchor holds it until its recipient's machine is back (mesh.relay); the
+# recipient's own answer updates it later.
+ACK_STATES = ("delivered", "queued", "held", "refused", "retry", "anchored")
 # What a machine that speaks remote mail announces in hello and presence (a peer without "files"
 # gets attachments inlined; the others name behaviour older hives lacked).
 FEATURES = ("receipts", "hold", "loop-guard", "files")
@@ -116,6 +118,16 @@ class RemoteMail(Speaker):
     async def link_up(self, link: Link) -> None:
         self.mesh.spawn(self.replay, link.peer)
         self.mesh.spawn(self.flush_receipts, link.peer)
+        member = self.mesh.team.member(link.peer)
+        if member is not None and member.role == "anchor" and not link.relayed:
+            self.mesh.spawn(self.hand_to_anchor)
+
+    async def hand_to_anchor(self) -> None:
+        """An anchor linked: what waits in the outbox for machines that have no link goes to it."""
+        rows = await self.sc.store.fetchall("SELECT DISTINCT peer FROM outbox WHERE pending = 1")
+        for (peer,) in rows:
+            if peer not in self.mesh.links:
+                await self.replay(peer)
 
     def link_down(self, link: Link) -> None:
         # Unacknowledged messages stay pending in the outbox and go again on the next link.
@@ -316,7 +328,7 @@ class RemoteMail(Speaker):
         return results
 
     async def _send_and_wait(self, peer: str, payload: dict[str, Any], waiter: _AckWait) -> None:
-        link = self.mesh.links.get(peer)
+        link = self.mesh.route(peer, custody=True)
         if link is None or not await self._send_msg(link, payload):
             return
         async with anyio.create_task_group() as tg:  # the ack, or the link's end, whichever is first
@@ -374,7 +386,7 @@ class RemoteMail(Speaker):
             "SELECT id, frame FROM outbox WHERE pending = 1 AND peer = ? ORDER BY id", (peer,)
         )
         for row in rows:
-            link = self.mesh.links.get(peer)
+            link = self.mesh.route(peer, custody=True)
             if link is None:
                 return
             with contextlib.suppress(ValueError):
@@ -468,7 +480,7 @@ class RemoteMail(Speaker):
                 [
                     (
                         "UPDATE outbox SET pending = 0, state = ?, note = ?, updated_at = ? "
-                        "WHERE id = ? AND peer = ? AND pending = 1",
+                        "WHERE id = ? AND peer = ? AND (pending = 1 OR state = 'anchored')",
                         (state, note, now, message_id, link.peer),
                     )
                 ]
@@ -591,7 +603,7 @@ class RemoteMail(Speaker):
             if not any(r["id"] == message_id for r in owed.get(sender_peer, [])):
                 owed.setdefault(sender_peer, []).append({"id": message_id, "state": due, "at": time.time()})
         for sender_peer, receipts in owed.items():
-            link = self.mesh.links.get(sender_peer)
+            link = self.mesh.route(sender_peer, custody=True)
             flow = self.flows.get(id(link)) if link is not None else None
             if link is None or flow is None:
                 continue

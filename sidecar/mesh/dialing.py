@@ -48,7 +48,7 @@ class Dialer:
                 if member is None or not member.active:
                     return
                 link = self.mesh.links.get(peer)
-                if link is not None:
+                if link is not None and not link.relayed:  # relayed through an anchor: dial on, direct is better
                     await link.closed.wait()
                     first = False
                     backoff = BACKOFF_START
@@ -65,12 +65,12 @@ class Dialer:
                 if not first or (peer < self.mesh.team.my_key() and peer not in self.mesh.eager):
                     with anyio.move_on_after(backoff if not first else BACKOFF_START):
                         await wake.wait()
-                    if peer in self.mesh.links:
+                    if self.mesh.direct(peer):
                         continue
                 first = False
                 connected = False
                 for address in candidates:
-                    if peer in self.mesh.links:
+                    if self.mesh.direct(peer):
                         connected = True
                         break
                     try:
@@ -107,7 +107,7 @@ class Dialer:
                     address, self.mesh.cert, self.check, connect_within=self.mesh.config.connect_timeout
                 ) as link:
                     self.mesh.learn(link.peer, [address])
-                    if link.peer in self.mesh.links:
+                    if self.mesh.direct(link.peer):
                         return  # already linked: the member's own dial loop owns it from now on
                     if await self.mesh.run_link(link):
                         backoff = BACKOFF_START

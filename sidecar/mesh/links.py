@@ -42,6 +42,7 @@ from .dialing import Dialer
 from .frames import MAX_FEATURES, BadFrame, FrameHandler, Speaker, check_fields
 from .join import op_team_join, serve_join
 from .mdns import run_mdns
+from .relay import Relay
 from .roster_sync import RosterSync
 from .team_view import Member as Member
 from .team_view import TeamView as TeamView
@@ -110,6 +111,8 @@ class Mesh:
         self.speakers: list[Speaker] = []
         self.roster_sync = RosterSync(self)
         self.dialer = Dialer(self)
+        self.relay = Relay(self)  # through the team's anchor, for members that cannot link directly
+        self.add_speaker(self.relay, frames=self.relay.frames())
 
     def add_speaker(
         self, speaker: Speaker, features: Sequence[str] = (), frames: Mapping[str, FrameHandler] | None = None
@@ -237,9 +240,24 @@ class Mesh:
         self.roster_changed()
 
     def _link_info(self, key: str) -> dict[str, Any]:
-        online = key in self.links
+        link = self.links.get(key)
+        online = link is not None
         seen = self.presence.get(key, {}).get("at")
-        return {"online": online, "last_seen": time.time() if online else seen, "path": "direct" if online else None}
+        path = None if link is None else (link.address if link.relayed else "direct")
+        return {"online": online, "last_seen": time.time() if online else seen, "path": path}
+
+    def direct(self, peer: str) -> bool:
+        """Whether ``peer`` is linked directly (not through an anchor)."""
+        link = self.links.get(peer)
+        return link is not None and not link.relayed
+
+    def route(self, peer: str, custody: bool = False) -> Link | None:
+        """The link to ``peer`` (direct or relayed); with ``custody``, when it has none, a link that
+        hands what is sent to an online anchor to hold for it (mail, acks, receipts)."""
+        link = self.links.get(peer)
+        if link is not None or not custody:
+            return link
+        return self.relay.custody_link(peer)
 
     async def _guarded(self, func: Any, *args: Any) -> None:
         """Run a background task of the mesh; an unexpected error is logged, never fatal to the sidecar."""
@@ -445,7 +463,9 @@ class Mesh:
         if existing is not None and not existing.closed.is_set():
             me = self.team.my_key()
             preferred_dialer = min(me, peer)
-            if existing.dialer == link.dialer:
+            if existing.relayed:
+                keep_new = True  # a direct link replaces one through an anchor
+            elif existing.dialer == link.dialer:
                 keep_new = True  # the same side dialed again: it lost the old link
             elif time.monotonic() - existing.opened_at > REPLACE_AFTER:
                 keep_new = True
@@ -460,6 +480,32 @@ class Mesh:
             speaker.link_adopted(link)
         self.dialer.wake(peer).set()
         return True
+
+    async def adopt_relayed(self, link: Link) -> None:
+        """Take ``link``, through an anchor (.relay), as the link to its peer while no direct one exists."""
+        existing = self.links.get(link.peer)
+        if existing is not None and not existing.closed.is_set():
+            if not existing.relayed:
+                link.close(CLOSE_DUPLICATE, "linked directly")
+                return
+            existing.close(CLOSE_DUPLICATE, "replaced by another relayed link")
+        self.links[link.peer] = link
+        for speaker in self.speakers:
+            speaker.link_adopted(link)
+        await self._link_up(link, same_roster=True)
+
+    def relayed_down(self, link: Link) -> None:
+        """A relayed link closed: its peer is unlinked unless a direct link took its place."""
+        self._link_down(link)
+
+    async def dispatch_relayed(self, link: Link, member: Member, frame: dict[str, Any]) -> None:
+        """Handle a frame that came sealed through an anchor as one from its sealer, over ``link``."""
+        if frame.get("t") in ("hello", INVALID, "relay", "reach", "custody"):
+            return  # the link's own business, never a relayed frame's
+        try:
+            await self._dispatch(link, member, frame)
+        except BadFrame as exc:
+            log.warning("a malformed relayed %.40r frame from %s: %s; ignored", frame.get("t"), member.machine, exc)
 
     async def _link_up(self, link: Link, same_roster: bool) -> None:
         peer = link.peer
@@ -571,6 +617,7 @@ class Mesh:
                     "address": link.address,
                     "dialed": link.outbound,
                     "age": round(time.monotonic() - link.opened_at, 1),
+                    "relayed": link.relayed,
                 }
                 for peer, link in self.links.items()
             },
@@ -584,9 +631,11 @@ async def op_mesh(sidecar: MeshHost, conn: Connection, request: dict[str, Any]) 
     """Show this machine's links to teammates, its addresses and its listener (`hive team`, tests).
 
     Reads no fields. Returns ``{"listening": port | None, "addresses", "links": {peer key:
-    {"address", "dialed", "age"}}}``.
+    {"address", "dialed", "age", "relayed"}}, "custody": {peer key: frames}}``: ``relayed`` for a
+    link through an anchor (``address`` then says "via <machine>"), ``custody`` what this machine,
+    an anchor, holds for each offline machine.
     """
-    return sidecar.mesh.status()
+    return {**sidecar.mesh.status(), "custody": await sidecar.mesh.relay.custody.holding()}
 
 
 OPS = {"mesh": op_mesh, "team_join": op_team_join}

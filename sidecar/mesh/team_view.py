@@ -18,6 +18,7 @@ class Member:
     machine: str
     active: bool
     addresses: tuple[str, ...] = ()  # static ones from its roster entry
+    role: str = "member"  # or "anchor": an always-on member that relays and holds mail (.relay)
 
 
 class TeamView:
@@ -51,7 +52,12 @@ class TeamView:
         if found is None:
             return None
         return Member(
-            key=key, person=found.person, machine=found.machine, active=found.active, addresses=tuple(found.addresses)
+            key=key,
+            person=found.person,
+            machine=found.machine,
+            active=found.active,
+            addresses=tuple(found.addresses),
+            role=found.role,
         )
 
     def members(self) -> list[Member]:
@@ -59,9 +65,24 @@ class TeamView:
         if team is None:
             return []
         return [
-            Member(key=m.key, person=m.person, machine=m.machine, active=m.active, addresses=tuple(m.addresses))
+            Member(
+                key=m.key,
+                person=m.person,
+                machine=m.machine,
+                active=m.active,
+                addresses=tuple(m.addresses),
+                role=m.role,
+            )
             for m in team.members()
         ]
+
+    def sign(self, kind: str, body: Any) -> Any:
+        """``body`` signed by this machine as ``kind`` for the team (a ``Signed``)."""
+        return self._team().sign(kind, body)
+
+    def verify(self, kind: str, signed: Any) -> bool:
+        team = self._team()
+        return team is not None and bool(team.verify(kind, signed))
 
     def fingerprint(self) -> Any:
         team = self._team()

@@ -264,6 +264,8 @@ class Link:
     body is not a JSON object with a string ``t`` is logged and skipped.
     """
 
+    relayed = False  # a direct QUIC stream; .relay.RelayedLink is one whose frames ride another link
+
     def __init__(
         self,
         protocol: _Protocol,

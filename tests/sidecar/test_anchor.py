@@ -35,3 +35,44 @@ def test_a_team_founded_on_its_anchor_says_so_and_others_are_members(make_hive: 
     bob.cli("join", box.cli_json("invite")["link"], "--as", "bob", check=True)
     show = ok(bob, "team_show")
     assert anchors(show) == ["ops@vps"] and show["me"]["role"] == "member"
+
+
+def anchored_team(make_hive: Any) -> tuple[Any, Any, Any]:
+    """ops's always-on machine founds the team as its anchor; alice and bob join it."""
+    box, alice, bob = (make_hive(MESH, person=p) for p in ("ops", "alice", "bob"))
+    for machine in (box, alice, bob):
+        machine.start()
+    box.cli("init", "acme", "--as", "ops", "--machine", "vps", "--anchor", check=True)
+    link = box.cli_json("invite")["link"]
+    alice.cli("join", link, "--as", "alice", check=True)
+    bob.cli("join", link, "--as", "bob", check=True)
+    wait_for(lambda: all(linked(m) == 2 for m in (box, alice, bob)), what="three machines linked")
+    return box, alice, bob
+
+
+def terminal_bodies(hive: Any) -> list[str]:
+    return [m["body"] for m in ok(hive, "inbox", peek=True)["messages"]]
+
+
+def test_mail_for_an_offline_machine_is_held_by_the_anchor_and_reaches_it_when_the_sender_is_gone(
+    make_hive: Any,
+) -> None:
+    box, alice, bob = anchored_team(make_hive)
+    bob.stop()
+    wait_for(lambda: linked(alice) == 1 and linked(box) == 1, what="bob's machine gone")
+    [result] = ok(alice, "send", to="bob/terminal", body="the deploy key rotates tonight")["results"]
+    assert result["state"] == "anchored" and "held by the team's anchor vps" in result["note"], result
+    [sent] = ok(alice, "sent", ids=[result["id"]])["messages"]
+    assert sent["state"] == "anchored" and not sent["in_outbox"]  # alice's outbox let it go
+    alice.stop()
+    box.kill9()  # the anchor dies while it holds the message, and comes back
+    box.start()
+    bob.start()
+    wait_for(lambda: terminal_bodies(bob) == ["the deploy key rotates tonight"], what="the message at bob")
+    [shown] = ok(bob, "inbox")["messages"]
+    ok(bob, "delivered", ids=[shown["id"]])  # bob reads it while alice's machine is off
+    alice.start()
+    wait_for(lambda: ok(alice, "sent", ids=[result["id"]])["messages"][0]["state"] == "read", what="the read receipt")
+    assert terminal_bodies(bob) == [] and len(ok(bob, "inbox", peek=True)["messages"]) == 0
+    # Custody ended with bob's answer: the anchor holds nothing for him any more.
+    wait_for(lambda: ok(box, "mesh")["custody"] == {}, what="the anchor's custody emptied")
