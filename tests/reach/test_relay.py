@@ -1,0 +1,80 @@
+"""Two laptops behind their own NATs, with the team's anchor on the internet: they cannot link to
+each other (tests/reach/test_natsim.py proves it), yet see each other's sessions and exchange mail
+through the anchor, and a machine that is off gets its mail from the anchor when it is back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .natsim import Internet, NetHive, wait_for
+from .test_natsim import machine_row, ok
+
+
+def anchored_team(internet: Internet) -> tuple[NetHive, NetHive, NetHive]:
+    """ops's always-on machine on the internet founds team acme as its anchor; alice's and bob's
+    laptops join it with its team link, and link only to it."""
+    anchor = internet.hive("pub", "ops", "vps")
+    alice = internet.hive("hA", "alice", "lap-a")
+    bob = internet.hive("hB", "bob", "lap-b")
+    anchor.cli("init", "acme", "--as", "ops", "--anchor", check=True)
+    link = anchor.cli_json("invite")["link"]
+    for laptop, person in ((alice, "alice"), (bob, "bob")):
+        laptop.cli("join", link, "--as", person, check=True)
+    wait_for(lambda: len(ok(anchor, "mesh")["links"]) == 2, what="the anchor linked to both laptops")
+    return anchor, alice, bob
+
+
+def register(hive: NetHive, key: str, cwd: str) -> str:
+    session = {"key": key, "agent": "codex", "cwd": cwd, "repo": "", "branch": "main"}
+    return str(ok(hive, "register", session=session)["address"])
+
+
+def sees(hive: NetHive, address: str) -> bool:
+    return any(s["address"] == address for s in ok(hive, "who")["sessions"])
+
+
+def bodies(hive: NetHive, session: str) -> list[str]:
+    return [m["body"] for m in ok(hive, "inbox", session=session, peek=True)["messages"]]
+
+
+def test_two_laptops_behind_nat_see_each_others_sessions_and_exchange_mail_through_the_anchor(
+    internet: Internet,
+) -> None:
+    _anchor, alice, bob = anchored_team(internet)
+    register(alice, "a1", "/src/web")
+    register(bob, "b1", "/src/api")
+    wait_for(lambda: sees(alice, "bob/api-codex") and sees(bob, "alice/web-codex"), what="sessions across the anchor")
+    for laptop, other in ((alice, "bob"), (bob, "alice")):
+        row = machine_row(laptop.cli_json("team"), other)
+        assert (row["online"], row["path"]) == (True, "via vps"), row
+    # alice's agent asks bob's; bob's answers; each lands in the other's session.
+    [asked] = ok(alice, "send", to="bob/api-codex", body="is /v2/renew still used?", **{"from": "a1"})["results"]
+    assert asked["state"] in ("queued", "delivered"), asked
+    wait_for(lambda: bodies(bob, "b1") == ["is /v2/renew still used?"], what="alice's question at bob")
+    [answer] = ok(bob, "send", to="alice/web-codex", body="no, since March", reply_to=asked["id"], **{"from": "b1"})[
+        "results"
+    ]
+    assert answer["state"] in ("queued", "delivered"), answer
+    wait_for(lambda: bodies(alice, "a1") == ["no, since March"], what="bob's answer at alice")
+    # bob reads the question: alice hears so, through the anchor.
+    shown = ok(bob, "inbox", session="b1")["ids"]
+    ok(bob, "delivered", session="b1", ids=shown)
+    wait_for(lambda: ok(alice, "sent", ids=[asked["id"]])["messages"][0]["state"] == "read", what="the read receipt")
+    # The laptops never linked directly: every link either has is to the anchor or through it.
+    for laptop in (alice, bob):
+        links: dict[str, Any] = ok(laptop, "mesh")["links"]
+        assert sorted(row["relayed"] for row in links.values()) == [False, True], links
+
+
+def test_mail_sent_while_bobs_laptop_is_off_reaches_him_from_the_anchor_after_alice_left(internet: Internet) -> None:
+    anchor, alice, bob = anchored_team(internet)
+    bob.stop()
+    wait_for(lambda: len(ok(anchor, "mesh")["links"]) == 1, what="bob's laptop gone")
+    [result] = alice.cli_json("send", "bob/terminal", "standup moved to 10:30")["results"]
+    assert result["state"] == "anchored" and "held by the team's anchor vps" in result["note"], result
+    alice.stop()
+    bob.start()
+    wait_for(lambda: [m["body"] for m in bob.cli_json("inbox")["messages"]] == ["standup moved to 10:30"], what="it")
+    alice.start()
+    wait_for(lambda: alice.cli_json("sent", result["id"])["messages"][0]["state"] == "read", what="the read receipt")
+    assert bob.cli_json("inbox", "--peek")["messages"] == []  # once, not again when alice came back
