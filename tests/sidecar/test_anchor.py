@@ -3,9 +3,17 @@ says ``anchor``, set when it founds or joins the team, and seen by every member.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
-from .test_mesh import MESH, linked, ok, wait_for
+import anyio
+
+from hive.sidecar.base.ulid import new_ulid
+from hive.sidecar.mesh.transport import dial, machine_cert
+from hive.sidecar.team.identity import load_identity
+from hive.sidecar.team.records import sign
+
+from .test_mesh import MESH, _address, _key_of, _msg, _team_id, linked, ok, wait_for
 
 
 def anchors(show: dict[str, Any]) -> list[str]:
@@ -76,3 +84,49 @@ def test_mail_for_an_offline_machine_is_held_by_the_anchor_and_reaches_it_when_t
     assert terminal_bodies(bob) == [] and len(ok(bob, "inbox", peek=True)["messages"]) == 0
     # Custody ended with bob's answer: the anchor holds nothing for him any more.
     wait_for(lambda: ok(box, "mesh")["custody"] == {}, what="the anchor's custody emptied")
+
+
+def _seal(hive: Any, team_id: str, to: str, frame: dict[str, Any], at_ms: int | None = None) -> dict[str, Any]:
+    """What ``hive``'s machine would hand the anchor for ``to``: ``frame`` sealed with its key."""
+    body = {"to": to, "frame": frame, "at": int(time.time() * 1000) if at_ms is None else at_ms}
+    return sign(load_identity(hive.home), team_id, "relay", body).to_wire()
+
+
+async def _as_anchor(target: Any, anchor: Any, frames: list[dict[str, Any]]) -> None:
+    """Link to ``target`` with the anchor machine's key and hand it ``frames``, as the anchor would."""
+    cert = machine_cert(_key_of(anchor))
+    async with dial(_address(target), cert, lambda key, alpn: True) as link:
+        await link.send({"t": "hello", "team": _team_id(target), "proto": 1, "features": []})
+        with anyio.fail_after(20):
+            while (await link.receive())["t"] != "hello":
+                pass
+        for frame in frames:
+            await link.send(frame)
+        with anyio.move_on_after(2):  # answers go back sealed; what matters is what alice kept
+            while True:
+                await link.receive()
+
+
+def test_an_anchor_cannot_alter_forge_or_replay_what_it_relays(make_hive: Any) -> None:
+    box, alice, bob = anchored_team(make_hive)
+    team_id, alice_key = _team_id(alice), ok(alice, "team_show")["me"]["key"]
+    box.stop()  # from here the test speaks for the anchor's machine, with its key
+    bob.stop()
+
+    def message(body: str, sender: str = "bob/terminal") -> dict[str, Any]:
+        return _msg(new_ulid(), sender, "alice/terminal", body)
+
+    good = _seal(bob, team_id, alice_key, message("sealed by bob, passed on as it was"))
+    altered = _seal(bob, team_id, alice_key, message("what bob wrote"))
+    altered["body"]["frame"]["msg"]["body"] = "what the anchor would rather he had written"
+    forged = _seal(box, team_id, alice_key, message("the anchor, signing as itself for bob"))
+    stale = _seal(bob, team_id, alice_key, message("sealed nine days ago"), at_ms=int((time.time() - 9 * 86400) * 1000))
+    frames = [{"t": "relay", "sealed": s} for s in (altered, forged, stale, good)]
+    anyio.run(_as_anchor, alice, box, frames)
+    wait_for(lambda: ok(alice, "inbox", peek=True)["messages"], what="the one good message")
+    assert [m["body"] for m in ok(alice, "inbox", peek=True)["messages"]] == ["sealed by bob, passed on as it was"]
+    # Once bob's machine is removed from the team, its seal opens nothing at alice's.
+    alice.cli("remove", "bob", check=True)
+    late = _seal(bob, team_id, alice_key, message("bob, after his removal"))
+    anyio.run(_as_anchor, alice, box, [{"t": "relay", "sealed": late}])
+    assert [m["body"] for m in ok(alice, "inbox", peek=True)["messages"]] == ["sealed by bob, passed on as it was"]
