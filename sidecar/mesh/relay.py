@@ -93,7 +93,15 @@ class RelayedLink(Link):
         if self.via.closed.is_set():
             self.close(CLOSE_NORMAL, "the anchor's link closed")
             raise LinkClosed("the anchor's link closed")
-        await self.via.send({"t": "relay", "sealed": self.relay.seal(self.peer, frame)})
+        sealed = {"t": "relay", "sealed": self.relay.seal(self.peer, frame)}
+        await self.via.send(sealed)
+        if self.custody and frame.get("t") in CUSTODY_KINDS:
+            # Every anchor holds a copy: whichever is up when the peer is back delivers it, and
+            # the peer keeps one (it answers a duplicate without depositing it again).
+            for other in self.relay.anchor_links():
+                if other is not self.via:
+                    with contextlib.suppress(LinkClosed, FrameError):
+                        await other.send(sealed)
 
     async def send_encoded(self, data: bytes) -> None:
         await self.send(json.loads(data[4:]))  # one frame made for many links: sealed for this one
@@ -132,7 +140,7 @@ class Relay(Speaker):
         me = self.mesh.team.member(self.mesh.team.my_key())
         return me is not None and me.active and me.role == "anchor"
 
-    def _anchor_links(self) -> list[Link]:
+    def anchor_links(self) -> list[Link]:
         """Direct links to active anchors other than this machine."""
         found = []
         for key, link in self.mesh.links.items():
@@ -172,7 +180,7 @@ class Relay(Speaker):
         if self.mesh.team.team_id is None or self.is_anchor():
             return
         me = self.mesh.team.my_key()
-        anchors = {link.peer: link for link in self._anchor_links()}
+        anchors = {link.peer: link for link in self.anchor_links()}
         for member in self.mesh.team.members():
             if member.key == me or member.key in anchors:
                 continue
@@ -197,7 +205,7 @@ class Relay(Speaker):
         current = self._custody_links.get(peer)
         if current is not None and not current.closed.is_set():
             return current
-        via = next(iter(self._anchor_links()), None)
+        via = next(iter(self.anchor_links()), None)
         if via is None:
             return None
         link = RelayedLink(self, peer, via, custody=True)

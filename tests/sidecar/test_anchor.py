@@ -130,3 +130,45 @@ def test_an_anchor_cannot_alter_forge_or_replay_what_it_relays(make_hive: Any) -
     late = _seal(bob, team_id, alice_key, message("bob, after his removal"))
     anyio.run(_as_anchor, alice, box, [{"t": "relay", "sealed": late}])
     assert [m["body"] for m in ok(alice, "inbox", peek=True)["messages"]] == ["sealed by bob, passed on as it was"]
+
+
+def test_with_two_anchors_either_delivers_what_both_held_and_the_recipient_keeps_one_copy(make_hive: Any) -> None:
+    first, second, alice, bob = (make_hive(MESH, person=p) for p in ("ops", "ops2", "alice", "bob"))
+    for machine in (first, second, alice, bob):
+        machine.start()
+    first.cli("init", "acme", "--as", "ops", "--machine", "vps1", "--anchor", check=True)
+    link = first.cli_json("invite")["link"]
+    second.cli("join", link, "--as", "ops2", "--machine", "vps2", "--anchor", check=True)
+    for machine, person in ((alice, "alice"), (bob, "bob")):
+        machine.cli("join", link, "--as", person, check=True)
+    wait_for(lambda: all(linked(m) == 3 for m in (first, second, alice, bob)), what="four machines linked")
+    bob_key = ok(bob, "team_show")["me"]["key"]
+    bob.stop()
+    wait_for(lambda: linked(alice) == 2, what="bob's machine gone")
+    [result] = ok(alice, "send", to="bob/terminal", body="both anchors hold this")["results"]
+    assert result["state"] == "anchored", result
+    for anchor in (first, second):
+        wait_for(lambda a=anchor: ok(a, "mesh")["custody"] == {bob_key: 1}, what="a copy on each anchor")
+    first.kill9()  # the first anchor is gone when bob comes back: the second delivers
+    bob.start()
+    wait_for(lambda: terminal_bodies(bob) == ["both anchors hold this"], what="the message at bob")
+    first.start()  # back, it delivers its copy too: bob answers it and keeps the one he has
+    wait_for(lambda: ok(first, "mesh")["custody"] == {} and ok(second, "mesh")["custody"] == {}, what="custody ended")
+    assert terminal_bodies(bob) == ["both anchors hold this"]
+
+
+def test_with_the_anchor_down_mail_waits_in_the_senders_outbox_and_goes_to_the_anchor_when_it_is_back(
+    make_hive: Any,
+) -> None:
+    box, alice, bob = anchored_team(make_hive)
+    bob.stop()
+    box.stop()
+    wait_for(lambda: linked(alice) == 0, what="alice alone")
+    [result] = ok(alice, "send", to="bob/terminal", body="nobody is up but me")["results"]
+    assert result["state"] == "queued" and "outbox" in result["note"], result
+    assert ok(alice, "sent", ids=[result["id"]])["messages"][0]["in_outbox"]
+    box.start()
+    wait_for(lambda: ok(alice, "sent", ids=[result["id"]])["messages"][0]["state"] == "anchored", what="handed over")
+    alice.stop()
+    bob.start()
+    wait_for(lambda: terminal_bodies(bob) == ["nobody is up but me"], what="the message at bob")
