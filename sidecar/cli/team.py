@@ -184,6 +184,8 @@ def cmd_team(args: argparse.Namespace) -> int:
         for i, m in enumerate(person["machines"]):
             if m["me"]:
                 state = "this machine"
+            elif m["online"] and m["path"] not in (None, "direct"):
+                state = f"online, {m['path']} (not reachable directly)"
             elif m["online"]:
                 state = f"online, {m['path']}" if m["path"] else "online"
             elif m["last_seen"]:

@@ -225,6 +225,7 @@ class Mesh:
         team.address_source = lambda: list(self.my_addresses)
         team.online_source = lambda: set(self.links)
         team.link_info = self._link_info
+        team.peer_addresses = lambda key: list(self.addresses.get(key, []))
 
     async def _on_team_change(self, change: Any) -> None:
         # Called under the team's lock: only note it; the flusher and the team loop act on it.

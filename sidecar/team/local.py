@@ -16,7 +16,8 @@ For the mesh (:mod:`hive.sidecar.mesh.links`): :meth:`Team.team_id`, :attr:`Team
 :meth:`Team.merge`, :meth:`Team.accept_join`, and :meth:`Team.subscribe` for a callback on
 every change (broadcast the state, drop removed machines' links). Optional hooks the mesh may
 set: ``address_source`` (this machine's dialable addresses, for tickets), ``online_source``
-(keys of members linked now) and ``link_info`` (per key: online, last_seen, path).
+(keys of members linked now), ``link_info`` (per key: online, last_seen, path) and
+``peer_addresses`` (the addresses learned for a member: an anchor's go in tickets).
 """
 
 from __future__ import annotations
@@ -103,6 +104,7 @@ class Team:
         self.address_source: Callable[[], Sequence[str]] | None = None
         self.online_source: Callable[[], Collection[str]] | None = None
         self.link_info: Callable[[str], dict[str, Any]] | None = None
+        self.peer_addresses: Callable[[str], Sequence[str]] | None = None
         self.unavailable: KeyUnavailable | None = None  # in a team whose machine key cannot be read now
 
     # ---- what the mesh reads ---------------------------------------------------------
@@ -342,20 +344,35 @@ class Team:
                 return set(self.online_source())
         return None
 
+    def _anchor_address(self, anchor: MemberView) -> str | None:
+        learned: list[str] = []
+        if self.peer_addresses is not None:
+            with contextlib.suppress(Exception):
+                learned = list(self.peer_addresses(anchor.key))
+        return next(iter([*anchor.addresses, *learned]), None)
+
     def _ticket(self, secret: str, expires: int, own_machine: bool) -> Ticket:
         state, view = self._require(), self._roster()
         me = view.members[self.identity.key_id]
         online = self._online() or set()
         others = [m for m in view.active().values() if m.key != me.key and (not own_machine or m.person == me.person)]
-        # Prefer machines that are online now, then the most recently changed entries.
-        others.sort(key=lambda m: (m.key not in online, -m.ts, m.key))
+        # Prefer the team's anchors (always on, dialable from anywhere), then machines online now,
+        # then the most recently changed entries.
+        others.sort(key=lambda m: (m.role != "anchor", m.key not in online, -m.ts, m.key))
         keys = (me.key, *(m.key for m in others[: tickets.TICKET_KEYS - 1]))
+        addresses = self._my_addresses()
+        anchor = next((m for m in others if m.role == "anchor" and m.key in keys), None)
+        anchor_address = self._anchor_address(anchor) if anchor is not None else None
+        if anchor_address is not None and anchor_address not in addresses:
+            # The anchor's address first (always on, dialable from anywhere), then this machine's
+            # best one (a LAN address, for a joiner next to it while the anchor is down).
+            addresses = [anchor_address, *addresses[: tickets.TICKET_ADDRESSES - 1]]
         return Ticket(
             team_id=state.id,
             secret=secret,
             team=view.name,
             keys=keys,
-            addresses=tuple(self._my_addresses()),
+            addresses=tuple(addresses),
             expires=expires,
             own_machine=own_machine,
             person=me.person if own_machine else "",

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .natsim import Internet, NetHive, wait_for
+from hive.sidecar.team import roster
+
+from .natsim import PUB, Internet, NetHive, wait_for
 from .test_natsim import machine_row, ok
 
 
@@ -78,3 +80,22 @@ def test_mail_sent_while_bobs_laptop_is_off_reaches_him_from_the_anchor_after_al
     alice.start()
     wait_for(lambda: alice.cli_json("sent", result["id"])["messages"][0]["state"] == "read", what="the read receipt")
     assert bob.cli_json("inbox", "--peek")["messages"] == []  # once, not again when alice came back
+
+
+def test_an_invite_made_on_a_laptop_lets_a_machine_in_another_home_join_through_the_anchor(internet: Internet) -> None:
+    anchor = internet.hive("pub", "ops", "vps")
+    alice = internet.hive("hA", "alice", "lap-a")
+    bob = internet.hive("hB", "bob", "lap-b")
+    anchor.cli("init", "acme", "--as", "ops", "--anchor", check=True)
+    alice.cli("join", anchor.cli_json("invite")["link"], "--as", "alice", check=True)
+    wait_for(lambda: len(ok(alice, "mesh")["links"]) == 1, what="alice linked to the anchor")
+    # alice's invite names the anchor first (reachable from anywhere), then her own LAN address.
+    invite = alice.cli_json("invite", "--once")["link"]
+    ticket = roster.decode_ticket(invite)
+    assert ticket.addresses[0] == f"{PUB}:{ok(anchor, 'mesh')['listening']}", ticket.addresses
+    out = bob.cli("join", invite, "--as", "bob", check=True).stdout
+    assert "joined team acme: you are bob" in out
+    register(alice, "a1", "/src/web")
+    wait_for(lambda: sees(bob, "alice/web-codex"), what="alice's session at bob, through the anchor")
+    listing = bob.cli("team", check=True).stdout
+    assert any("lap-a" in line and "via vps (not reachable directly)" in line for line in listing.splitlines()), listing

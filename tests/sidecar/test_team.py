@@ -599,6 +599,7 @@ FREE_OPS = {
     "gate_shadow",
     "gate_why",
     "held",
+    "screening_allowed",  # lists, or screens senders again: never lets anything more through
     "hold",
     "hook",
     "hook_written",
