@@ -27,6 +27,8 @@ def cmd_init(args: argparse.Namespace) -> int:
     extra: dict[str, Any] = {"machine": args.machine} if args.machine else {}
     if args.anchor:
         extra["anchor"] = True
+    if args.address:
+        extra["addresses"] = args.address
     result = _call("team_init", team=args.team, person=args.as_, **extra)
     if args.json:
         _print_json(result)
@@ -36,6 +38,8 @@ def cmd_init(args: argparse.Namespace) -> int:
         f"founded team {result['team']['name']}: you are {me['person']} on {me['machine']}"
         + (", the team's anchor" if me.get("role") == "anchor" else "")
     )
+    if args.address:
+        print(f"teammates dial this machine at {', '.join(args.address)}")
     print("invite teammates with this line (anyone who has it can join; `hive link --new` replaces it):")
     _print_invite(result.get("invite"))
     return 0
@@ -59,6 +63,8 @@ def cmd_join(args: argparse.Namespace) -> int:
         request["machine"] = args.machine
     if args.anchor:
         request["anchor"] = True
+    if args.address:
+        request["addresses"] = args.address
     try:
         result = _call("team_join", **request)
     except UnknownOp:
@@ -240,6 +246,12 @@ def add_arguments(add: AddCommand) -> None:
         action="store_true",
         help="this is an always-on machine (a VPS, a Pi) that holds mail for offline teammates and relays for them",
     )
+    p.add_argument(
+        "--address",
+        action="append",
+        metavar="HOST:PORT",
+        help="where teammates dial this machine (its public address); it listens there. Repeatable",
+    )
     p.add_argument("--json", action="store_true")
     p = add("invite", cmd_invite, "print the invite line with the team link")
     p.add_argument("--own-machine", action="store_true", help="a one-time invite for another machine of yours")
@@ -253,6 +265,12 @@ def add_arguments(add: AddCommand) -> None:
         "--anchor",
         action="store_true",
         help="this is an always-on machine (a VPS, a Pi) that holds mail for offline teammates and relays for them",
+    )
+    p.add_argument(
+        "--address",
+        action="append",
+        metavar="HOST:PORT",
+        help="where teammates dial this machine (its public address); it listens there. Repeatable",
     )
     p.add_argument("--json", action="store_true")
     p = add("policy", cmd_policy, "what this machine does with teammates' mail: accept, hold or refuse, per person")

@@ -26,21 +26,38 @@ def valid_address(value: Any) -> bool:
     return 0 < port < 65536 and bool(host)
 
 
+WILDCARDS = ("0.0.0.0", "::", "")
+
+
+def _interface_addresses() -> list[str]:
+    import ifaddr  # zeroconf's own dependency; lists interface addresses without root
+
+    return [ip.ip for adapter in ifaddr.get_adapters() for ip in adapter.ips if isinstance(ip.ip, str)]
+
+
+def is_local(host: str) -> bool:
+    """Whether ``host`` (an IP address, maybe in brackets) is one of this machine's interfaces' addresses."""
+    bare = host.strip("[]")
+    try:
+        ipaddress.ip_address(bare)
+    except ValueError:
+        return False  # a name: whatever it resolves to, it is not ours to bind
+    with contextlib.suppress(Exception):
+        return bare in _interface_addresses()
+    return False
+
+
 def local_addresses(listen_host: str, port: int) -> list[str]:
     """The addresses teammates can try for this machine's listener."""
-    if listen_host not in ("0.0.0.0", "::", ""):
+    if listen_host not in WILDCARDS:
         host = listen_host if ":" not in listen_host else f"[{listen_host}]"
         return [f"{host}:{port}"]
     found: list[str] = []
     try:
-        import ifaddr  # zeroconf's own dependency; lists interface addresses without root
-
-        for adapter in ifaddr.get_adapters():
-            for ip in adapter.ips:
-                if isinstance(ip.ip, str):
-                    address = ipaddress.ip_address(ip.ip)
-                    if not address.is_loopback and not address.is_link_local:
-                        found.append(f"{ip.ip}:{port}")
+        for ip in _interface_addresses():
+            address = ipaddress.ip_address(ip)
+            if not address.is_loopback and not address.is_link_local:
+                found.append(f"{ip}:{port}")
     except Exception:  # no interface list: the hostname's address is the best guess
         with contextlib.suppress(OSError):
             found.append(f"{socket.gethostbyname(socket.gethostname())}:{port}")

@@ -13,6 +13,7 @@ import anyio
 from ..base.defang import one_line
 from ..base.errors import BadRequest, NotFound, Refused
 from ..person.confirm import asks_person
+from ..team.admission import parse_addresses
 from .config import BACKOFF_START
 from .transport import ALPN_JOIN, CLOSE_PROTOCOL, FrameError, Link, LinkClosed, dial, machine_cert
 
@@ -97,7 +98,8 @@ async def op_team_join(sidecar: MeshHost, conn: Connection, request: dict[str, A
     Request: ``link`` (str, required): the invite, ``hive1:...``. ``person`` or ``as`` (str,
     optional): the name to join as (default this machine's person, or the invite's own for an
     own-machine invite). ``machine`` (str, optional): this machine's name. ``anchor`` (bool,
-    optional): this machine joins as the team's always-on anchor. Returns the team as
+    optional): this machine joins as the team's always-on anchor. ``addresses`` (list of
+    host:port, optional): where teammates dial it (a public address; it listens there). Returns the team as
     ``team_show`` does, with ``invite`` (the team link) when the team has one. Raises
     ``bad_request``, ``conflict`` when already in a team, ``refused`` for an expired or refused
     invite, ``needs_person``/``confirm_on_terminal`` when an agent asks unconfirmed, and
@@ -118,7 +120,8 @@ async def op_team_join(sidecar: MeshHost, conn: Connection, request: dict[str, A
     if not isinstance(request.get("anchor", False), bool):
         raise BadRequest("anchor is true or false")
     team = team_of(sidecar)
-    prepared = await team.prepare_join(link.strip(), person, machine, ())
+    addresses = parse_addresses(request.get("addresses"))
+    prepared = await team.prepare_join(link.strip(), person, machine, addresses)
     # A link in a stranger's text must not make this machine a member of their team unasked.
     await agent_confirms(
         conn,

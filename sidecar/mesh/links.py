@@ -34,7 +34,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from ..base.ulid import is_ulid, new_ulid
 from ..team.local import TeamHost
-from .addresses import MAX_ADDRESSES, local_addresses, valid_address
+from .addresses import MAX_ADDRESSES, WILDCARDS, is_local, local_addresses, valid_address
 from .config import HELLO_TIMEOUT
 from .config import MeshConfig as MeshConfig
 from .config import load_mesh_config as load_mesh_config
@@ -176,7 +176,7 @@ class Mesh:
         except Exception as exc:  # no key store answers: the machine cannot be a member anyway
             log.error("no machine key (%s); the mesh stays off", exc)
             return
-        host, port = split_address(self.config.listen)
+        host, port = self._listen_address()
         if port == 0:
             saved = await self.sc.store.get_kv("mesh.port")
             port = int(saved) if saved and saved.isdigit() else 0
@@ -196,6 +196,22 @@ class Mesh:
         with anyio.CancelScope() as scope:
             self._listen_scope = scope
             await listen(host, port, cert, self._check, self._serve_link, task_status=task_status)
+
+    def _listen_address(self) -> tuple[str, int]:
+        """``[mesh] listen``, unless it is a wildcard and this machine's roster entry names the
+        address teammates dial it at (``hive init --anchor --address``): then its port, and its
+        host when that is an address of this machine. Bound to the wildcard, a machine with several
+        addresses answers from whichever the routing table picks, and a NAT on the dialer's side
+        drops an answer from an address it did not dial."""
+        host, port = split_address(self.config.listen)
+        if host not in WILDCARDS or self.team.team_id is None:
+            return host, port
+        me = self.team.member(self.team.my_key())
+        for address in me.addresses if me is not None else ():
+            with contextlib.suppress(ValueError):
+                static_host, static_port = split_address(address)
+                return (static_host.strip("[]") if is_local(static_host) else host), (port or static_port)
+        return host, port
 
     def _stop_listening(self) -> None:
         """Out of every team: close the port (a later team listens again, on the same port if free)."""

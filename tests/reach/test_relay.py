@@ -8,7 +8,7 @@ from typing import Any
 
 from hive.sidecar.team import roster
 
-from .natsim import PUB, Internet, NetHive, wait_for
+from .natsim import PUB, WAN, Internet, NetHive, wait_for
 from .test_natsim import machine_row, ok
 
 
@@ -99,3 +99,23 @@ def test_an_invite_made_on_a_laptop_lets_a_machine_in_another_home_join_through_
     wait_for(lambda: sees(bob, "alice/web-codex"), what="alice's session at bob, through the anchor")
     listing = bob.cli("team", check=True).stdout
     assert any("lap-a" in line and "via vps (not reachable directly)" in line for line in listing.splitlines()), listing
+
+
+def test_an_anchor_with_two_addresses_listens_on_the_one_it_names_so_a_join_through_a_nat_works(
+    internet: Internet,
+) -> None:
+    public = "198.18.0.9"  # the anchor's second address; its first (the route's source) is PUB
+    internet.run("pub", "ip", "addr", "add", f"{public}/24", "dev", "br0")
+    anchor = internet.hive("pub", "ops", "vps")
+    config = anchor.home / "config.toml"
+    config.write_text(config.read_text().replace(f'listen = "{PUB}:0"', 'listen = "0.0.0.0:0"'))
+    out = anchor.cli("init", "acme", "--as", "ops", "--anchor", "--address", f"{public}:4433", check=True).stdout
+    assert f"{public}:4433" in out, out
+    assert ok(anchor, "mesh")["listening"] == 4433
+    alice = internet.hive("hA", "alice", "lap-a")
+    alice.cli("join", anchor.cli_json("invite")["link"], "--as", "alice", check=True)
+    wait_for(lambda: len(ok(alice, "mesh")["links"]) == 1, what="alice linked to the anchor")
+    [dialed] = ok(alice, "mesh")["links"].values()
+    assert dialed["address"] == f"{public}:4433", dialed  # the address it named, not the route's source
+    [row] = ok(anchor, "mesh")["links"].values()
+    assert row["address"].startswith(WAN["rA"]), row  # through alice's NAT
