@@ -11,6 +11,10 @@ import sys
 
 from .main import AddCommand
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # for the type checker only: the installer is only doctor's and setup's to load
+    from hive.installer.doctor import Check
+
 
 def cmd_mcp(args: argparse.Namespace) -> int:
     from ..mcp.server import main as mcp_main  # the MCP SDK is heavy; only this command needs it
@@ -47,9 +51,113 @@ def cmd_setup(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from hive.installer.doctor import main as doctor_main
+    import json
+    from dataclasses import asdict
 
-    return doctor_main(args)
+    from hive.installer import doctor  # the harness registry and the MCP SDK: only this command needs them
+
+    checks = doctor.run_checks()
+    # The installer's checks say whether this machine is in a team; how each teammate's machine is
+    # reached from here (the question a team that cannot link asks first) only the running mesh knows.
+    if any(c.area == "team" and c.name == "state" and c.status == "ok" for c in checks):
+        after = max(i for i, c in enumerate(checks) if c.area == "team") + 1
+        checks[after:after] = _team_paths()
+    failed = any(c.status == "fail" for c in checks)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "ok": not failed,
+                    "failures": [asdict(c) for c in checks if c.status == "fail"],
+                    "todo": [asdict(c) for c in checks if c.status == "todo"],
+                    "checks": [asdict(c) for c in checks],
+                },
+                indent=2,
+                ensure_ascii=False,
+            )
+        )
+    else:
+        doctor.render(checks, sys.stdout)
+    return 1 if failed else 0
+
+
+def _team_paths() -> list[Check]:
+    """This machine's advertised addresses (tailnet ones marked), whether tailscale runs here unadvertised,
+    and one line per teammate machine: linked directly (to which address), through the anchor, or not."""
+    import time
+
+    from hive.installer.doctor import Check
+
+    from ..base.errors import HiveError
+    from ..mesh.tailscale import is_tailnet, tailnet_ips
+    from .main import _call
+
+    try:
+        team = _call("team_show", autostart=False)  # the installer's check started it if it had to
+        mesh = _call("mesh", autostart=False)
+    except (HiveError, OSError, ValueError) as exc:
+        said = getattr(exc, "message", None) or repr(exc)
+        return [Check("team", "paths", "warn", f"the sidecar did not say how teammates are reached: {said}")]
+
+    checks: list[Check] = []
+    addresses = [str(a) for a in mesh.get("addresses") or []]
+    if addresses:
+        shown = ", ".join(f"{a} (tailnet)" if is_tailnet(_host(a)) else a for a in addresses)
+        checks.append(Check("team", "addresses", "ok", f"teammates dial this machine at {shown}"))
+    else:
+        checks.append(Check("team", "addresses", "warn", "none: teammates cannot dial this machine, only it them"))
+    if not any(is_tailnet(_host(a)) for a in addresses):
+        running = tailnet_ips()  # [] at once when tailscale is not installed
+        if running:
+            checks.append(
+                Check(
+                    "team",
+                    "tailnet",
+                    "info",  # maybe on purpose (advertise names a public address): said, not failed
+                    f"tailscale is up here ({', '.join(map(str, running))}), but teammates are not told "
+                    "this machine's tailnet address",
+                    "remove `advertise` from `[mesh]` in config.toml, or add the tailnet address to it; "
+                    'keep `listen` on all interfaces ("0.0.0.0:<port>")',
+                )
+            )
+
+    links = mesh.get("links") or {}
+    for person in team.get("people") or []:
+        for m in person.get("machines") or []:
+            if m.get("me"):
+                continue
+            name = f"{person.get('person')}@{m.get('machine')}"
+            anchor = " (the team's anchor)" if m.get("role") == "anchor" else ""
+            path = m.get("path")
+            if m.get("online") and path == "direct":
+                host = _host(str((links.get(m.get("key")) or {}).get("address") or ""))
+                over = " over the tailnet" if is_tailnet(host) else ""
+                checks.append(Check("team", name, "ok", f"direct{over}" + (f", to {host}" if host else "") + anchor))
+            elif m.get("online"):
+                # Mail still flows, sealed, through the anchor; a direct link replaces it once one dials.
+                checks.append(Check("team", name, "ok", f"{path or 'linked'}: no direct link{anchor}"))
+            elif m.get("last_seen"):
+                seen = time.strftime("%Y-%m-%d %H:%M", time.localtime(m["last_seen"]))
+                checks.append(Check("team", name, "info", f"offline, last seen {seen}{anchor}"))
+            else:
+                known = ", ".join(m.get("addresses") or []) or "none known"
+                checks.append(
+                    Check(
+                        "team",
+                        name,
+                        "warn",
+                        f"never linked (its addresses: {known}){anchor}",
+                        "when it is on, both machines need a way to each other: one tailnet (tailscale up on "
+                        "both), one LAN, a team anchor, or a `[mesh] static` address one of them can reach",
+                    )
+                )
+    return checks
+
+
+def _host(address: str) -> str:
+    """The host of ``host:port``, ``[v6]:port`` or the bare ``v6:port`` a link reports."""
+    host, colon, _ = address.rpartition(":")
+    return host.strip("[]") if colon else address
 
 
 def add_arguments(add: AddCommand) -> None:
