@@ -34,7 +34,7 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from ..base.ulid import is_ulid, new_ulid
 from ..team.local import TeamHost
-from .addresses import MAX_ADDRESSES, WILDCARDS, is_local, local_addresses, valid_address
+from .addresses import MAX_ADDRESSES, WILDCARDS, is_local, valid_address
 from .config import HELLO_TIMEOUT
 from .config import MeshConfig as MeshConfig
 from .config import load_mesh_config as load_mesh_config
@@ -44,6 +44,7 @@ from .join import op_team_join, serve_join
 from .mdns import run_mdns
 from .relay import Relay
 from .roster_sync import RosterSync
+from .tailscale import advertised_addresses
 from .team_view import Member as Member
 from .team_view import TeamView as TeamView
 from .transport import (
@@ -188,7 +189,10 @@ class Mesh:
             self.listener = await tg.start(self._listening, host, 0, cert)
         assert self.listener is not None
         await self.sc.store.set_kv("mesh.port", str(self.listener.port))
-        self.my_addresses = list(self.config.advertise) or local_addresses(host, self.listener.port)
+        # Tailnet addresses first when tailscale runs here (asked in a thread: the CLI may hang).
+        self.my_addresses = list(self.config.advertise) or await anyio.to_thread.run_sync(
+            advertised_addresses, host, self.listener.port
+        )
 
     async def _listening(
         self, host: str, port: int, cert: MachineCert, *, task_status: TaskStatus[Listener] = anyio.TASK_STATUS_IGNORED

@@ -21,7 +21,6 @@ TIMEOUT = 2.0  # for both CLI calls together: the listener's addresses (and `hiv
 # Tailscale's own ranges (CGNAT space and its ULA prefix): what marks an address as a tailnet one.
 TAILNET_V4 = ipaddress.ip_network("100.64.0.0/10")
 TAILNET_V6 = ipaddress.ip_network("fd7a:115c:a1e0::/48")
-_WILDCARD = ("0.0.0.0", "::", "")
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -72,10 +71,10 @@ def advertised_addresses(listen_host: str, port: int, timeout: float = TIMEOUT) 
     Blocks for up to ``timeout`` (the CLI is another process): call it off the event loop.
     """
     # addresses.py loads the QUIC transport; the doctor, which only needs is_tailnet, does not.
-    from .addresses import MAX_ADDRESSES, local_addresses
+    from .addresses import MAX_ADDRESSES, WILDCARDS, local_addresses
 
     local = local_addresses(listen_host, port)
-    if listen_host not in _WILDCARD:
+    if listen_host not in WILDCARDS:
         return local  # bound to one address: no other one answers, a tailnet one included
     tailnet = tailnet_addresses(port, timeout)
     if listen_host == "0.0.0.0":
