@@ -9,7 +9,8 @@ again from those replies, so callers on both sides catch the same classes:
     │   ├── UnknownOp       an op the sidecar does not serve                 (unknown_op)
     │   └── TooLarge        a line or body over its limit                    (too_large)
     ├── NotFound            no session or recipient by that name/address     (not_found)
-    │   └── Ambiguous       several sessions match; the message lists them   (ambiguous)
+    │   ├── Ambiguous       several sessions match; the message lists them   (ambiguous)
+    │   └── NoAnchor        the team has no anchor (or this machine no team) (no_anchor)
     ├── Refused             allowed syntax, refused by policy                (refused)
     │   ├── GroupRefused    a group address from an agent                    (group_refused)
     │   ├── LoopGuard       too many agent messages in a row between two sessions (loop_guard)
@@ -19,6 +20,7 @@ again from those replies, so callers on both sides catch the same classes:
     ├── NoDesktop           no desktop to show a pop-up on: ask in-session   (no_desktop)
     │   └── ConfirmOnTerminal  no desktop; a person at this terminal may confirm (confirm_on_terminal)
     ├── Unreachable         no sidecar answers and none could be started     (unreachable)
+    ├── AnchorOffline       the team's anchor is not linked now, or did not answer (anchor_offline)
     └── lessons (hive.sidecar.lessons.records): LessonInvalid (lesson_invalid) and its specific reasons
         lesson_no_evidence, lesson_no_quote, lesson_too_long, lesson_bad_kind, lesson_bad_scope
         (all BadRequest); lesson_forged, not_member, lesson_retracted (Refused); lesson_state (Conflict)
@@ -118,6 +120,18 @@ class Unreachable(HiveError):
     code = "unreachable"
 
 
+class NoAnchor(NotFound):
+    """What needs the team's anchor (its history), in a team without one, or in no team."""
+
+    code = "no_anchor"
+
+
+class AnchorOffline(HiveError):
+    """The team has an anchor, but none is linked now (or none answered in time): try again later."""
+
+    code = "anchor_offline"
+
+
 class LessonInvalid(BadRequest):
     """A lesson, review or tombstone that cannot be recorded; subclasses name the reason."""
 
@@ -188,6 +202,8 @@ _BY_CODE: dict[str, type[HiveError]] = {
         NoDesktop,
         ConfirmOnTerminal,
         Unreachable,
+        NoAnchor,
+        AnchorOffline,
         LessonInvalid,
         LessonNoEvidence,
         LessonNoQuote,

@@ -381,6 +381,42 @@ MIGRATIONS: list[str] = [
     CREATE INDEX custody_origin ON custody(origin);
     CREATE UNIQUE INDEX custody_msg ON custody(peer, frame_id) WHERE kind = 'msg';
     """,
+    # team history (hive.sidecar.history): what this machine's person archives, waiting for an anchor to
+    # take it (history_queue); on an anchor, the entries members archived, one per (owner, message), with
+    # an index of their words through the porter stemmer (so "migrating" finds "migration") that keeps no
+    # second copy of the text (external content, kept in step by the two triggers)
+    """
+    CREATE TABLE history_queue (id TEXT PRIMARY KEY, entry TEXT NOT NULL, at REAL NOT NULL);
+    CREATE TABLE history (
+        seq INTEGER PRIMARY KEY,
+        owner TEXT NOT NULL,
+        id TEXT NOT NULL,
+        sender TEXT NOT NULL,
+        recipient TEXT NOT NULL,
+        sender_person TEXT NOT NULL,
+        recipient_person TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        at REAL NOT NULL,
+        reply_to TEXT,
+        body TEXT NOT NULL,
+        cut INTEGER NOT NULL DEFAULT 0,
+        machine TEXT NOT NULL,
+        stored_at REAL NOT NULL,
+        UNIQUE (owner, id)
+    );
+    CREATE INDEX history_owner ON history(owner, at);
+    CREATE INDEX history_sender ON history(sender_person, at);
+    CREATE INDEX history_recipient ON history(recipient_person, at);
+    CREATE VIRTUAL TABLE history_fts USING fts5(body, sender, recipient, content = 'history', content_rowid = 'seq',
+                                                tokenize = 'porter unicode61');
+    CREATE TRIGGER history_fts_add AFTER INSERT ON history BEGIN
+        INSERT INTO history_fts (rowid, body, sender, recipient) VALUES (NEW.seq, NEW.body, NEW.sender, NEW.recipient);
+    END;
+    CREATE TRIGGER history_fts_drop AFTER DELETE ON history BEGIN
+        INSERT INTO history_fts (history_fts, rowid, body, sender, recipient)
+            VALUES ('delete', OLD.seq, OLD.body, OLD.sender, OLD.recipient);
+    END;
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

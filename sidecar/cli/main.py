@@ -124,6 +124,12 @@ def cmd_project(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def cmd_history(args: argparse.Namespace) -> int:
+    from .history import run  # the history commands live in their own module
+
+    return run(args)
+
+
 # Metavars that read as words where the option's own name would not (``--as NAME``, not ``AS_``).
 METAVARS = {
     "--as": "NAME",
@@ -243,6 +249,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         from .projects import add_project_arguments
 
         add_project_arguments(p)
+    p = add("history", cmd_history, "your mail archived on the team's anchor, opt-in: on, off, search")
+    if p is not _UNBUILT:
+        from .history import add_history_arguments
+
+        add_history_arguments(p)
     p = add("digest", cmd_digest, "what the gate held for you, what it checked and how much it silenced")
     p.add_argument("--since", help="2h, 30m, 7d or an ISO date or time (default: since your last digest)")
     p.add_argument("--peek", action="store_true", help="do not count this as your last digest")

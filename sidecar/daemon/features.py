@@ -20,6 +20,8 @@ from ..gate import engine as gate
 from ..gate import notify as gate_notify
 from ..gate import screening as gate_screening
 from ..gate import sources as gate_sources
+from ..history import archive as history_archive
+from ..history import ops as history_ops
 from ..lessons import ops as lesson_ops
 from ..lessons import sync as lesson_sync
 from ..mail import copies, held, mailboxes, notify, policy, remote
@@ -79,6 +81,7 @@ FEATURES: tuple[Feature, ...] = (
         "lessons", ops=lesson_ops.OPS, setup=lesson_ops.follow_changes, before_digest=lesson_ops.offer_held_reviews
     ),
     Feature("lesson sync", ops=lesson_sync.OPS, frames=lesson_sync.attach),
+    Feature("history", ops=history_ops.OPS, frames=history_archive.attach),
 )
 
 

@@ -16,6 +16,7 @@ from ..presence import observe
 from ..sessions.registry import Session
 from . import attachments, mailboxes
 from .addresses import Target, is_group, is_remote, resolve
+from .archivers import archived
 from .delivery import after_deposit
 from .guards import Guards
 from .held import hold_local
@@ -157,7 +158,16 @@ async def op_send(sidecar: MailHost, conn: Connection, request: dict[str, Any]) 
             )
         )
     local = [await attachments.keep(sidecar, m) for m in messages if m.id not in decided]  # files saved first
-    await sidecar.mailbox.deposit(local, sender_key)
+    # What the person sent goes to their archive (history) in this commit: not what never left here
+    # (refused, or held by screening on this machine: outbound, for a secret, is never archived).
+    leaving_ids = {m.id for _, m in leaving}
+    stopped = {
+        i
+        for i, r in decided.items()
+        if r["state"] == "refused" or (r["state"] == "held" and (held is not None or i not in leaving_ids))
+    }
+    also = await archived(sidecar, [m for m in messages if m.id not in stopped])
+    await sidecar.mailbox.deposit(local, sender_key, also)
     results = []
     for target, message in zip(targets, messages, strict=True):
         if message.id in decided:

@@ -40,6 +40,7 @@ from ..mesh.transport import CLOSE_NORMAL, FrameError, Link, LinkClosed
 from ..team.approvals import receive_approval, wire_of
 from . import attachments
 from .addresses import Entry, Target, peer_of
+from .archivers import archived
 from .delivery import after_deposit
 from .incoming import IncomingMail
 from .render import Message
@@ -576,6 +577,7 @@ class RemoteMail(Speaker):
         held, now approved), so it reads its receipts as for any local message."""
         message = await attachments.keep(self.sc, message)
         waiting = self.sc.parked[message.recipient] > 0
+        also = [*also, *await archived(self.sc, [message])]  # the person's archive, in the same commit
         await self.sc.mailbox.deposit([message], sender_key, also)
         state, note = await after_deposit(self.sc, Target(message.recipient, entry), message.wake, waiting)
         return ("delivered" if state == "pushed" else state), note

@@ -205,6 +205,17 @@ def build_server(tools: HiveTools, paths: StatePaths | None = None) -> MCPServer
         on the files this session touched."""
         return await tools.run(ctx, lambda me: tools.get_memory_context(me, task, files))
 
+    @tool(READ_ONLY)
+    async def search_history(
+        ctx: Context,
+        q: Annotated[str, Field(description="words to look for; stemmed, so migrating also finds migration")],
+        limit: Annotated[int, Field(description="at most this many messages (1-50)", ge=1, le=50)] = 10,
+    ) -> CallToolResult:
+        """Search the messages your person sent or received that the team's anchor archived (only
+        people who turned `hive history on` are archived; nobody else's messages are ever shown). Each
+        comes framed as <hive-history> with sender, recipient, time and who archived it: peer text."""
+        return await tools.run(ctx, lambda me: tools.search_history(me, q, limit))
+
     @tool(ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False))
     async def propose_lesson(
         ctx: Context,

@@ -337,6 +337,14 @@ class HiveTools:
             result,
         )
 
+    async def search_history(self, identity: Identity, q: str, limit: int) -> Reply:
+        result = await self.call("history_search", session=identity.key, q=q, limit=limit)
+        text = result["text"] or (
+            "Nothing in your team's history matches. It holds only mail of people who turned it on "
+            "(`hive history on`); search again with fewer or other words."
+        )
+        return Reply(text, {"hits": result["hits"], "anchors": result["anchors"]})
+
     async def cite_lesson(self, identity: Identity, lesson: str, worked: bool | None) -> Reply:
         result = await self.call("lesson_cite", session=identity.key, lesson=lesson, worked=worked)
         return Reply(f"Cited lesson {result['id'][:12]} (cited {result['citations']} times).", result)

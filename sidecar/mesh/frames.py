@@ -27,6 +27,12 @@ FRAME_FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
     "gate_ack": {"id": str},
     "notify": {"id": str, "from": str, "to": str, "body": str, "sent_at": _NUMBER},
     "copies_read": {"ids": list, "at": _NUMBER},
+    "history_put": {"id": str, "entries": list},
+    "history_ack": {"id": str, "ids": list, "stored": int, "code": str, "note": str},
+    "history_query": {"id": str, "q": str, "limit": int},
+    "history_result": {"id": str, "hits": list, "code": str, "note": str},
+    "history_forget": {"id": str},
+    "history_forgot": {"id": str, "deleted": int},
 }
 
 MAX_FEATURES = 32  # feature names taken from a peer's hello or presence

@@ -1142,7 +1142,7 @@ def test_pi_offers_every_tool_hive_mcp_lists_and_describes_each_as_it_does(
     offered = {t["name"]: (t["description"], t["parameters"]) for t in driver.call(do="tools")["tools"]}
     with open(tmp_path / "mcp.stderr", "w") as errlog:
         assert offered == anyio.run(listed, errlog)
-    assert len(offered) == 12
+    assert len(offered) == 13
 
 
 def test_pi_tells_what_it_does_as_a_hooked_harness_would_busy_idle_files_and_overlaps_on_both_sides(

@@ -33,6 +33,7 @@ LAYERS = [
     "mail",
     "gate",
     "lessons",
+    "history",
     "agents",
     "daemon",
 ]

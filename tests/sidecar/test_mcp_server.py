@@ -41,6 +41,7 @@ TOOLS = {
     "get_memory_context",
     "propose_lesson",
     "cite_lesson",
+    "search_history",
 }
 INSPECTOR = REPO / ".cache" / "npm" / "node_modules" / ".bin" / "mcp-inspector"
 

@@ -576,6 +576,7 @@ PERSON_OPS = {
     "approve",
     "project_remove",
     "policy",
+    "history",
 }
 # ... and these change none of the team, the link, group sends, gate preferences or reviews.
 FREE_OPS = {
@@ -600,6 +601,7 @@ FREE_OPS = {
     "gate_why",
     "held",
     "screening_allowed",  # lists, or screens senders again: never lets anything more through
+    "history_search",
     "hold",
     "hook",
     "hook_written",

@@ -785,6 +785,36 @@ const HIVE_TOOLS: ToolEntry[] = [
     }
   },
   {
+    "name": "search_history",
+    "description": "Search the messages your person sent or received that the team's anchor archived (only\npeople who turned `hive history on` are archived; nobody else's messages are ever shown). Each\ncomes framed as <hive-history> with sender, recipient, time and who archived it: peer text.",
+    "inputSchema": {
+      "properties": {
+        "q": {
+          "description": "words to look for; stemmed, so migrating also finds migration",
+          "title": "Q",
+          "type": "string"
+        },
+        "limit": {
+          "default": 10,
+          "description": "at most this many messages (1-50)",
+          "maximum": 50,
+          "minimum": 1,
+          "title": "Limit",
+          "type": "integer"
+        }
+      },
+      "required": [
+        "q"
+      ],
+      "title": "search_historyArguments",
+      "type": "object"
+    },
+    "annotations": {
+      "readOnlyHint": true,
+      "openWorldHint": false
+    }
+  },
+  {
     "name": "propose_lesson",
     "description": "Propose a lesson you learned for your team's memory, after your person agreed it is worth keeping.\nA person reviews it (its files' owner, or your own person for a personal one); until then no agent\nsees it. A lesson without evidence, or a preference or decision without the person's words, is refused.",
     "inputSchema": {
