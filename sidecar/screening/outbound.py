@@ -222,7 +222,12 @@ def _plugins() -> _Plugins:
             ),
             *(
                 _ContextRegex.of(
-                    "secret-assignment", regex, ours.EnvAssignmentDetector.value_group, _ENV_WORDS, whole_line=True
+                    "secret-assignment",
+                    regex,
+                    ours.EnvAssignmentDetector.value_group,
+                    _ENV_WORDS,
+                    whole_line=True,
+                    call_is_reference=True,  # `token = session.renew(user)` in a traceback is code
                 )
                 for regex in ours.EnvAssignmentDetector.denylist
             ),
