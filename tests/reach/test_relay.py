@@ -119,3 +119,44 @@ def test_an_anchor_with_two_addresses_listens_on_the_one_it_names_so_a_join_thro
     assert dialed["address"] == f"{public}:4433", dialed  # the address it named, not the route's source
     [row] = ok(anchor, "mesh")["links"].values()
     assert row["address"].startswith(WAN["rA"]), row  # through alice's NAT
+
+
+def test_with_two_anchors_split_by_a_partition_bob_gets_what_both_held_once(internet: Internet) -> None:
+    second = "198.18.0.9"  # the second anchor's address, on the same internet
+    internet.run("pub", "ip", "addr", "add", f"{second}/24", "dev", "br0")
+    first_anchor = internet.hive("pub", "ops", "vps1")
+    second_anchor = internet.hive("pub", "ops2", "vps2")
+    config = second_anchor.home / "config.toml"
+    config.write_text(config.read_text().replace(f'listen = "{PUB}:0"', f'listen = "{second}:0"'))
+    alice = internet.hive("hA", "alice", "lap-a")
+    bob = internet.hive("hB", "bob", "lap-b")
+    first_anchor.cli("init", "acme", "--as", "ops", "--anchor", check=True)
+    link = first_anchor.cli_json("invite")["link"]
+    second_anchor.cli("join", link, "--as", "ops2", "--anchor", check=True)
+    for laptop, person in ((alice, "alice"), (bob, "bob")):
+        laptop.cli("join", link, "--as", person, check=True)
+    for machine, links in ((first_anchor, 3), (second_anchor, 3), (alice, 3), (bob, 3)):
+        wait_for(lambda m=machine, n=links: len(ok(m, "mesh")["links"]) == n, what=f"{machine.role} linked")
+    bob_key = ok(bob, "team_show")["me"]["key"]
+    bob.stop()
+    wait_for(lambda: bob_key not in ok(alice, "mesh")["links"], what="bob's laptop gone")
+    [result] = alice.cli_json("send", "bob/terminal", "the release is frozen")["results"]
+    assert result["state"] == "anchored", result
+    for anchor in (first_anchor, second_anchor):
+        wait_for(lambda a=anchor: ok(a, "mesh")["custody"] == {bob_key: 1}, what="a copy on each anchor")
+    # A partition: bob's home cannot reach the first anchor; he gets the message from the second.
+    cut = (
+        "table inet split {\n chain input {\n type filter hook input priority filter; policy accept;\n"
+        f" ip saddr {WAN['rB']} ip daddr {PUB} drop\n }}\n}}\n"
+    )
+    internet.run("pub", "nft", "-f", "-", input=cut)
+    bob.start()
+    wait_for(
+        lambda: [m["body"] for m in bob.cli_json("inbox", "--peek")["messages"]] == ["the release is frozen"], what="it"
+    )
+    wait_for(lambda: ok(second_anchor, "mesh")["custody"] == {}, what="the second anchor's custody ended")
+    assert ok(first_anchor, "mesh")["custody"] == {bob_key: 1}  # the first one could not hear of it
+    # The partition heals: the first anchor delivers its copy, bob answers it and keeps the one he has.
+    internet.run("pub", "nft", "delete", "table", "inet", "split")
+    wait_for(lambda: ok(first_anchor, "mesh")["custody"] == {}, what="the first anchor's custody ended", timeout=120)
+    assert [m["body"] for m in bob.cli_json("inbox", "--peek")["messages"]] == ["the release is frozen"]
