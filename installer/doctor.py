@@ -414,9 +414,13 @@ def render(checks: list[Check], out: TextIO) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Entry point of ``hive doctor`` (the parser lives in hive.sidecar.cli)."""
-    checks = run_checks()
+    return report(run_checks(), as_json=args.json)
+
+
+def report(checks: list[Check], as_json: bool) -> int:
+    """Print ``checks`` (as JSON, or for a person) and return the command's exit code."""
     failed = any(c.status == "fail" for c in checks)
-    if args.json:
+    if as_json:
         print(
             json.dumps(
                 {

@@ -51,8 +51,6 @@ def cmd_setup(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    import json
-    from dataclasses import asdict
 
     from hive.installer import doctor  # the harness registry and the MCP SDK: only this command needs them
 
@@ -62,23 +60,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if any(c.area == "team" and c.name == "state" and c.status == "ok" for c in checks):
         after = max(i for i, c in enumerate(checks) if c.area == "team") + 1
         checks[after:after] = _team_paths()
-    failed = any(c.status == "fail" for c in checks)
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "ok": not failed,
-                    "failures": [asdict(c) for c in checks if c.status == "fail"],
-                    "todo": [asdict(c) for c in checks if c.status == "todo"],
-                    "checks": [asdict(c) for c in checks],
-                },
-                indent=2,
-                ensure_ascii=False,
-            )
-        )
-    else:
-        doctor.render(checks, sys.stdout)
-    return 1 if failed else 0
+    return doctor.report(checks, as_json=args.json)
 
 
 def _team_paths() -> list[Check]:

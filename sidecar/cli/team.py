@@ -235,12 +235,7 @@ def cmd_link(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_arguments(add: AddCommand) -> None:
-    """The team's commands and those of teammates' mail, in the order the help lists them."""
-    p = add("init", cmd_init, "found a team with this machine as its first member")
-    p.add_argument("team", help="the team's name: a-z, 0-9 and -")
-    p.add_argument("--as", dest="as_", required=True, help="your name in the team: a-z, 0-9 and -")
-    p.add_argument("--machine", help="this machine's name in the team (default: from config.toml or the hostname)")
+def _add_anchor_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--anchor",
         action="store_true",
@@ -252,6 +247,15 @@ def add_arguments(add: AddCommand) -> None:
         metavar="HOST:PORT",
         help="where teammates dial this machine (its public address); it listens there. Repeatable",
     )
+
+
+def add_arguments(add: AddCommand) -> None:
+    """The team's commands and those of teammates' mail, in the order the help lists them."""
+    p = add("init", cmd_init, "found a team with this machine as its first member")
+    p.add_argument("team", help="the team's name: a-z, 0-9 and -")
+    p.add_argument("--as", dest="as_", required=True, help="your name in the team: a-z, 0-9 and -")
+    p.add_argument("--machine", help="this machine's name in the team (default: from config.toml or the hostname)")
+    _add_anchor_arguments(p)
     p.add_argument("--json", action="store_true")
     p = add("invite", cmd_invite, "print the invite line with the team link")
     p.add_argument("--own-machine", action="store_true", help="a one-time invite for another machine of yours")
@@ -261,17 +265,7 @@ def add_arguments(add: AddCommand) -> None:
     p.add_argument("link", help="the invite (hive1:…), or the whole invite line")
     p.add_argument("--as", dest="as_", help="your name in the team (an own-machine invite sets it)")
     p.add_argument("--machine", help="this machine's name in the team")
-    p.add_argument(
-        "--anchor",
-        action="store_true",
-        help="this is an always-on machine (a VPS, a Pi) that holds mail for offline teammates and relays for them",
-    )
-    p.add_argument(
-        "--address",
-        action="append",
-        metavar="HOST:PORT",
-        help="where teammates dial this machine (its public address); it listens there. Repeatable",
-    )
+    _add_anchor_arguments(p)
     p.add_argument("--json", action="store_true")
     p = add("policy", cmd_policy, "what this machine does with teammates' mail: accept, hold or refuse, per person")
     p.add_argument(
