@@ -15,10 +15,10 @@ Beside it, in this process and on the same text: ``find_secrets`` (what A adds) 
 The first send pays detect-secrets' import (about 150-200 ms) in A's sidecar: a warm-up round
 runs before the figures.
 
-Measured on the 2-core dev machine (200 rounds, p50 / p99): send -> inbox 4.62 / 6.53 ms;
-find_secrets 1.24 / 5.32 ms, inbound_hold 0.93 / 1.66 ms: screening 2.16 ms, 47% of the send, which
-without it would take about 2.5 ms. inbound_hold screens a second time only text that defang changes
-(the frame rules read what defang leaves); before that it took 1.8 ms.
+Measured on the 2-core dev machine (200 rounds, p50 / p99): between two machines send -> inbox
+9.98 / 13.26 ms, find_secrets 1.19 ms and inbound_hold 0.98 ms: screening 2.18 ms, 22% of the
+send; between two sessions of one machine 4.07 / 6.41 ms, of which screening 0.98 ms (24%). (Until
+it sent the text it screens, it timed bench_mesh's 199-byte body against 2 KB of screening.)
 """
 
 from __future__ import annotations
