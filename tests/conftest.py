@@ -254,7 +254,7 @@ class Hive:
         self, *args: str, input: str | None = None, check: bool = False, timeout: float = 60
     ) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
-            [*self.runs_in(), sys.executable, "-m", "hive.sidecar.cli", *args],
+            [sys.executable, "-m", "hive.sidecar.cli", *args],
             env=self.env,
             input=input,
             capture_output=True,
@@ -262,15 +262,8 @@ class Hive:
             timeout=timeout,
         )
         if check and result.returncode != 0:
-            raise AssertionError(f"{self.label()}hive {' '.join(args)} exited {result.returncode}: {result.stderr}")
+            raise AssertionError(f"hive {' '.join(args)} exited {result.returncode}: {result.stderr}")
         return result
-
-    def runs_in(self) -> list[str]:
-        """What the CLI's command line starts with: nothing here (a machine in a namespace says which)."""
-        return []
-
-    def label(self) -> str:
-        return ""
 
     def cli_json(self, *args: str) -> Any:
         return json.loads(self.cli(*args, "--json", check=True).stdout)

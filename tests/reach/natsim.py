@@ -409,11 +409,20 @@ class NetHive(Hive):
     def address(self) -> str:
         return self.internet.address(self.role)
 
-    def runs_in(self) -> list[str]:
-        return ["ip", "netns", "exec", self.internet.ns(self.role)]
-
-    def label(self) -> str:
-        return f"[{self.role}] "
+    def cli(
+        self, *args: str, input: str | None = None, check: bool = False, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            ["ip", "netns", "exec", self.internet.ns(self.role), sys.executable, "-m", "hive.sidecar.cli", *args],
+            env=self.env,
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(f"[{self.role}] hive {' '.join(args)} exited {result.returncode}: {result.stderr}")
+        return result
 
     def start(self) -> int:
         """Start the sidecar inside the namespace and return its pid."""
