@@ -28,6 +28,23 @@ from hive.sidecar.client import start_detached
 REPO = Path(__file__).resolve().parent.parent
 
 
+def tracked_files() -> list[str]:
+    listed = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True, check=True, timeout=60
+    ).stdout.decode()
+    return [name for name in listed.split("\0") if name and (REPO / name).is_file()]
+
+
+def copy_tracked(dest: Path) -> list[str]:
+    """Copy the checkout's tracked files into ``dest`` and name them. A build runs in the copy: one
+    in the checkout writes build/ and an egg-info there while other tests run from it."""
+    tracked = tracked_files()
+    for name in tracked:
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, dest / name)
+    return tracked
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"

@@ -29,7 +29,7 @@ import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from tests.conftest import REPO
+from tests.conftest import copy_tracked, tracked_files
 
 # Each source folder and where it lands in the installed package.
 PACKAGE_FOLDERS = {
@@ -39,13 +39,6 @@ PACKAGE_FOLDERS = {
     "skills": "hive/skills",
 }
 BUILD_TIMEOUT = 300
-
-
-def tracked_files() -> list[str]:
-    listed = subprocess.run(
-        ["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True, check=True, timeout=60
-    ).stdout.decode()
-    return [name for name in listed.split("\0") if name and (REPO / name).is_file()]
 
 
 def build(hook: str, source: Path, out: Path) -> tuple[Path, str]:
@@ -81,10 +74,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
     """The sdist built from a copy of the tracked files, and the wheel built from that sdist."""
     root = tmp_path_factory.mktemp("dist")
     clone = root / "clone"
-    tracked = tracked_files()
-    for name in tracked:
-        (clone / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(REPO / name, clone / name)
+    tracked = copy_tracked(clone)
     sdist, sdist_log = build("build_sdist", clone, root / "sdist")
     with tarfile.open(sdist) as archive:
         archive.extractall(root / "unpacked", filter="data")

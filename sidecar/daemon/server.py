@@ -22,13 +22,15 @@ import logging.handlers
 import os
 import resource
 import signal
+import socket
 import time
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import anyio
-from anyio.abc import SocketStream, TaskGroup
+from anyio.abc import SocketListener, SocketStream, TaskGroup
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from .. import __version__
@@ -61,6 +63,37 @@ FD_RESERVE = 128  # descriptors kept for the database, the mesh, pop-ups and log
 ACCEPT_BACKOFF = (0.05, 2.0)
 
 log = logging.getLogger("hive.sidecar")
+
+
+def publish_socket(path: Path) -> socket.socket:
+    """A listening socket at ``path``, mode 0600, that appears there only once it accepts.
+
+    Clients treat a socket file nobody listens on as a dead sidecar (a hook answers without it
+    and starts another), so it is bound and put to listen under a temporary name, then renamed
+    into place. The caller holds the sidecar lock, so a socket file already there is stale.
+    """
+    staging = path.with_name(f".{os.getpid() % 10**7}s")  # no longer than the name: sun_path is short
+    with contextlib.suppress(FileNotFoundError):
+        staging.unlink()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old_umask = os.umask(0o177)
+    try:
+        sock.bind(str(staging))
+    except BaseException:
+        sock.close()
+        raise
+    finally:
+        os.umask(old_umask)
+    try:
+        os.chmod(staging, 0o600)
+        sock.listen(socket.SOMAXCONN)
+        os.replace(staging, path)
+    except BaseException:
+        sock.close()
+        with contextlib.suppress(OSError):
+            staging.unlink()
+        raise
+    return sock
 
 
 class Sidecar:
@@ -112,14 +145,7 @@ class Sidecar:
             # The look-alike bracket table (a scan of all of Unicode, unless the cache has it): build it before
             # the first client waits on it, and off the event loop.
             await anyio.to_thread.run_sync(brackets)
-            with contextlib.suppress(FileNotFoundError):
-                self.paths.socket.unlink()  # we hold the lock, so any socket file is stale
-            old_umask = os.umask(0o177)
-            try:
-                listener = await anyio.create_unix_listener(self.paths.socket)
-            finally:
-                os.umask(old_umask)
-            os.chmod(self.paths.socket, 0o600)
+            listener = await SocketListener.from_socket(publish_socket(self.paths.socket))
             log.info("sidecar %s listening on %s (pid %d)", __version__, self.paths.socket, os.getpid())
             async with listener, anyio.create_task_group() as tg:
                 # The gate loads its state before any request can reach it, then keeps its one

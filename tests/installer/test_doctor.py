@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from hive.integrations import registry
-from tests.conftest import REPO
+from tests.conftest import copy_tracked
 from tests.installer.conftest import Machine, machine_context, require_cli
 from tests.installer.test_real_clis import codex_hooks
 
@@ -197,8 +197,20 @@ def broken_hive(tmp_path_factory: pytest.TempPathFactory) -> Path:
     editable hive there stays out of sight)."""
     root = tmp_path_factory.mktemp("broken")
     wheels = root / "wheels"
+    copy_tracked(root / "source")
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(REPO)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(wheels),
+            str(root / "source"),
+        ],
         capture_output=True,
         text=True,
         timeout=600,
