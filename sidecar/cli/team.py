@@ -191,9 +191,11 @@ def cmd_team(args: argparse.Namespace) -> int:
             if m["me"]:
                 state = "this machine"
             elif m["online"] and m["path"] not in (None, "direct"):
-                state = f"online, {m['path']} (not reachable directly)"
+                state = f"online, {m['path']} (unreachable directly)"
             elif m["online"]:
                 state = f"online, {m['path']}" if m["path"] else "online"
+            elif m.get("unreachable"):
+                state = f"unreachable from here (up: linked to {', '.join(m['linked_by'])})"
             elif m["last_seen"]:
                 state = "last seen " + time.strftime("%Y-%m-%d %H:%M", time.localtime(m["last_seen"]))
             else:

@@ -164,19 +164,29 @@ class LessonSync:
         return None if roster is None else {p: v.members for p, v in roster.projects.items()}
 
     async def _on_team_change(self, change: Any) -> None:
-        """Someone joined a project (or the team): ask every peer again, so the logs this machine
-        may now hold arrive without waiting for the next link. Called under the team's lock, so
-        the syncs run as their own task."""
+        """Ask again whoever may now hold logs they could not before, so those arrive without
+        waiting for the next link: every peer when project membership changed or this machine
+        just became active, else only the machines that just joined (their link may have come up
+        before the roster named them). Asking every peer at each join made forming a team of n
+        machines cost n² syncs, all through the anchor when they are relayed. Called under the
+        team's lock, so the syncs run as their own task."""
         membership = self._membership()
-        if membership == self._projects and not getattr(change, "joined", ()):
+        joined = tuple(getattr(change, "joined", ()))
+        if membership != self._projects or self._me() in joined:
+            ask: tuple[str, ...] | None = None
+        elif joined:
+            ask = joined
+        else:
             return
         self._projects = membership
         tasks = getattr(self.sc, "tasks", None)
         if tasks is not None:
-            tasks.start_soon(self._sync_all)
+            tasks.start_soon(self._sync_all, ask)
 
-    async def _sync_all(self) -> None:
+    async def _sync_all(self, only: tuple[str, ...] | None = None) -> None:
         for peer in self._peers():
+            if only is not None and peer not in only:
+                continue
             try:
                 await self.send_sync(peer)
             except Exception:  # one peer's failure must not stop the others

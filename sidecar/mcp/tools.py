@@ -370,6 +370,8 @@ def team_text(shown: dict[str, Any]) -> str:
                 state = "this machine"
             elif m["online"]:
                 state = f"online, {m['path']}" if m["path"] else "online"
+            elif m.get("unreachable"):
+                state = "up, but unreachable from this machine"
             elif m["last_seen"]:
                 state = "last seen " + time.strftime("%Y-%m-%d %H:%M", time.localtime(m["last_seen"]))
             else:

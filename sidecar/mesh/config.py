@@ -24,6 +24,10 @@ class MeshConfig:
     ``listen`` is ``host:port`` (port 0: reuse the last port if free, else any); ``advertise``
     overrides the addresses told to teammates; ``static`` lists addresses always worth dialing
     (a VPN or public host); ``mdns`` turns LAN discovery on, on ``mdns_interfaces`` or all.
+    ``custody_frames`` and ``custody_bytes``: what an anchor holds for offline machines from any
+    one sender machine (:mod:`.custody`). ``relayed_redial``: the longest wait between dials of a
+    member an anchor relays to (a direct link is only an improvement then, and each failed dial
+    retransmits handshakes for ``connect_timeout``).
     """
 
     listen: str = "0.0.0.0:0"
@@ -37,6 +41,9 @@ class MeshConfig:
     loop_limit: int = 12
     connect_timeout: float = 10.0
     outbox_give_up: float = OUTBOX_GIVE_UP
+    custody_frames: int = 5_000
+    custody_bytes: int = 64 * 1024 * 1024
+    relayed_redial: float = 600.0
 
 
 def load_mesh_config(path: Path) -> MeshConfig:
@@ -63,4 +70,7 @@ def load_mesh_config(path: Path) -> MeshConfig:
         loop_limit=int(mesh.get("loop_limit", base.loop_limit)),
         connect_timeout=float(mesh.get("connect_timeout", base.connect_timeout)),
         outbox_give_up=float(mesh.get("outbox_give_up", base.outbox_give_up)),
+        custody_frames=int(mesh.get("custody_frames", base.custody_frames)),
+        custody_bytes=int(mesh.get("custody_bytes", base.custody_bytes)),
+        relayed_redial=float(mesh.get("relayed_redial", base.relayed_redial)),
     )

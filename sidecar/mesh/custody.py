@@ -6,10 +6,10 @@ answered, so an anchor killed while holding mail loses none of it. A message sta
 recipient's answer passes back through the anchor (it may be delivered more than once; the
 recipient answers a duplicate and never deposits it twice); acks and receipts go once delivered.
 
-Each sender machine may leave at most :data:`HOLD_FRAMES` frames and :data:`HOLD_BYTES` bytes,
-the limits a receiver puts on one sender's files; past them the sender is told ``refused`` and
-keeps the message in its own outbox. Nothing is held longer than :data:`HOLD_DAYS` days, the
-sender's own outbox limit.
+Each sender machine may leave at most ``[mesh] custody_frames`` frames (5,000) and
+``custody_bytes`` bytes (64 MB), the limits a receiver puts on one sender's files; past them the
+sender is told ``refused`` and keeps the message in its own outbox. Nothing is held longer than
+:data:`HOLD_DAYS` days, the sender's own outbox limit.
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ from typing import Any
 from ..base.config import DAY
 from ..base.host import Host
 
-HOLD_FRAMES = 5_000  # frames one sender machine may leave with the anchor
-HOLD_BYTES = 64 * 1024 * 1024  # and their bytes
 HOLD_DAYS = 7
 
 
@@ -37,8 +35,10 @@ class Held:
 class Custody:
     """The anchor's custody table (``custody``, one row per sealed frame)."""
 
-    def __init__(self, sidecar: Host) -> None:
+    def __init__(self, sidecar: Host, max_frames: int, max_bytes: int) -> None:
         self.sc = sidecar  # its store opens after the mesh is made
+        self.max_frames = max_frames  # per sender machine
+        self.max_bytes = max_bytes
 
     @property
     def store(self) -> Any:
@@ -51,7 +51,7 @@ class Custody:
             "SELECT COUNT(*), COALESCE(SUM(size), 0) FROM custody WHERE origin = ?", (origin,)
         )
         frames, size = (int(row[0]), int(row[1])) if row else (0, 0)
-        if frames >= HOLD_FRAMES or size + len(text) > HOLD_BYTES:
+        if frames >= self.max_frames or size + len(text) > self.max_bytes:
             return (
                 f"the anchor holds {frames} frames ({size // 1024} KB) from this machine already, its limit; "
                 "the message stays in this machine's outbox"

@@ -1,9 +1,10 @@
 """Dialing teammates: one loop per active member that keeps a link to it, and a loop per static address.
 
 A member's loop tries the addresses learned for it (best first: the last one that answered leads)
-and then those in its roster entry, backing off 2 → 60 s while none answers, and sleeps while the
-member is linked. :meth:`Dialer.wake` makes it try at once (new addresses, a link dropped). Both
-sides dial; the larger key holds back a little, so that usually only the smaller key's link is made.
+and then those in its roster entry, backing off 2 → 60 s while none answers (up to
+``relayed_redial``, 600 s, while an anchor relays to it), and sleeps while the member is linked
+directly. :meth:`Dialer.wake` makes it try at once (new addresses, a link dropped). Both sides
+dial; the larger key holds back a little, so that usually only the smaller key's link is made.
 """
 
 from __future__ import annotations
@@ -88,7 +89,8 @@ class Dialer:
                     backoff = BACKOFF_START
                 else:
                     await self.mesh.unreachable(peer)
-                    backoff = min(backoff * 2, BACKOFF_MAX)
+                    relayed = self.mesh.links.get(peer) is not None
+                    backoff = min(backoff * 2, self.mesh.config.relayed_redial if relayed else BACKOFF_MAX)
         finally:
             self.dialing.discard(peer)
 

@@ -90,6 +90,9 @@ class Mesh:
         self.links: dict[str, Link] = {}
         self.presence: dict[str, dict[str, Any]] = {}  # peer key -> its presence, as the presence speaker keeps it
         self.addresses: dict[str, list[str]] = {}  # peer key -> addresses to try, best first
+        # peer key -> the machines that peer last said it links directly (its presence ``peers``):
+        # one of them this machine cannot link is up but unreachable from here, not offline.
+        self.their_links: dict[str, frozenset[str]] = {}
         self.listener: Listener | None = None
         self.my_addresses: list[str] = []
         self._poked = anyio.Event()
@@ -265,7 +268,15 @@ class Mesh:
         online = link is not None
         seen = self.presence.get(key, {}).get("at")
         path = None if link is None else (link.address if link.relayed else "direct")
-        return {"online": online, "last_seen": time.time() if online else seen, "path": path}
+        # Up but not linked from here: a machine this one links directly says it links ``key``.
+        linked_by = [] if online else sorted(p for p, theirs in self.their_links.items() if key in theirs)
+        return {
+            "online": online,
+            "last_seen": time.time() if online else seen,
+            "path": path,
+            "unreachable": bool(linked_by) or (link is not None and link.relayed),
+            "linked_by": linked_by,
+        }
 
     def direct(self, peer: str) -> bool:
         """Whether ``peer`` is linked directly (not through an anchor)."""
@@ -546,6 +557,7 @@ class Mesh:
             speaker.link_down(link)
         if self.links.get(link.peer) is link:
             del self.links[link.peer]
+            self.their_links.pop(link.peer, None)
             log.info("link to %s closed: %s", link.peer[:12], link.close_reason)
             self.poke()
 

@@ -54,6 +54,9 @@ CUSTODY_KINDS = frozenset({"msg", "ack", "receipt"})  # what an anchor holds for
 MAX_AGE_MS = (HOLD_DAYS + 1) * 86_400_000  # a seal older than this is refused (a replay)
 MAX_AHEAD_MS = 300_000  # a seal this far in the future is refused (a clock far off, or a forgery's)
 MAX_REACH = 1000  # machines an anchor may say it links
+# An anchor tells its members what it links this long after a change, once for a burst: each
+# ``reach`` goes to every member, so telling per link-up cost n² frames while a team formed.
+REACH_SETTLE = 1.0
 
 
 class RelayedLink(Link):
@@ -123,9 +126,10 @@ class Relay(Speaker):
 
     def __init__(self, mesh: Mesh) -> None:
         self.mesh = mesh
-        self.custody = Custody(mesh.sc)
+        self.custody = Custody(mesh.sc, mesh.config.custody_frames, mesh.config.custody_bytes)
         self.reach: dict[str, frozenset[str]] = {}  # anchor key -> the machines it says it links
         self._told: frozenset[str] | None = None  # what this machine, an anchor, last said it links
+        self._telling = False  # an anchor's ``reach`` to every member is due (see REACH_SETTLE)
         self._back: dict[tuple[str, int], RelayedLink] = {}  # (peer, id(anchor link)) -> link for answers
         self._custody_links: dict[str, RelayedLink] = {}  # peer -> link that hands its mail to an anchor
 
@@ -354,13 +358,21 @@ class Relay(Speaker):
         self.mesh.poke()
 
     async def flush(self, linked: bool) -> None:
-        if self.is_anchor():
-            frame = self._reach()
-            peers = frozenset(frame["peers"])
-            if peers != self._told:
-                self._told = peers
-                for link in [self.mesh.links[k] for k in peers if k in self.mesh.links]:
-                    with contextlib.suppress(LinkClosed, FrameError):
-                        await link.send(frame)
-        else:
+        if not self.is_anchor():
             self.reconcile()
+        elif not self._telling and frozenset(self._reach()["peers"]) != self._told:
+            self._telling = self.mesh.spawn(self._tell_reach)
+
+    async def _tell_reach(self) -> None:
+        try:
+            await anyio.sleep(REACH_SETTLE)
+        finally:
+            self._telling = False
+        frame = self._reach()
+        peers = frozenset(frame["peers"])
+        if peers == self._told:
+            return
+        self._told = peers
+        for link in [self.mesh.links[k] for k in peers if k in self.mesh.links]:
+            with contextlib.suppress(LinkClosed, FrameError):
+                await link.send(frame)

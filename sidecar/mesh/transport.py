@@ -21,7 +21,8 @@ in ``tests/sidecar/test_transport.py`` guard them):
 No session tickets, no resumption and no 0-RTT: a resumed handshake carries no certificate.
 
 A link is one bidirectional stream of frames: a 4-byte big-endian length, then one JSON
-object with a string ``t``. Frames over :data:`MAX_FRAME` are refused in both directions; a
+object with a string ``t``. Frames over :data:`MAX_FRAME` are refused in both directions (a
+``relay`` frame, which wraps one such frame with its seal, may be :data:`RELAY_ALLOWANCE` longer); a
 body nested too deep or too large (``wire.decode``) closes the link, and one whose text is not
 proper Unicode reaches the owner as an ``invalid`` frame, so a message can still be answered. One
 reader task per link owns the stream (cancelling a read between the length and the body would
@@ -63,6 +64,10 @@ from ..base import wire
 ALPN_TEAM = "hive/1"
 ALPN_JOIN = "hive-join/1"
 MAX_FRAME = 4 * 1024 * 1024
+# What a seal adds (signature, sealer, recipient, time) around a frame relayed through an anchor,
+# with room to spare: a frame near MAX_FRAME must still travel relayed, or its mail would wait in
+# an outbox for ever.
+RELAY_ALLOWANCE = 64 * 1024
 IDLE_TIMEOUT = 90.0
 KEEPALIVE = 20.0  # under the ~30 s after which many home NATs forget an idle UDP mapping
 CONNECT_TIMEOUT = 20.0
@@ -251,8 +256,9 @@ class _Protocol(QuicConnectionProtocol):
 def encode_frame(frame: dict[str, Any]) -> bytes:
     """Length-prefixed JSON. Raises FrameError when over :data:`MAX_FRAME`."""
     body = json.dumps(frame, separators=(",", ":"), ensure_ascii=False).encode("utf-8", errors="replace")
-    if len(body) > MAX_FRAME:
-        raise FrameError(f"a frame is limited to {MAX_FRAME} bytes; this one is {len(body)}")
+    limit = MAX_FRAME + RELAY_ALLOWANCE if frame.get("t") == "relay" else MAX_FRAME
+    if len(body) > limit:
+        raise FrameError(f"a frame is limited to {limit} bytes; this one is {len(body)}")
     return struct.pack(">I", len(body)) + body
 
 
@@ -362,8 +368,8 @@ class Link:
             while True:
                 header = await self._reader.readexactly(4)
                 (size,) = struct.unpack(">I", header)
-                if size > MAX_FRAME:
-                    log.warning("%r sent a %d-byte frame (limit %d); closing", self, size, MAX_FRAME)
+                if size > MAX_FRAME + RELAY_ALLOWANCE:  # a relay frame's limit: the kind is read later
+                    log.warning("%r sent a %d-byte frame (limit %d); closing", self, size, MAX_FRAME + RELAY_ALLOWANCE)
                     self.close(CLOSE_PROTOCOL, "frame too large")
                     return
                 body = await self._reader.readexactly(size)
@@ -373,6 +379,10 @@ class Link:
                     return
                 if frame is None:
                     continue
+                if size > MAX_FRAME and frame.get("t") != "relay":
+                    log.warning("%r sent a %d-byte %.40r frame (limit %d); closing", self, size, frame["t"], MAX_FRAME)
+                    self.close(CLOSE_PROTOCOL, "frame too large")
+                    return
                 await self._frames_in.send(frame)
         except (asyncio.IncompleteReadError, ConnectionError, anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass
@@ -598,6 +608,7 @@ __all__ = [
     "CLOSE_PROTOCOL",
     "CLOSE_REFUSED",
     "MAX_FRAME",
+    "RELAY_ALLOWANCE",
     "FrameError",
     "Link",
     "LinkClosed",

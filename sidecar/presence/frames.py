@@ -221,8 +221,15 @@ class PresenceFrames(Speaker):
         return presence
 
     def peer_addresses(self) -> dict[str, list[str]]:
+        """Addresses of the members this machine links directly: proven to answer. A member reached
+        through an anchor has none worth passing on, and listing them made every join change each
+        member's list, re-sent to every member through the anchor at the next refresh."""
         addresses = self.mesh.addresses
-        return {peer: addresses[peer][:MAX_ADDRESSES] for peer in sorted(self.mesh.links) if addresses.get(peer)}
+        return {
+            peer: addresses[peer][:MAX_ADDRESSES]
+            for peer, link in sorted(self.mesh.links.items())
+            if not link.relayed and addresses.get(peer)
+        }
 
     async def send_if_changed(self, *, refresh: bool = False) -> None:
         """Send presence when it changed. Peers' addresses change with every link while a mesh
@@ -251,6 +258,9 @@ class PresenceFrames(Speaker):
         if presence["addresses"]:
             mesh.learn(peer, presence["addresses"])
         me = mesh.team.my_key()
+        raw = frame.get("presence")
+        if not link.relayed and isinstance(raw, dict) and "peers" in raw:  # only sent when it changed
+            mesh.their_links[peer] = frozenset(presence["peers"])
         for other, addresses in presence["peers"].items():
             known = mesh.team.member(other)
             if other != me and known is not None and known.active:

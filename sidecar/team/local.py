@@ -49,6 +49,8 @@ log = logging.getLogger("hive.sidecar.team.local")
 
 HOUR_MS = 3_600_000
 MAX_TTL_HOURS = 30 * 24
+# What the mesh adds to each machine in `team_show` (Mesh._link_info).
+LINK_FIELDS = ("online", "last_seen", "path", "unreachable", "linked_by")
 
 
 @dataclass(frozen=True)
@@ -597,6 +599,7 @@ class Team:
             return shown
         view = self.roster
         me = self.identity.key_id
+        names = {m.key: m.machine for m in view.members.values()}
 
         def machine(m: MemberView) -> dict[str, Any]:
             info: dict[str, Any] = {
@@ -608,11 +611,14 @@ class Team:
                 "online": None,
                 "last_seen": None,
                 "path": None,
+                "unreachable": False,  # up (linked to a machine linked here) or relayed, but not dialable from here
+                "linked_by": [],
             }
             if self.link_info is not None and m.key != me:
                 with contextlib.suppress(Exception):
                     extra = self.link_info(m.key) or {}
-                    info.update({k: extra[k] for k in ("online", "last_seen", "path") if k in extra})
+                    info.update({k: extra[k] for k in LINK_FIELDS if k in extra})
+                    info["linked_by"] = [names.get(k, k[:12]) for k in info["linked_by"]]
             return info
 
         people = [

@@ -174,6 +174,14 @@ def test_the_two_laptops_never_link_and_alices_mail_to_bob_waits_in_her_outbox(i
     assert internet.stray_packets_to("rA") > 0  # still trying, still dying on the internet
     [sent] = alice.cli_json("sent", result["id"])["messages"]
     assert (sent["state"], sent["in_outbox"], sent["read_at"]) == ("queued", True, None)
-    bob_row = machine_row(alice.cli_json("team"), "bob")
-    assert (bob_row["online"], bob_row["path"]) == (False, None)
     assert bob.cli_json("inbox", "--peek")["messages"] == []
+
+    # Neither laptop calls the other offline: the public machine says it links both, so each is
+    # up but unreachable from the other (alice hears it at the public machine's refresh).
+    def unreachable(viewer: NetHive, person: str) -> bool:
+        row = machine_row(viewer.cli_json("team"), person)
+        return (row["online"], row["path"], row["unreachable"], row["linked_by"]) == (False, None, True, ["anchor"])
+
+    wait_for(lambda: unreachable(alice, "bob") and unreachable(bob, "alice"), what="both unreachable", timeout=90)
+    listing = alice.cli("team", check=True).stdout.splitlines()
+    assert any("lap-b" in line and "unreachable from here (up: linked to anchor)" in line for line in listing)

@@ -8,16 +8,18 @@ from typing import Any
 
 from hive.sidecar.team import roster
 
-from .natsim import PUB, WAN, Internet, NetHive, wait_for
+from .natsim import LAPTOP, PUB, WAN, Internet, NetHive, wait_for
 from .test_natsim import machine_row, ok
 
 
-def anchored_team(internet: Internet) -> tuple[NetHive, NetHive, NetHive]:
+def anchored_team(
+    internet: Internet, alice: NetHive | None = None, bob: NetHive | None = None
+) -> tuple[NetHive, NetHive, NetHive]:
     """ops's always-on machine on the internet founds team acme as its anchor; alice's and bob's
     laptops join it with its team link, and link only to it."""
     anchor = internet.hive("pub", "ops", "vps")
-    alice = internet.hive("hA", "alice", "lap-a")
-    bob = internet.hive("hB", "bob", "lap-b")
+    alice = alice or internet.hive("hA", "alice", "lap-a")
+    bob = bob or internet.hive("hB", "bob", "lap-b")
     anchor.cli("init", "acme", "--as", "ops", "--anchor", check=True)
     link = anchor.cli_json("invite")["link"]
     for laptop, person in ((alice, "alice"), (bob, "bob")):
@@ -68,6 +70,51 @@ def test_two_laptops_behind_nat_see_each_others_sessions_and_exchange_mail_throu
         assert sorted(row["relayed"] for row in links.values()) == [False, True], links
 
 
+def test_a_port_forward_opened_later_gives_a_direct_link_that_replaces_the_relayed_one(internet: Internet) -> None:
+    # bob advertises his router's WAN address, where a port forward will send teammates to his
+    # laptop; alice retries a relayed teammate every 3 s (not the default 10 minutes).
+    alice = internet.hive("hA", "alice", "lap-a", config="[mesh]\nrelayed_redial = 3\n")
+    bob = internet.hive("hB", "bob", "lap-b", port=4455, config=f'[mesh]\nadvertise = ["{WAN["rB"]}:4455"]\n')
+    _anchor, alice, bob = anchored_team(internet, alice, bob)
+    register(alice, "a1", "/src/web")
+    register(bob, "b1", "/src/api")
+    wait_for(lambda: sees(alice, "bob/api-codex"), what="bob's session at alice, through the anchor")
+    assert machine_row(alice.cli_json("team"), "bob")["path"] == "via vps"
+
+    # bob's router forwards the port to his laptop, as a person sets one up.
+    internet.run(
+        "rB", "nft", "add", "chain", "ip", "nat", "prerouting", "{ type nat hook prerouting priority dstnat; }"
+    )
+    internet.run(
+        "rB",
+        "nft",
+        "add",
+        "rule",
+        "ip",
+        "nat",
+        "prerouting",
+        "iifname",
+        "wan",
+        "udp",
+        "dport",
+        "4455",
+        "dnat",
+        "to",
+        f"{LAPTOP['hB']}:4455",
+    )
+    internet.run(
+        "rB", "nft", "insert", "rule", "inet", "filter", "forward", "iifname", "wan", "udp", "dport", "4455", "accept"
+    )
+    wait_for(lambda: machine_row(alice.cli_json("team"), "bob")["path"] == "direct", what="a direct link", timeout=60)
+    links = ok(alice, "mesh")["links"]
+    assert sorted(row["relayed"] for row in links.values()) == [False, False], links
+    assert ok(bob, "mesh")["links"][ok(alice, "team_show")["me"]["key"]]["relayed"] is False
+    # Mail now takes the direct link, both ways.
+    [asked] = ok(alice, "send", to="bob/api-codex", body="direct now?", **{"from": "a1"})["results"]
+    wait_for(lambda: bodies(bob, "b1") == ["direct now?"], what="alice's message at bob")
+    assert asked["state"] in ("queued", "delivered"), asked
+
+
 def test_mail_sent_while_bobs_laptop_is_off_reaches_him_from_the_anchor_after_alice_left(internet: Internet) -> None:
     anchor, alice, bob = anchored_team(internet)
     bob.stop()
@@ -98,7 +145,7 @@ def test_an_invite_made_on_a_laptop_lets_a_machine_in_another_home_join_through_
     register(alice, "a1", "/src/web")
     wait_for(lambda: sees(bob, "alice/web-codex"), what="alice's session at bob, through the anchor")
     listing = bob.cli("team", check=True).stdout
-    assert any("lap-a" in line and "via vps (not reachable directly)" in line for line in listing.splitlines()), listing
+    assert any("lap-a" in line and "via vps (unreachable directly)" in line for line in listing.splitlines()), listing
 
 
 def test_an_anchor_with_two_addresses_listens_on_the_one_it_names_so_a_join_through_a_nat_works(

@@ -45,9 +45,9 @@ def test_a_team_founded_on_its_anchor_says_so_and_others_are_members(make_hive: 
     assert anchors(show) == ["ops@vps"] and show["me"]["role"] == "member"
 
 
-def anchored_team(make_hive: Any) -> tuple[Any, Any, Any]:
+def anchored_team(make_hive: Any, anchor_config: str = MESH) -> tuple[Any, Any, Any]:
     """ops's always-on machine founds the team as its anchor; alice and bob join it."""
-    box, alice, bob = (make_hive(MESH, person=p) for p in ("ops", "alice", "bob"))
+    box, alice, bob = (make_hive(c, person=p) for c, p in ((anchor_config, "ops"), (MESH, "alice"), (MESH, "bob")))
     for machine in (box, alice, bob):
         machine.start()
     box.cli("init", "acme", "--as", "ops", "--machine", "vps", "--anchor", check=True)
@@ -84,6 +84,26 @@ def test_mail_for_an_offline_machine_is_held_by_the_anchor_and_reaches_it_when_t
     assert terminal_bodies(bob) == [] and len(ok(bob, "inbox", peek=True)["messages"]) == 0
     # Custody ended with bob's answer: the anchor holds nothing for him any more.
     wait_for(lambda: ok(box, "mesh")["custody"] == {}, what="the anchor's custody emptied")
+
+
+def test_past_its_custody_quota_the_anchor_keeps_no_more_and_the_rest_waits_in_the_senders_outbox(
+    make_hive: Any,
+) -> None:
+    box, alice, bob = anchored_team(make_hive, MESH + "custody_frames = 2\n")
+    bob_key = ok(bob, "team_show")["me"]["key"]
+    bob.stop()
+    wait_for(lambda: linked(alice) == 1 and linked(box) == 1, what="bob's machine gone")
+    bodies = ["first", "second", "third"]
+    results = [ok(alice, "send", to="bob/terminal", body=body)["results"][0] for body in bodies]
+    assert [r["state"] for r in results[:2]] == ["anchored", "anchored"], results
+    assert results[2]["state"] != "anchored" and "limit" in results[2]["note"], results[2]
+    sent = {m["id"]: m for m in ok(alice, "sent", ids=[r["id"] for r in results])["messages"]}
+    assert [sent[r["id"]]["in_outbox"] for r in results] == [False, False, True]
+    assert ok(box, "mesh")["custody"] == {bob_key: 2}
+    bob.start()  # the anchor hands over what it held; alice's outbox sends the third itself
+    wait_for(lambda: sorted(terminal_bodies(bob)) == sorted(bodies), what="all three messages at bob, once each")
+    wait_for(lambda: ok(box, "mesh")["custody"] == {}, what="the anchor's custody emptied")
+    assert sorted(terminal_bodies(bob)) == sorted(bodies)
 
 
 def _seal(hive: Any, team_id: str, to: str, frame: dict[str, Any], at_ms: int | None = None) -> dict[str, Any]:

@@ -21,7 +21,7 @@ import pytest
 import tomlkit
 
 from hive.sidecar.base.ulid import new_ulid
-from hive.sidecar.mesh.transport import MAX_FRAME, LinkClosed, dial, machine_cert
+from hive.sidecar.mesh.transport import MAX_FRAME, RELAY_ALLOWANCE, LinkClosed, dial, machine_cert
 from hive.sidecar.presence.frames import sanitise_presence
 from hive.sidecar.team import roster
 from hive.sidecar.team.identity import load_identity
@@ -327,7 +327,7 @@ def test_an_oversize_frame_closes_only_that_link(make_hive: Any) -> None:
     alice, bob = form_team(make_hive, ["alice", "bob"])
     register(alice, "a1", "/src/web")
     bob.stop()
-    oversize = (MAX_FRAME + 1).to_bytes(4, "big") + b"{"
+    oversize = (MAX_FRAME + RELAY_ALLOWANCE + 1).to_bytes(4, "big") + b"{"
     with pytest.raises(LinkClosed):
         anyio.run(_raw_link, alice, bob, [oversize], 1)
     fine = new_ulid()

@@ -9,6 +9,7 @@ frames over 4 MiB or that are not typed JSON objects are refused without breakin
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import ssl
 import struct
@@ -24,6 +25,7 @@ from hive.sidecar.mesh.transport import (
     ALPN_JOIN,
     ALPN_TEAM,
     MAX_FRAME,
+    RELAY_ALLOWANCE,
     FrameError,
     Link,
     LinkClosed,
@@ -217,13 +219,45 @@ async def test_a_frame_over_4_mib_is_refused_by_the_sender_and_closes_the_link_a
                 await link.send({"t": "big", "body": "x" * MAX_FRAME})
             await link.send({"t": "ok"})
             assert (await link.receive())["of"] == {"t": "ok"}
-            link._writer.write(struct.pack(">I", MAX_FRAME + 1) + b"{")  # a header announcing too much
+            link._writer.write(struct.pack(">I", MAX_FRAME + RELAY_ALLOWANCE + 1) + b"{")  # announcing too much
             with pytest.raises(LinkClosed):
                 await link.receive()
         assert server.frames == [{"t": "ok"}]
         assert server.links[0].close_reason == "frame too large"
 
     await _with_server(server, body)
+
+
+async def test_only_a_relay_frame_may_pass_4_mib_by_the_seals_allowance() -> None:
+    alice, bob = _key(), _key()
+    received: list[str] = []
+    closed: list[str] = []
+    ended = anyio.Event()
+    sealed = {"body": {"frame": {"t": "msg", "body": "x" * (MAX_FRAME - 100)}}, "by": "k" * 64, "sig": "s" * 88}
+
+    async def handle(link: Link) -> None:
+        async for frame in link:
+            received.append(frame["t"])
+            await link.send({"t": "ok"})
+        closed.append(link.close_reason)
+        ended.set()
+
+    async with anyio.create_task_group() as tg:
+        listener = await tg.start(listen, "127.0.0.1", 0, bob, lambda key, alpn: True, handle)
+        with anyio.fail_after(30):
+            async with dial(f"127.0.0.1:{listener.port}", alice, lambda key, alpn: True) as link:
+                await link.send({"t": "relay", "sealed": sealed})  # a frame near the limit, wrapped for an anchor
+                assert (await link.receive()) == {"t": "ok"}
+                with pytest.raises(FrameError):
+                    await link.send({"t": "big", "body": "x" * (MAX_FRAME + 10)})
+                # The same size written past the sender's check: any kind but relay closes the link.
+                data = json.dumps({"t": "big", "body": "x" * (MAX_FRAME + 10)}).encode()
+                link._writer.write(struct.pack(">I", len(data)) + data)
+                with pytest.raises(LinkClosed):
+                    await link.receive()
+            await ended.wait()
+        tg.cancel_scope.cancel()
+    assert received == ["relay"] and closed == ["frame too large"]
 
 
 async def test_a_frame_of_exactly_the_limit_crosses() -> None:
