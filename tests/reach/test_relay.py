@@ -4,9 +4,18 @@ through the anchor, and a machine that is off gets its mail from the anchor when
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Any
 
+import anyio
+from nacl.signing import SigningKey
+
+from hive.sidecar.base.ulid import new_ulid
+from hive.sidecar.mesh.transport import LinkClosed, dial, machine_cert
 from hive.sidecar.team import roster
+from hive.sidecar.team.identity import Identity, load_identity
+from hive.sidecar.team.records import sign
 
 from .natsim import LAPTOP, PUB, WAN, Internet, NetHive, wait_for
 from .test_natsim import machine_row, ok
@@ -207,3 +216,40 @@ def test_with_two_anchors_split_by_a_partition_bob_gets_what_both_held_once(inte
     internet.run("pub", "nft", "delete", "table", "inet", "split")
     wait_for(lambda: ok(first_anchor, "mesh")["custody"] == {}, what="the first anchor's custody ended", timeout=120)
     assert [m["body"] for m in bob.cli_json("inbox", "--peek")["messages"]] == ["the release is frozen"]
+
+
+def test_a_removed_machine_and_a_stranger_cannot_use_the_anchor(internet: Internet) -> None:
+    anchor, alice, bob = anchored_team(internet)
+    register(alice, "a1", "/src/web")
+    register(bob, "b1", "/src/api")
+    wait_for(lambda: sees(alice, "bob/api-codex"), what="bob's session at alice, through the anchor")
+    team_id, alice_key = ok(alice, "team_show")["team"]["id"], ok(alice, "team_show")["me"]["key"]
+    bob_key = load_identity(bob.home).signing_key.encode()
+    anchor.cli("remove", "bob", check=True)
+    wait_for(lambda: ok(bob, "team_show")["team"] is None, what="bob's machine told it was removed")
+    wait_for(lambda: len(ok(anchor, "mesh")["links"]) == 1, what="the anchor linked to alice only")
+    wait_for(lambda: len(ok(alice, "mesh")["links"]) == 1, what="alice's relayed link to bob closed")
+    bob.cli("stop", check=True)
+    address = f"{PUB}:{ok(anchor, 'mesh')['listening']}"
+
+    async def hand_over(key: bytes) -> list[str]:
+        """Dial the anchor from bob's home with ``key`` and hand it mail for alice, sealed by that key."""
+        got: list[str] = []
+        message = {"id": new_ulid(), "from": "bob/b1", "to": "alice/web-codex", "kind": "agent", "body": "let me in"}
+        body = {"to": alice_key, "frame": {"t": "msg", "msg": message}, "at": int(time.time() * 1000)}
+        sealed = sign(Identity(SigningKey(key), "file"), team_id, "relay", body).to_wire()
+        try:
+            async with dial(address, machine_cert(key), lambda k, alpn: True) as link:
+                await link.send({"t": "hello", "team": team_id, "proto": 1, "features": []})
+                await link.send({"t": "relay", "sealed": sealed})
+                with anyio.move_on_after(5):
+                    got.append((await link.receive())["t"])
+        except (ConnectionError, LinkClosed):
+            pass
+        return got
+
+    # bob's machine, with its own key, gets only the roster that says it was removed (no hello, no
+    # link); a stranger's key gets nothing. Nothing either hands the anchor reaches alice.
+    assert internet.inside("hB", lambda: anyio.run(hand_over, bob_key)) == ["state"]
+    assert internet.inside("hB", lambda: anyio.run(hand_over, os.urandom(32))) == []
+    assert bodies(alice, "a1") == [] and len(ok(anchor, "mesh")["links"]) == 1
