@@ -392,9 +392,16 @@ def start_sidecar(home: str, environ: dict[bytes, bytes] | None = None) -> bool:
 
     Several hooks may find no sidecar at once; a marker file lets one start through per
     ``START_BACKOFF`` seconds (the sidecar's lock would stop the others anyway, but each costs
-    a Python start-up). Returns whether a start was attempted.
+    a Python start-up). The state folder is made if missing, but not its parent. Returns whether
+    a start was attempted.
     """
     environ = posix.environ if environ is None else environ
+    try:
+        posix.stat(home.rstrip("/").rpartition("/")[0] or "/")
+    except OSError:
+        # The folder the state folder lives in is gone (a deleted home, a test's removed root): a
+        # harness process that outlived it must not build it again and leave a sidecar there.
+        return False
     marker = home + "/sidecar.starting"
     try:
         if time.time() - posix.stat(marker).st_mtime < START_BACKOFF:

@@ -547,6 +547,14 @@ def test_with_no_sidecar_it_answers_no_opinion_and_starts_one_detached(
         time.sleep(0.05)
 
 
+def test_with_its_state_folders_parent_gone_it_answers_no_opinion_and_starts_nothing(tmp_path: Path) -> None:
+    home = tmp_path / "removed" / "home" / ".local" / "share" / "hive"  # a test root deleted under a harness
+    payload, env = claude_payload("PostToolUse", "claude-orphan", "/tmp")
+    done, _ = run_hook(home, "claude-code", "PostToolUse", payload, env)
+    assert (done.returncode, done.stdout.decode(), done.stderr) == (0, "", b"")
+    assert not (tmp_path / "removed").exists()
+
+
 @contextlib.contextmanager
 def fake_sidecar(home: Path, behaviour: Callable[[socket.socket], None]) -> Iterator[list[socket.socket]]:
     """A socket where the sidecar's would be, answering each connection with ``behaviour``."""
