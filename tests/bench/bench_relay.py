@@ -34,8 +34,8 @@ figure is printed next to a baseline measured in the same run, and their ratio.
    links are to the anchor: the script checks that every member links the anchor directly and every
    other member relayed, and what the anchor spent on the joins until then. Then settling, at least
    65 s (2 s with --quick), which takes in each new member's first presence refresh a minute after
-   it started (it carries the addresses the member knows for everyone it links, relayed to each of
-   them: a burst of n x n frames, again at the next refresh if its links changed meanwhile); then
+   it started (it re-sends presence, relayed to every member, only if what it says changed: the
+   addresses it passes on are those of members it links directly, here the anchor alone); then
    idle windows of 60 s (one of 3 s with --quick) until one is quiet (under 0.5 UDP packets a second
    per link at the anchor; keepalives alone are 0.2), at most five; the windows before the quiet
    one count as settling. For settling and idle: the anchor's CPU (utime+stime from /proc/<pid>/stat),
