@@ -89,7 +89,7 @@ class Dialer:
                     backoff = BACKOFF_START
                 else:
                     await self.mesh.unreachable(peer)
-                    relayed = self.mesh.links.get(peer) is not None
+                    relayed = (current := self.mesh.links.get(peer)) is not None and current.relayed
                     backoff = min(backoff * 2, self.mesh.config.relayed_redial if relayed else BACKOFF_MAX)
         finally:
             self.dialing.discard(peer)
