@@ -118,6 +118,18 @@ def _team_paths() -> list[Check]:
             elif m.get("online"):
                 # Mail still flows, sealed, through the anchor; a direct link replaces it once one dials.
                 checks.append(Check("team", name, "ok", f"{path or 'linked'}: no direct link{anchor}"))
+            elif m.get("unreachable"):
+                checks.append(
+                    Check(
+                        "team",
+                        name,
+                        "warn",
+                        f"up (linked to {', '.join(m.get('linked_by') or [])}) but unreachable from here{anchor}",
+                        "this machine cannot dial it, nor it this one: one tailnet (tailscale up on both), a "
+                        "team anchor (`hive join … --anchor` on an always-on machine), or a port forward it "
+                        "advertises in `[mesh] advertise`",
+                    )
+                )
             elif m.get("last_seen"):
                 seen = time.strftime("%Y-%m-%d %H:%M", time.localtime(m["last_seen"]))
                 checks.append(Check("team", name, "info", f"offline, last seen {seen}{anchor}"))

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import socket
+from pathlib import Path
 from typing import Any
 
 from hive.sidecar.team import roster
+from tests.sidecar.test_tailscale import doctor, line_of
 
 from .natsim import LAN, LAPTOP, LAPTOPS, PUB, WAN, Internet, NetHive, holds, wait_for
 
@@ -136,7 +138,9 @@ def test_the_public_machines_invite_carries_its_public_address_and_both_laptops_
         assert machine.running_pid() is not None, f"{machine.role}'s sidecar is not inside its namespace"
 
 
-def test_the_two_laptops_never_link_and_alices_mail_to_bob_waits_in_her_outbox(internet: Internet) -> None:
+def test_the_two_laptops_never_link_and_alices_mail_to_bob_waits_in_her_outbox(
+    internet: Internet, tmp_path: Path
+) -> None:
     anchor, alice, bob, _ = form_team(internet)
     alice_key, bob_key = (ok(m, "team_show")["me"]["key"] for m in (alice, bob))
     session = {"key": "b1", "agent": "codex", "cwd": "/src/api", "repo": "acme/api", "branch": "main"}
@@ -185,3 +189,5 @@ def test_the_two_laptops_never_link_and_alices_mail_to_bob_waits_in_her_outbox(i
     wait_for(lambda: unreachable(alice, "bob") and unreachable(bob, "alice"), what="both unreachable", timeout=90)
     listing = alice.cli("team", check=True).stdout.splitlines()
     assert any("lap-b" in line and "unreachable from here (up: linked to anchor)" in line for line in listing)
+    advice = line_of(doctor(alice, tmp_path / "home"), "bob@lap-b")
+    assert "up (linked to anchor) but unreachable from here" in advice, advice
