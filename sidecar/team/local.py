@@ -16,7 +16,7 @@ For the mesh (:mod:`hive.sidecar.mesh.links`): :meth:`Team.team_id`, :attr:`Team
 :meth:`Team.merge`, :meth:`Team.accept_join`, and :meth:`Team.subscribe` for a callback on
 every change (broadcast the state, drop removed machines' links). Optional hooks the mesh may
 set: ``address_source`` (this machine's dialable addresses, for tickets), ``online_source``
-(keys of members linked now), ``link_info`` (per key: online, last_seen, path) and
+(keys of members linked now), ``link_info`` (per key: LINK_FIELDS) and
 ``peer_addresses`` (the addresses learned for a member: an anchor's go in tickets).
 """
 
