@@ -180,6 +180,22 @@ class Internet:
             raise AssertionError(f"[{role}] {' '.join(argv)} exited {result.returncode}: {result.stderr.strip()}")
         return result
 
+    @contextlib.contextmanager
+    def joined(self, role: str) -> Iterator[None]:
+        """Move the calling thread into ``role``'s namespace for the block, then back: every process
+        and socket it makes meanwhile (a harness, a sidecar the CLI starts, a listening server) is
+        that machine's."""
+        original = os.open("/proc/thread-self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            _enter_namespace(self.ns(role))
+            try:
+                yield
+            finally:
+                if _libc.setns(original, CLONE_NEWNET) != 0:
+                    raise OSError(ctypes.get_errno(), "cannot return to the original network namespace")
+        finally:
+            os.close(original)
+
     def inside(self, role: str, work: Callable[[], T]) -> T:
         """``work()`` run in a thread that joined ``role``'s namespace; sockets it makes stay there."""
         netns = self.ns(role)

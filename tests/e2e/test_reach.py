@@ -1,0 +1,91 @@
+"""Claude Code end to end across the simulated internet: alice's laptop and bob's behind their own
+home NATs (tests/reach/natsim.py), linked only through the team's anchor on the public network.
+
+The real ``claude`` runs headless on alice's laptop, wired by ``hive setup``, against the scripted
+model (which listens inside her laptop's namespace). The whole round trip of
+:func:`~tests.e2e.scenarios.round_trip` runs unchanged: the model lists the team and messages bob's
+session; bob's session writes to the Claude Code session while it works; the message reaches the
+model framed and defanged at the next tool result; bob gets his read receipts; the session ends at
+bob's once the harness exits. Every frame between the laptops is sealed and relayed by the anchor.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import on_failure, sidecar_logs
+from tests.reach.conftest import internet  # noqa: F401 (the fixture)
+from tests.reach.natsim import LAPTOP, Internet
+
+from .conftest import INFLIGHT, TEAMMATE_KEY, HarnessMachine, Team, wait_for
+from .model_server import ModelServer, Script
+from .scenarios import round_trip
+from .test_claude_code import HARNESS, runner
+
+
+@pytest.fixture
+def laptops(internet: Internet, keys_in_files: None) -> Iterator[Team]:  # noqa: F811
+    """ops's anchor founds team acme on the public network; alice's laptop (``hive setup`` for
+    Claude Code) and bob's join it with its link. The test runs inside alice's home: its thread
+    stays in her laptop's namespace until this fixture's teardown."""
+    anchor = internet.hive("pub", "ops", "vps")
+    anchor.cli("init", "acme", "--as", "ops", "--anchor", check=True)
+    link = anchor.cli_json("invite")["link"]
+    root = Path(tempfile.mkdtemp(prefix="hive-e2e-", dir="/tmp"))
+    machine = HarnessMachine(root, with_clis=True)
+    machine.project.mkdir(parents=True)
+    machine.state.mkdir(parents=True, mode=0o700)
+    (machine.state / "config.toml").write_text(
+        f'person = "alice"\nmachine = "m1"\n[mesh]\nlisten = "{LAPTOP["hA"]}:0"\nmdns = false\n'
+        f"[sidecar]\ninflight_timeout = {INFLIGHT}\n",
+        encoding="utf-8",
+    )
+    sidecar_logs(machine.state)
+    try:
+        with internet.joined("hA"):
+            out = machine.setup("--only", HARNESS)
+            assert "wire" in out, out
+            joined = machine.hive("join", link, "--as", "alice")
+            assert joined.returncode == 0, joined.stderr
+            bob = internet.hive("hB", "bob", "m2")
+            bob.cli("join", link, "--as", "bob", check=True)
+            team = Team(machine, bob)
+            team.bob_ok(
+                "register",
+                session={
+                    "key": TEAMMATE_KEY,
+                    "agent": "codex",
+                    "cwd": "/src/web",
+                    "repo": "acme/web",
+                    "branch": "main",
+                },
+                hold=False,
+            )
+            for side in (team.machine.ok, team.bob_ok):
+                wait_for(
+                    lambda side=side: sorted(r["relayed"] for r in side("mesh")["links"].values()) == [False, True],
+                    timeout=60,
+                    what="each laptop linked to the anchor, and to the other through it",
+                )
+            try:
+                yield team
+            finally:
+                machine.hive("stop", timeout=60)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_claude_code_behind_one_nat_and_a_teammate_behind_another_talk_through_the_anchor(laptops: Team) -> None:
+    with ModelServer(Script()) as model:  # listening inside alice's home, where the test's thread is
+        on_failure("the scripted model's requests", model.transcript)
+        measured = round_trip(runner(), laptops, model)
+    assert measured["tier"] == "push", measured
+    # Nothing went direct: alice's only direct link is the anchor, bob is reached through it.
+    links = laptops.machine.ok("mesh")["links"]
+    assert {row["address"] for row in links.values() if row["relayed"]} == {"via vps"}, json.dumps(links)
