@@ -6,7 +6,9 @@ model (which listens inside her laptop's namespace). The whole round trip of
 :func:`~tests.e2e.scenarios.round_trip` runs unchanged: the model lists the team and messages bob's
 session; bob's session writes to the Claude Code session while it works; the message reaches the
 model framed and defanged at the next tool result; bob gets his read receipts; the session ends at
-bob's once the harness exits. Every frame between the laptops is sealed and relayed by the anchor.
+bob's once the harness exits. And a person's journey: bob types a question at his terminal, the
+model answers him with send_message, and he reads the answer with ``hive inbox``. Every frame
+between the laptops is sealed and relayed by the anchor.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ from tests.reach.conftest import internet  # noqa: F401 (the fixture)
 from tests.reach.natsim import LAPTOP, Internet
 
 from .conftest import INFLIGHT, TEAMMATE_KEY, HarnessMachine, Team, wait_for
-from .model_server import ModelServer, Script
-from .scenarios import round_trip
+from .model_server import ModelServer, Request, Script, call, say
+from .scenarios import REPLY, after_last_call, round_trip
 from .test_claude_code import HARNESS, runner
 
 
@@ -89,3 +91,44 @@ def test_claude_code_behind_one_nat_and_a_teammate_behind_another_talk_through_t
     # Nothing went direct: alice's only direct link is the anchor, bob is reached through it.
     links = laptops.machine.ok("mesh")["links"]
     assert {row["address"] for row in links.values() if row["relayed"]} == {"via vps"}, json.dumps(links)
+
+
+def test_a_person_behind_one_nat_asks_a_claude_code_session_behind_another_and_reads_its_answer(laptops: Team) -> None:
+    """bob, at his terminal, types a question to alice's Claude Code session; the model gets it at
+    the next tool result and answers him with send_message; bob reads the answer with `hive inbox`
+    and his question shows as read. Every word travels through the anchor."""
+    bob = laptops.bob
+    asked: dict[str, str] = {}
+    question = "which port does the api listen on?"
+
+    def bob_types(request: Request) -> None:
+        me = wait_for(lambda: laptops.machine.session_of("claude-code"), what="the Claude Code session")
+        wait_for(
+            lambda: any(s["address"] == me["address"] for s in laptops.bob_ok("who")["sessions"]), what="it at bob's"
+        )
+        [result] = bob.cli_json("send", me["address"], question)["results"]
+        asked.update(id=result["id"], address=me["address"])
+
+    with ModelServer(Script()) as model:
+        on_failure("the scripted model's requests", model.transcript)
+        model.script = Script(
+            {
+                "E2E-PERSON": [
+                    call("list_team", before=bob_types),
+                    call("send_message", {"to": "bob/terminal", "message": REPLY}),
+                    say("done"),
+                ]
+            }
+        )
+        run = runner().start(laptops.machine, model, "E2E-PERSON: help your teammates", False)
+        output = run.finish()
+        assert not model.errors and run.process.returncode == 0, f"{model.errors}\n{output}\n{model.transcript()}"
+        # The question reached the model framed as bob's, right after list_team's result.
+        shown = after_last_call(model.main()[1])
+        frame = '<hive-message from="bob/terminal"'
+        assert frame in shown and question in shown[shown.index(frame) :], f"the model saw:\n{shown[:3000]}"
+
+    # bob reads the answer at his terminal, and sees his question read.
+    inbox = bob.cli_json("inbox")["messages"]
+    assert [(m["from"], m["body"]) for m in inbox] == [(asked["address"], REPLY)], inbox
+    wait_for(lambda: bob.cli_json("sent", asked["id"])["messages"][0]["state"] == "read", what="bob's question read")
