@@ -6,7 +6,8 @@ model (which listens inside her laptop's namespace). The whole round trip of
 :func:`~tests.e2e.scenarios.round_trip` runs unchanged: the model lists the team and messages bob's
 session; bob's session writes to the Claude Code session while it works; the message reaches the
 model framed and defanged at the next tool result; bob gets his read receipts; the session ends at
-bob's once the harness exits. And a person's journey: bob types a question at his terminal, the
+bob's once the harness exits. A message for a laptop that is off is held by the anchor, and the
+model is told so. And a person's journey: bob types a question at his terminal, the
 model answers him with send_message, and he reads the answer with ``hive inbox``. Every frame
 between the laptops is sealed and relayed by the anchor.
 """
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import on_failure, sidecar_logs
+from tests.conftest import on_failure, process_gone, sidecar_logs
 from tests.reach.conftest import internet  # noqa: F401 (the fixture)
 from tests.reach.natsim import LAPTOP, Internet
 
@@ -132,3 +133,35 @@ def test_a_person_behind_one_nat_asks_a_claude_code_session_behind_another_and_r
     inbox = bob.cli_json("inbox")["messages"]
     assert [(m["from"], m["body"]) for m in inbox] == [(asked["address"], REPLY)], inbox
     wait_for(lambda: bob.cli_json("sent", asked["id"])["messages"][0]["state"] == "read", what="bob's question read")
+
+
+def test_claude_codes_message_for_a_laptop_that_is_off_is_held_by_the_anchor_and_the_model_is_told_so(
+    laptops: Team,
+) -> None:
+    """bob's laptop is off. The model's send_message to bob is answered `anchored`, and the tool
+    result says where the message waits; alice's laptop goes off too, bob's comes back and his
+    `hive inbox` shows it, and alice's sidecar hears it was read once her laptop is back."""
+    machine, bob = laptops.machine, laptops.bob
+    bob.cli("stop", check=True)
+    wait_for(lambda: len(machine.ok("mesh")["links"]) == 1, what="alice's laptop linked to the anchor only")
+    with ModelServer(Script()) as model:
+        on_failure("the scripted model's requests", model.transcript)
+        model.script = Script(
+            {"E2E-OFFLINE": [call("send_message", {"to": "bob/terminal", "message": "deploy moved to 5"}), say("ok")]}
+        )
+        run = runner().start(machine, model, "E2E-OFFLINE: tell bob the deploy moved", False)
+        output = run.finish()
+        assert not model.errors and run.process.returncode == 0, f"{model.errors}\n{output}\n{model.transcript()}"
+        told = after_last_call(model.main()[1])
+        assert "held by the team's anchor vps until bob's machine" in told, f"the tool result:\n{told[:2000]}"
+    [address] = {s["address"] for s in machine.ok("who", all=True)["sessions"] if s["agent"] == "claude-code"}
+    [sent] = machine.ok("sent", session=address)["messages"]
+    assert (sent["state"], sent["in_outbox"]) == ("anchored", False), sent
+    pid = int((machine.state / "sidecar.lock").read_text().strip())
+    machine.hive("stop", timeout=60)  # alice's laptop goes off
+    wait_for(lambda: process_gone(pid), what="alice's sidecar gone")
+    bob.start()
+    wait_for(lambda: [m["body"] for m in bob.cli_json("inbox")["messages"]] == ["deploy moved to 5"], what="at bob's")
+    assert process_gone(pid)  # the anchor handed it over while alice's laptop was off
+    machine.hive("status", timeout=60)  # alice's laptop is back (the command starts its sidecar)
+    wait_for(lambda: machine.ok("sent", ids=[sent["id"]])["messages"][0]["state"] == "read", what="the read receipt")
