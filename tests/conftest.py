@@ -11,9 +11,11 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 import uuid
+import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +35,35 @@ def tracked_files() -> list[str]:
         ["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True, check=True, timeout=60
     ).stdout.decode()
     return [name for name in listed.split("\0") if name and (REPO / name).is_file()]
+
+
+def link_dependencies(venv: Path, wheel: Path, *, keep_out: tuple[str, ...] = ()) -> None:
+    """Let a fresh ``venv`` import this venv's dependencies (no network, no second install): each
+    top-level entry of this venv's site-packages is linked into the new one, except what ``wheel``
+    installs there itself, an editable install's finder, and names starting with ``keep_out``.
+
+    What to leave out comes from the wheel, not from hive's installed metadata: under pytest the
+    checkout is on sys.path, and the egg-info a build leaves in it lists source folders, not
+    ``hive``. A link to this venv's ``hive`` then let the wheel's install write through it into
+    the package every other test was running (a sidecar starting meanwhile found modules missing).
+    """
+    ours = Path(sysconfig.get_paths()["purelib"])
+    theirs = Path(
+        subprocess.run(
+            [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout.strip()
+    )
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = {name.split("/", 1)[0] for name in archive.namelist()}
+    for entry in ours.iterdir():
+        if entry.name in shipped or entry.name == "__pycache__" or entry.name.startswith(("__editable__", *keep_out)):
+            continue
+        (theirs / entry.name).symlink_to(entry)
+    assert not (theirs / "hive").is_symlink()
 
 
 def copy_tracked(dest: Path) -> list[str]:

@@ -9,13 +9,11 @@ in a fresh HOME.
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import sysconfig
 import tarfile
 import tempfile
 import time
@@ -29,7 +27,7 @@ import pytest
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from tests.conftest import copy_tracked, tracked_files
+from tests.conftest import copy_tracked, link_dependencies, tracked_files
 
 # Each source folder and where it lands in the installed package.
 PACKAGE_FOLDERS = {
@@ -116,33 +114,12 @@ class Installed:
         )
 
 
-def share_dependencies(venv: Path) -> None:
-    """Let the fresh venv import this venv's dependencies (no network, no second install) but
-    nothing of the hive installed here, editable or not: each top-level entry of this venv's
-    site-packages except those of the hive-agents distribution is linked into the new one."""
-    ours = Path(sysconfig.get_paths()["purelib"])
-    theirs = Path(
-        subprocess.run(
-            [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=60,
-        ).stdout.strip()
-    )
-    distribution = importlib.metadata.distribution("hive-agents")
-    hive_entries = {Path(str(f)).parts[0] for f in distribution.files or []} | {"__pycache__"}
-    for entry in ours.iterdir():
-        if entry.name not in hive_entries and not entry.name.startswith(("hive_agents", "__editable__")):
-            (theirs / entry.name).symlink_to(entry)
-
-
 @pytest.fixture(scope="module")
 def installed(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
     root = tmp_path_factory.mktemp("installed")
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    share_dependencies(venv)
+    link_dependencies(venv, built.wheel)
     result = subprocess.run(
         [str(venv / "bin" / "python"), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(built.wheel)],
         capture_output=True,

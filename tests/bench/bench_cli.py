@@ -60,7 +60,6 @@ sets HIVE_HOME and does not measure that.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
 import math
 import os
@@ -68,16 +67,18 @@ import shutil
 import socket
 import subprocess
 import sys
-import sysconfig
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hive.sidecar.base.paths import StatePaths
-
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from hive.sidecar.base.paths import StatePaths  # noqa: E402
+from tests.conftest import link_dependencies  # noqa: E402
+
 WARMUP = 1
 ME = "alice/terminal"  # the mailbox of the person at this machine's terminal: it needs no session
 CONFIG = (
@@ -177,7 +178,8 @@ def install(root: Path) -> tuple[Path, str | None]:
     hive's wheel is built from a copy of the git-tracked files (tests/test_package.py builds it the
     same way) and installed without ``-e``, so no editable finder runs at each start (it cost every
     command about 20 ms). hive's dependencies are this venv's, linked in (no network, no second
-    install), as test_package.py's ``share_dependencies`` does; agent-peer has none and comes from PyPI.
+    install: ``tests.conftest.link_dependencies``, as test_package.py does); agent-peer has none and
+    comes from PyPI.
     """
     clone = root / "clone"
     # the checkout as it is, as the editable install runs it: tracked files and new ones not ignored
@@ -197,19 +199,7 @@ def install(root: Path) -> tuple[Path, str | None]:
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = str(venv / "bin" / "python")
-    theirs = Path(
-        subprocess.run(
-            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    )
-    distribution = importlib.metadata.distribution("hive-agents")
-    hive_entries = {Path(str(f)).parts[0] for f in distribution.files or []} | {"__pycache__"}
-    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
-        if entry.name not in hive_entries and not entry.name.startswith(("hive_agents", "__editable__", "agent_peer")):
-            (theirs / entry.name).symlink_to(entry)
+    link_dependencies(venv, wheel, keep_out=("agent_peer",))
     pip = [python, "-m", "pip", "install", "--no-deps", "-q", "--disable-pip-version-check"]
     subprocess.run([*pip, "--no-index", str(wheel)], capture_output=True, check=True)
     got = subprocess.run([*pip, AGENT_PEER], capture_output=True, text=True)
