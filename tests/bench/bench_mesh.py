@@ -144,6 +144,24 @@ async def register(machine: Machine, name: str) -> None:
     )
 
 
+async def pump(clients: list[Client], target: str, count: int) -> tuple[float, dict[str, int]]:
+    """``count`` sends to ``target``, one client per message in flight; (seconds, states answered)."""
+    remaining = iter(range(count))
+    states: dict[str, int] = {}
+
+    async def one(client: Client) -> None:
+        for _ in remaining:
+            result = await client.call("send", to=target, body=BODY, fyi=True)
+            state = result["results"][0]["state"]
+            states[state] = states.get(state, 0) + 1
+
+    started = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for client in clients:
+            tg.start_soon(one, client)
+    return time.perf_counter() - started, states
+
+
 async def latency(
     sender: Client, reader: Client, target: str, session: str, rounds: int, body: str = BODY, **extra: Any
 ) -> tuple[list[float], list[float]]:
@@ -225,20 +243,7 @@ async def bench_pair(a: Machine, b: Machine, plan: Plan, results: dict[str, floa
         senders = [
             await stack.enter_async_context(Client.open(a.paths, autostart=False)) for _ in range(plan.in_flight)
         ]
-        remaining = iter(range(count))
-        states: dict[str, int] = {}
-
-        async def pump(client: Client) -> None:
-            for _ in remaining:
-                result = await client.call("send", to=target, body=BODY, fyi=True)
-                state = result["results"][0]["state"]
-                states[state] = states.get(state, 0) + 1
-
-        t0 = time.perf_counter()
-        async with anyio.create_task_group() as tg:
-            for client in senders:
-                tg.start_soon(pump, client)
-        elapsed = time.perf_counter() - t0
+        elapsed, states = await pump(senders, target, count)
     results["throughput"] = count / elapsed
     print(
         f"{count} messages, {plan.in_flight} in flight: {results['throughput']:.0f} msg/s acknowledged "

@@ -68,7 +68,7 @@ import anyio
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from bench_mesh import BODY, cpu_seconds, latency, ms, percentile, section, status_kb, wait_until  # noqa: E402
+from bench_mesh import cpu_seconds, latency, ms, percentile, pump, section, status_kb, wait_until  # noqa: E402
 
 from hive.sidecar.client import Client  # noqa: E402
 from tests.conftest import process_gone  # noqa: E402
@@ -215,24 +215,6 @@ async def bench_latency(
         f"p99 {ratio(results['relayed_p99'], results['direct_p99'])}; send call p50 "
         f"{ratio(percentile(sends['relayed'], 50), percentile(sends['direct'], 50))} (goal: relayed under x2)"
     )
-
-
-async def pump(clients: list[Client], target: str, count: int) -> tuple[float, dict[str, int]]:
-    """``count`` sends to ``target``, one client per message in flight; (seconds, states answered)."""
-    remaining = iter(range(count))
-    states: dict[str, int] = {}
-
-    async def one(client: Client) -> None:
-        for _ in remaining:
-            result = await client.call("send", to=target, body=BODY, fyi=True)
-            state = result["results"][0]["state"]
-            states[state] = states.get(state, 0) + 1
-
-    started = time.perf_counter()
-    async with anyio.create_task_group() as tg:
-        for client in clients:
-            tg.start_soon(one, client)
-    return time.perf_counter() - started, states
 
 
 async def bench_custody(
