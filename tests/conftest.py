@@ -6,6 +6,7 @@ import contextlib
 import ipaddress
 import json
 import os
+import pty
 import shutil
 import signal
 import socket
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 import uuid
 import zipfile
@@ -107,6 +109,45 @@ def pytest_configure(config: pytest.Config) -> None:
     global _HOST_NETNS
     os.environ[RUN_MARK] = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
     _HOST_NETNS = os.readlink("/proc/self/ns/net")
+    at_a_terminal()
+
+
+PROMPTS = (b"[y/N] ", b"to confirm: ")
+
+
+def at_a_terminal() -> None:
+    """Run the suite as the person at a terminal of their own, as people run hive.
+
+    hive lets only a command typed at a terminal of the person's own change the team without a
+    pop-up (``peer.person_at_terminal``); CI runs the suite with no terminal at all. So the run
+    gets one: a new session whose controlling terminal is a pseudo-terminal this process opens,
+    which every process a test starts inherits (xdist's workers too). A test that plays a script
+    with no terminal starts it in a session of its own (``start_new_session=True``).
+
+    Nobody types at it: a thread reads what is written there and declines every question hive asks
+    on it (a person who did not ask for the change), so a command that asks never waits.
+    """
+    if Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[4] != "0":
+        return  # a terminal already (a developer's, or the controller's that xdist workers inherit)
+    master, slave = pty.openpty()
+    with contextlib.suppress(PermissionError):  # already leads its process group: see the check below
+        os.setsid()
+    os.close(os.open(os.ttyname(slave), os.O_RDWR))  # a session leader's first terminal becomes its own
+    if Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[4] == "0":
+        raise pytest.UsageError("the suite runs at a terminal and could not get one: run it with `setsid`")
+
+    def decline() -> None:
+        said = b""
+        while True:
+            try:
+                said = (said + os.read(master, 4096))[-256:]
+            except OSError:
+                return
+            if said.endswith(PROMPTS):
+                os.write(master, b"n\n")
+                said = b""
+
+    threading.Thread(target=decline, name="the person's terminal", daemon=True).start()
 
 
 def _sidecars_of_this_run(nodeid: str, phase: str = "") -> dict[int, Path]:
@@ -284,6 +325,14 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
+ONE_REQUEST = """import socket, sys
+with socket.socket(socket.AF_UNIX) as sock:
+    sock.connect(sys.argv[1])
+    sock.sendall(sys.argv[2].encode() + b"\\n")
+    sys.stdout.write(sock.makefile("rb").readline().decode())
+"""
+
+
 @dataclass
 class Hive:
     """One machine's hive: a state folder, and helpers to run the CLI and raw requests against it."""
@@ -299,8 +348,10 @@ class Hive:
         return {**os.environ, "HIVE_HOME": str(self.home)}
 
     def cli(
-        self, *args: str, input: str | None = None, check: bool = False, timeout: float = 60
+        self, *args: str, input: str | None = None, check: bool = False, timeout: float = 60, script: bool = False
     ) -> subprocess.CompletedProcess[str]:
+        """``hive ARGS`` typed at the person's terminal (the suite's: see :func:`at_a_terminal`), or
+        with ``script`` run by a script of theirs with no terminal (a session of its own)."""
         result = subprocess.run(
             [sys.executable, "-m", "hive.sidecar.cli", *args],
             env=self.env,
@@ -308,6 +359,7 @@ class Hive:
             capture_output=True,
             text=True,
             timeout=timeout,
+            start_new_session=script,
         )
         if check and result.returncode != 0:
             raise AssertionError(f"hive {' '.join(args)} exited {result.returncode}: {result.stderr}")
@@ -328,6 +380,19 @@ class Hive:
         with self.connect(timeout) as conn:
             conn.send_line(payload)
             return conn.read()
+
+    def request_from_script(self, payload: dict[str, Any], timeout: float = 30) -> dict[str, Any]:
+        """One raw request from a process with no terminal (a script, an agent's MCP server): it runs
+        in a session of its own, out of the suite's terminal (see :func:`at_a_terminal`)."""
+        done = subprocess.run(
+            [sys.executable, "-I", "-c", ONE_REQUEST, str(self.paths.socket), json.dumps({"id": 1, **payload})],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            start_new_session=True,
+            check=True,
+        )
+        return json.loads(done.stdout)
 
     @contextlib.contextmanager
     def connect(self, timeout: float = 10) -> Iterator[RawConnection]:

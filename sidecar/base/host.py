@@ -11,7 +11,7 @@ import functools
 import logging
 import time
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import anyio
@@ -19,7 +19,7 @@ from anyio.abc import SocketAttribute, SocketStream
 
 from hive.integrations import registry
 
-from .peer import agent_reason, peer_pid, person_at_terminal
+from .peer import Stat, agent_reason, peer_pid, person_at_terminal
 from .wire import encode_line
 
 if TYPE_CHECKING:
@@ -41,9 +41,10 @@ T = TypeVar("T")
 class Connection:
     """One client on the socket."""
 
-    def __init__(self, conn_id: int, stream: SocketStream) -> None:
+    def __init__(self, conn_id: int, stream: SocketStream, harnesses_seen: Iterable[Stat] = ()) -> None:
         self.id = conn_id
         self.stream = stream
+        self._seen = harnesses_seen  # the harnesses this sidecar recorded, some gone since (peer.agent_reason)
         self._write_lock = anyio.Lock()
         self.pid = peer_pid(stream.extra(SocketAttribute.raw_socket, None))
         self.push_sessions: set[str] = set()
@@ -70,14 +71,15 @@ class Connection:
 
     @functools.cached_property
     def at_terminal(self) -> bool:
-        """A person's own terminal: a process's terminal and ancestry do not change."""
-        return person_at_terminal(self.pid, registry.binaries(), registry.agent_environment())
+        """The person at a terminal of their own: the only caller whose person-only changes need
+        no pop-up. A process's terminal and ancestry do not change."""
+        return person_at_terminal(self.pid, registry.binaries(), registry.agent_environment(), self._seen)
 
     @functools.cached_property
     def by_agent(self) -> bool:
         """A client an agent harness started: its MCP server, or a command in the agent's shell,
         also one cut loose from it (``setsid -f``, a double fork): see peer.agent_reason."""
-        return bool(agent_reason(self.pid, registry.binaries(), registry.agent_environment()))
+        return bool(agent_reason(self.pid, registry.binaries(), registry.agent_environment(), self._seen))
 
     async def send(self, payload: dict[str, Any]) -> None:
         """Write one line. Raises BrokenResourceError when the connection is (or gets) closed,

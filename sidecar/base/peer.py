@@ -21,16 +21,23 @@ when any of these holds:
   merely shares a group with a harness (a test runner or a script may run a harness beside the
   person's own commands).
 
-A person's terminal (:func:`person_at_terminal`) is a controlling terminal in a process that is
-not an agent's. This decides who may address groups, change the team, review
-lessons and be shown as a person. It is a local heuristic, not proof: where a desktop exists, its
-dialog asks instead.
+Harnesses that have run here count after they exit: the sidecar records the group, session and
+terminal of every harness a session registered (``seen``), so a tool call's ``(hive … &)`` that
+outlived its harness is still an agent's.
+
+A person's terminal (:func:`person_at_terminal`) is a controlling terminal owned by this user (a
+terminal of the person's own login, not one another user opened) in a process that is not an
+agent's. Only a command there may change the team, address groups or review lessons without a
+pop-up: a process with no such terminal (a script, a cron job, anything an agent cut loose) is
+asked like an agent. It is a local heuristic, not proof: where a desktop exists, its dialog asks.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 import socket
+import stat as stat_mode
 import struct
 import sys
 from collections.abc import Iterable
@@ -100,10 +107,26 @@ def proc_stat(pid: int) -> Stat | None:
         return None
 
 
+def terminal_owner(device: int) -> int | None:
+    """The uid that owns the terminal whose device number is ``device`` (None: no such terminal).
+
+    A pseudo-terminal is looked up by its number first (``/dev/pts/N``: major 136, minor N, the
+    common case); any other by a scan of the terminals in ``/dev``."""
+    named = [f"/dev/pts/{os.minor(device)}"] if os.major(device) == 136 else []
+    for path in (*named, *glob.glob("/dev/pts/*"), *glob.glob("/dev/tty*"), *glob.glob("/dev/console")):
+        try:
+            found = os.stat(path)
+        except OSError:
+            continue
+        if stat_mode.S_ISCHR(found.st_mode) and found.st_rdev == device:
+            return found.st_uid
+    return None
+
+
 def has_terminal(pid: int | None) -> bool:
-    """Whether ``pid`` has a controlling terminal."""
+    """Whether ``pid`` has a controlling terminal of this user's own (owned by this uid)."""
     found = proc_stat(pid) if pid else None
-    return found is not None and found.tty != 0
+    return found is not None and found.tty != 0 and terminal_owner(found.tty) == os.getuid()
 
 
 def ancestor_pids(pid: int | None = None) -> list[int]:
@@ -197,11 +220,14 @@ def running_harnesses(binaries: Iterable[str], uid: int | None = None) -> list[t
     return found
 
 
-def agent_reason(pid: int | None, binaries: Iterable[str], environment: Iterable[str] = ()) -> str:
+def agent_reason(
+    pid: int | None, binaries: Iterable[str], environment: Iterable[str] = (), seen: Iterable[Stat] = ()
+) -> str:
     """Why ``pid`` is an agent's process ("" when nothing says so). See the module's rules.
 
     ``binaries``: the programs harnesses run as; ``environment``: the variables they set in
-    every process they start (registry.agent_environment)."""
+    every process they start (registry.agent_environment); ``seen``: harnesses recorded while
+    they ran, which may have exited since."""
     if not pid or not psutil.pid_exists(pid):
         return ""
     wanted = set(binaries)
@@ -219,15 +245,17 @@ def agent_reason(pid: int | None, binaries: Iterable[str], environment: Iterable
     own = proc_stat(pid)
     if own is None or not orphaned_in_session(pid):
         return ""
-    for harness, stat in running_harnesses(wanted):
+    for stat in (*(found for _, found in running_harnesses(wanted)), *seen):
         # The group or session a harness leads (as a shell's job, or started in a session of its
         # own) is its tool calls'; a harness that merely runs in the same group as this process
         # (a test runner's, a script's) says nothing about who started this one.
-        if harness in (own.pgid, own.sid) or (own.tty and own.tty == stat.tty):
-            return f"it is in the process group, session or terminal of the agent harness pid {harness}"
+        if stat.pid in (own.pgid, own.sid) or (own.tty and own.tty == stat.tty):
+            return f"it is in the process group, session or terminal of the agent harness pid {stat.pid}"
     return ""
 
 
-def person_at_terminal(pid: int | None, binaries: Iterable[str], environment: Iterable[str] = ()) -> bool:
-    """A process with a controlling terminal that is not an agent's."""
-    return has_terminal(pid) and not agent_reason(pid, binaries, environment)
+def person_at_terminal(
+    pid: int | None, binaries: Iterable[str], environment: Iterable[str] = (), seen: Iterable[Stat] = ()
+) -> bool:
+    """A process with a controlling terminal of this user's own that is not an agent's."""
+    return has_terminal(pid) and not agent_reason(pid, binaries, environment, seen)

@@ -210,7 +210,7 @@ class Sidecar:
             conn.drop(f"over {connection_cap()} connections: the oldest idle one goes")
 
     async def _serve_connection(self, stream: SocketStream) -> None:
-        conn = Connection(next(self._ids), stream)
+        conn = Connection(next(self._ids), stream, self.sessions.harnesses_seen.values())
         self.connections[conn.id] = conn
         reader = BufferedByteReceiveStream(stream)
         room = anyio.Event()  # set when a request finishes, for a reader waiting at MAX_INFLIGHT

@@ -5,8 +5,8 @@ preferences, a lesson review or a project membership: the person confirms it, ne
 never a bus a client names). Without a desktop, a person at this client's own terminal may
 confirm there (``confirm_on_terminal``: the client repeats the request with
 ``confirmed_on_terminal`` set to the question it asked); with neither, the op is refused. With
-``agents_only`` the person's own command (a terminal of theirs, not an agent's: see
-``peer.agent_reason``) needs no second question.
+``agents_only`` the person's own command at a terminal of theirs (``peer.person_at_terminal``)
+needs no second question; anything else, an agent's tool call or a script with no terminal, is asked.
 
 Ops that call it are marked with :func:`asks_person`, so one test can list every op the sidecar
 serves and say which ones the person must confirm: a new op has to be classified.
@@ -58,9 +58,9 @@ async def confirm_by_person(
     ``outcome`` opens every refusal ("not sent", "not changed"); ``hint`` ends it (what the person
     can do instead); ``quote``: what the confirmation is about, shown quoted; ``prompt``: the
     pop-up to show instead of one made of ``title`` and ``question``. ``agents_only``: the
-    person's own command goes ahead unasked ("person").
+    person's own command, typed at a terminal of theirs, goes ahead unasked ("person").
     """
-    if agents_only and not conn.by_agent:
+    if agents_only and conn.at_terminal:
         return "person"
     if conn.at_terminal and request.get("confirmed_on_terminal") == question:
         return "terminal"  # the person typed it at this command's own terminal

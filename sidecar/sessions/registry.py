@@ -25,14 +25,18 @@ from typing import Any, Protocol
 
 import anyio
 
+from hive.integrations import registry
+
 from ..base import procs
 from ..base.config import Settings, slug
 from ..base.errors import BadRequest, Conflict, NotFound
 from ..base.host import Host
+from ..base.peer import Stat, proc_stat, program_names
 from ..base.store import Store
 
 TIERS = ("push", "turn", "pull")
 RESERVED_NAMES = frozenset({"terminal"})
+HARNESSES_KEPT = 256  # the latest harness processes whose group, session and terminal are remembered
 
 
 @dataclass(frozen=True)
@@ -129,6 +133,9 @@ class Sessions:
         self.unmanaged: set[str] = set()
         # Set when a session's recorded process may have changed (see watch_processes).
         self.changed = anyio.Event()
+        # The group, session and terminal of harness processes sessions registered, kept after they
+        # exit: a tool call that outlives its harness is still an agent's (peer.agent_reason).
+        self.harnesses_seen: dict[int, Stat] = {}
 
     async def load(self) -> None:
         for row in await self.store.fetchall("SELECT * FROM sessions"):
@@ -254,7 +261,17 @@ class Sessions:
         self.by_key[key] = session
         if process_changed:
             self.changed.set()  # watch_processes looks at by_key: only now is the session in it
+            self._remember_harness(pid)
         return session, existing is None
+
+    def _remember_harness(self, pid: int | None) -> None:
+        found = proc_stat(pid) if pid and program_names(pid) & registry.binaries() else None
+        if found is None:
+            return
+        self.harnesses_seen.pop(found.pid, None)  # re-inserted: the newest is kept longest
+        self.harnesses_seen[found.pid] = found
+        while len(self.harnesses_seen) > HARNESSES_KEPT:
+            del self.harnesses_seen[next(iter(self.harnesses_seen))]
 
     def _upsert(self, session: Session) -> tuple[str, tuple[Any, ...]]:
         row = session.row()

@@ -134,11 +134,13 @@ async def op_team_show(sidecar: TeamHost, conn: Connection, request: dict[str, A
 
 
 async def agent_confirms(conn: Connection, request: dict[str, Any], question: str, hint: str) -> None:
-    """A team change an agent asks for goes ahead only once its person confirms it in a pop-up.
+    """A team change an agent (or a script with no terminal) asks for goes ahead only once the
+    person confirms it in a pop-up.
 
     A teammate's message or a web page the agent read can ask it to remove someone, leave, join
-    another team or replace the link; the person's own command (a terminal of theirs) needs no
-    second question. Raises ``needs_person`` when the person declines or cannot be asked. This is
+    another team or replace the link, and an agent can hand the command to a process with no trace
+    of itself; the person's own command, typed at a terminal of theirs, needs no second question.
+    Raises ``needs_person`` when the person declines or cannot be asked. This is
     ``person.confirm_by_person``, the one check, with ``agents_only``.
     """
     await confirm_by_person(
@@ -163,7 +165,7 @@ async def op_team_remove(sidecar: TeamHost, conn: Connection, request: dict[str,
     """
     team = team_of(sidecar)
     target = _text(request, "target") or ""
-    if target and conn.by_agent:
+    if target and not conn.at_terminal:
         labels = ", ".join(sorted(m.label for m in team.targets(target)))
         await agent_confirms(
             conn,

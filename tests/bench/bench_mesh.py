@@ -207,13 +207,13 @@ async def bench_pair(a: Machine, b: Machine, plan: Plan, results: dict[str, floa
     async with Client.open(a.paths, autostart=False) as local_reader, Client.open(b.paths, autostart=False) as reader:
         local = await latency(a.client, local_reader, f"{a.person}/local", f"{a.person}-local", plan.latency_rounds)
         remote = await latency(a.client, reader, target, f"{b.person}-api", plan.latency_rounds)
-        # Files leave as a person's script sends them (this process, no terminal): confined to
-        # the folder the sending process runs in, as the kernel says.
+        # Files leave as the person sends them: at a terminal any text file of theirs, from a script
+        # with no terminal only one in the folder the sending process runs in, as the kernel says.
         before = os.getcwd()
         os.chdir(project)
         try:
             files = await latency(
-                a.client, reader, target, f"{b.person}-api", max(plan.latency_rounds // 5, 10), files=[attachment.name]
+                a.client, reader, target, f"{b.person}-api", max(plan.latency_rounds // 5, 10), files=[str(attachment)]
             )
         finally:
             os.chdir(before)

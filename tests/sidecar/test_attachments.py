@@ -270,7 +270,8 @@ def test_the_folder_an_agent_attaches_from_is_the_one_its_harness_reported_not_o
     )
     assert code_of(send_files(hive, "alice/web-codex", "look", ["passwd"], **{"from": "a1"})) == "attachment_missing"
     # A client with no session and no terminal names its folder in vain: the one it runs in counts.
-    assert code_of(send_files(hive, "alice/web-codex", "look", ["/etc/passwd"], cwd="/etc")) == "attachment_outside"
+    declared = {"op": "send", "to": "alice/web-codex", "body": "look", "files": ["/etc/passwd"], "cwd": "/etc"}
+    assert code_of(hive.request_from_script(declared)) == "attachment_outside"
     assert inbox(hive, "web-codex") == []
     assert send_files(hive, "alice/web-codex", "fine", ["notes.md"], **{"from": "a1"})["ok"]
 
@@ -328,6 +329,7 @@ def test_a_person_at_the_terminal_may_attach_any_text_file_their_script_only_its
             capture_output=True,
             text=True,
             timeout=60,
+            start_new_session=True,
         )
         assert script.stderr.rstrip().endswith("[attachment_outside]"), script.stderr
         script = subprocess.run(
@@ -337,6 +339,7 @@ def test_a_person_at_the_terminal_may_attach_any_text_file_their_script_only_its
             capture_output=True,
             text=True,
             timeout=60,
+            start_new_session=True,
         )
         assert script.stderr.rstrip().endswith("[attachment_hidden]"), script.stderr
         # The same command in an agent's shell tool, under no session's harness, has no folder to attach

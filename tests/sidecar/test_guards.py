@@ -110,9 +110,9 @@ def test_a_persons_script_is_rate_limited_like_an_agent(make_hive: Any) -> None:
     hive = make_hive("[mesh]\nrate_limit = 2\nrate_window = 60\n")
     hive.start()
     register(hive, "a1", "/src/api")
-    assert hive.cli("send", "api-codex", "build 1 green").returncode == 0
-    assert hive.cli("send", "api-codex", "build 2 green").returncode == 0
-    done = hive.cli("send", "api-codex", "build 3 green")
+    assert hive.cli("send", "api-codex", "build 1 green", script=True).returncode == 0
+    assert hive.cli("send", "api-codex", "build 2 green", script=True).returncode == 0
+    done = hive.cli("send", "api-codex", "build 3 green", script=True)
     assert done.returncode != 0 and "may send again" in done.stderr
 
 

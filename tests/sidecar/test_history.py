@@ -108,7 +108,7 @@ def test_alices_sent_and_received_mail_is_searchable_from_her_machine_and_stemme
     }
     assert all(h["archived_by"] == ["alice"] for h in hits)
     [hit] = search(alice, "watching logs")
-    assert (hit["from"], hit["to"], hit["kind"]) == ("bob/terminal", "alice/terminal", "script")  # no terminal here
+    assert (hit["from"], hit["to"], hit["kind"]) == ("bob/terminal", "alice/terminal", "person")  # at the terminal
     # The command: piped, it prints what an agent reads.
     shown = alice.cli("history", "search", "migrating", "--limit", "1", check=True).stdout
     assert shown.count("<hive-history ") == 1 and 'archived-by="alice"' in shown

@@ -62,7 +62,7 @@ def test_a_project_lesson_reaches_project_members_and_never_a_non_member(make_hi
     assert holds(carol, early) is None  # proposed, not confirmed: no project lessons yet
 
     # the owner confirms in person; an agent's tool call (no terminal, no desktop) cannot
-    refused = alice.request({"id": 1, "op": "project_confirm", "project": PROJECT, "person": "carol"}, timeout=30)
+    refused = alice.request_from_script({"op": "project_confirm", "project": PROJECT, "person": "carol"})
     assert not refused["ok"] and refused["error"]["code"] == "refused"
     code, output = run_in_terminal_answering(alice.env, "y", "project", "confirm", "carol", "--repo", REPO)
     assert code == 0 and "members:  alice, carol" in output, output

@@ -4,10 +4,11 @@ an agent founds, invites, shows, removes and leaves for its person, and sends fi
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import pytest
@@ -15,11 +16,13 @@ from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp_types import Implementation
 
+from .desktop import Desktop, start_sidecar
 from .test_mcp_server import HIVE_MCP, _stderr_file, call, data, error_code, hive_mcp, text
 from .test_mesh import _TEAM, MESH, inbox, linked, ok, register, who
 from .test_observe import step
 
 pytestmark = pytest.mark.anyio
+T = TypeVar("T")
 
 
 @pytest.fixture(autouse=True)
@@ -60,19 +63,34 @@ async def mcp_in(hive: Any, project: Path) -> AsyncIterator[Client]:
             yield session
 
 
-async def test_an_agent_founds_invites_shows_removes_and_leaves_for_its_person(make_hive: Any) -> None:
+async def approved(desktop: Desktop, request: Awaitable[T]) -> T:
+    """``request``'s answer, once the person approved the team change it pops up on their desktop."""
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(functools.partial(anyio.to_thread.run_sync, desktop.click, "approve", "confirm a team change"))
+        return await request
+
+
+async def test_an_agent_founds_invites_shows_removes_and_leaves_for_its_person(
+    make_hive: Any, desktop: Desktop
+) -> None:
+    """Each change waits for the person's Approve in a pop-up on their desktop (the one alice's
+    sidecar was started in); reading the team does not."""
     alice, bob, carol = (make_hive(MESH, person=p) for p in ("alice", "bob", "carol"))
-    for machine in (alice, bob, carol):
+    start_sidecar(alice, desktop.env)
+    for machine in (bob, carol):
         machine.start()
-        _TEAM.append(machine)
+    _TEAM.extend((alice, bob, carol))
     async with hive_mcp(alice) as session:
         assert "in no team" in text(await call(session, "team", as_="a1"))
-        founded = data(await call(session, "team", as_="a1", action="init", name="acme", person="alice"))
+        founded = data(
+            await approved(desktop, call(session, "team", as_="a1", action="init", name="acme", person="alice"))
+        )
         assert founded["team"]["name"] == "acme"
-        assert error_code(await call(session, "team", as_="a1", action="init", name="other")) == "conflict"
-        once = data(await call(session, "team", as_="a1", action="invite", once=True))
+        refused = await approved(desktop, call(session, "team", as_="a1", action="init", name="other"))
+        assert error_code(refused) == "conflict"
+        once = data(await approved(desktop, call(session, "team", as_="a1", action="invite", once=True)))
         assert once["kind"] == "once" and "hive join" in once["line"]
-        link = data(await call(session, "team", as_="a1", action="invite"))["link"]
+        link = data(await approved(desktop, call(session, "team", as_="a1", action="invite")))["link"]
         await anyio.to_thread.run_sync(lambda: bob.cli("join", link, "--as", "bob", check=True))
         await anyio.to_thread.run_sync(lambda: carol.cli("join", once["link"], "--as", "carol", check=True))
         await until(lambda: linked(alice) == 2, "alice linked to bob and carol")
@@ -80,7 +98,7 @@ async def test_an_agent_founds_invites_shows_removes_and_leaves_for_its_person(m
         assert "- bob: m2 (online" in shown and "- carol: m3 (online" in shown
         assert "this machine" in shown
 
-        removed = data(await call(session, "team", as_="a1", action="remove", name="bob"))
+        removed = data(await approved(desktop, call(session, "team", as_="a1", action="remove", name="bob")))
         assert removed["removed"] == ["bob@m2"] and removed["link_replaced"]
         await until(lambda: ok(bob, "team_show")["team"] is None, "bob to learn he was removed")
         assert "Departed: bob@m2" in text(await call(session, "team", as_="a1"))
@@ -90,10 +108,10 @@ async def test_an_agent_founds_invites_shows_removes_and_leaves_for_its_person(m
             "conflict",
         )
         assert error_code(await call(session, "team", as_="a1", action="remove")) == "bad_request"
-        new = data(await call(session, "team", as_="a1", action="new_link"))
+        new = data(await approved(desktop, call(session, "team", as_="a1", action="new_link")))
         assert new["link"] != link
 
-        left = data(await call(session, "team", as_="a1", action="leave"))
+        left = data(await approved(desktop, call(session, "team", as_="a1", action="leave")))
         assert left == {"left": "acme"}
         await until(
             lambda: {d["person"] for d in ok(carol, "team_show")["departed"]} >= {"alice"}, "carol to hear alice left"

@@ -23,7 +23,8 @@ def _keys_in_files(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def raw(hive: Hive, payload: dict[str, Any]) -> dict[str, Any]:
-    return hive.request(payload, timeout=30)
+    """A request as the agent's own connection makes it: from a process with no terminal."""
+    return hive.request_from_script(payload)
 
 
 async def test_an_agents_proposal_stays_unseen_until_its_person_approves_and_no_tool_can_approve_it(

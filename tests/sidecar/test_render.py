@@ -60,8 +60,8 @@ def test_each_kind_of_sender_is_named_truly_and_an_answer_to_its_footer_reaches_
     send(hive, reader, "from an agent", **{"from": "s"})
     code, output = run_in_terminal(hive, "send", reader, "typed by alice")
     assert code == 0, output
-    assert hive.cli("send", reader, "from a script").returncode == 0
-    assert hive.cli("send", "--from", "ci", reader, "build 12 is green").returncode == 0
+    assert hive.cli("send", reader, "from a script", script=True).returncode == 0
+    assert hive.cli("send", "--from", "ci", reader, "build 12 is green", script=True).returncode == 0
     shown = ok(hive, "inbox", session="r")
     text = frames_by_body(shown["text"])
     assert text["from an agent"].endswith(

@@ -135,8 +135,8 @@ def test_what_the_person_types_at_the_terminal_is_theirs_to_send_but_a_scripts_s
     code, output = run_in_terminal(alice, "send", "bob/api-codex", f"my key is {FAKE_AWS}")
     assert code == 0 and "held" not in output, output
     wait_for(lambda: any(FAKE_AWS in m["body"] for m in inbox(bob, "api-codex")), what="the person's message")
-    scripted = send(alice, "bob/api-codex", f"nightly: key {FAKE_AWS}")  # from this test: no terminal
-    assert scripted["state"] == "held"
+    scripted = alice.request_from_script({"op": "send", "to": "bob/api-codex", "body": f"nightly: key {FAKE_AWS}"})
+    assert scripted["result"]["results"][0]["state"] == "held", scripted
 
 
 def test_a_session_that_just_read_a_credential_file_has_its_next_message_held(make_hive: Any) -> None:

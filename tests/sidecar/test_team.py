@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import shlex
 import sqlite3
 import subprocess
 import sys
+import termios
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -728,6 +730,123 @@ def test_a_team_change_from_a_tmux_window_an_agent_opened_still_waits_for_its_pe
             time.sleep(0.05)
     finally:
         subprocess.run(["tmux", "-S", str(server), "kill-server"], capture_output=True, timeout=30)
+    assert out.read_text().strip() == "1" and "[needs_person]" in Path(f"{out}.err").read_text()
+    assert labels(call(alice, "team_show")) == {"alice@m1", "bob@m2"}
+    assert secret(alice) == roster.decode_ticket(link).secret
+
+
+# ---- only the person at a terminal of their own changes the team unasked ---------------------
+
+
+def as_script(hive: Hive, env: dict[str, str], *args: str, **popen: Any) -> subprocess.Popen[str]:
+    """``hive ARGS`` from a process with no terminal and no agent in sight (a cron job, a script an
+    agent left behind): a session of its own, out of the suite's terminal."""
+    return subprocess.Popen(
+        [*HIVE, *args],
+        env={**env, "HIVE_HOME": str(hive.home)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **({"start_new_session": True} | popen),
+    )
+
+
+def test_a_team_change_from_a_process_with_no_terminal_waits_for_the_person(
+    make_hive: MakeHive, empty_runtime: Path, tmp_path: Path
+) -> None:
+    alice, _bob, _harness, link = a_team_without_desktops(make_hive, empty_runtime, tmp_path)
+    env = no_desktop_env(empty_runtime)
+    for args in (("remove", "bob"), ("link", "--new"), ("invite", "--once"), ("leave", "--force")):
+        code, stderr = finished(as_script(alice, env, *args))
+        assert code == 1 and "[needs_person]" in stderr, (args, stderr)
+    assert labels(call(alice, "team_show")) == {"alice@m1", "bob@m2"}
+    assert secret(alice) == roster.decode_ticket(link).secret
+    # The same command typed at the person's terminal (the suite's own: tests.conftest.at_a_terminal).
+    assert alice.cli("remove", "bob", check=True).returncode == 0
+    assert labels(call(alice, "team_show")) == {"alice@m1"}
+
+
+def test_a_team_change_from_a_process_with_no_terminal_goes_ahead_once_the_person_approves_the_pop_up(
+    make_hive: MakeHive, empty_runtime: Path, tmp_path: Path, desktop: Desktop
+) -> None:
+    alice, _bob, _harness, _link = a_team_without_desktops(make_hive, empty_runtime, tmp_path, env=desktop.env)
+    removing = as_script(alice, no_desktop_env(empty_runtime), "remove", "bob")
+    desktop.click("approve", which="confirm a team change")
+    code, stderr = finished(removing)
+    assert code == 0, stderr
+    assert labels(call(alice, "team_show")) == {"alice@m1"}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="handing a terminal to another user needs root")
+@pytest.mark.parametrize("owner", ["the person", "another user"])
+def test_only_a_terminal_the_person_owns_is_theirs(
+    make_hive: MakeHive, empty_runtime: Path, tmp_path: Path, owner: str
+) -> None:
+    """A terminal another login opened (``su`` to the person from someone else's) is not the person's."""
+    alice, _bob, _harness, _link = a_team_without_desktops(make_hive, empty_runtime, tmp_path)
+    master, slave = os.openpty()
+    if owner == "another user":
+        os.fchown(slave, 65534, -1)
+
+    def take_the_terminal() -> None:
+        os.setsid()
+        fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+
+    try:
+        removing = as_script(
+            alice,
+            no_desktop_env(empty_runtime),
+            "remove",
+            "bob",
+            start_new_session=False,
+            stdin=slave,
+            preexec_fn=take_the_terminal,
+        )
+        code, stderr = finished(removing)
+    finally:
+        os.close(slave)
+        os.close(master)
+    if owner == "the person":
+        assert code == 0, stderr
+        assert labels(call(alice, "team_show")) == {"alice@m1"}
+    else:
+        assert code == 1 and "[needs_person]" in stderr, stderr
+        assert labels(call(alice, "team_show")) == {"alice@m1", "bob@m2"}
+
+
+# The stand-in harness registers its session (as its hooks do), leaves a tool call running in its
+# process group, ``(hive … &)``, and exits; the tool call waits for it to be gone, then runs.
+OUTLIVES = """import json, os, socket, subprocess, sys
+with socket.socket(socket.AF_UNIX) as s:
+    s.connect(sys.argv[1])
+    f = s.makefile("rwb")
+    session = {"key": "outliving", "agent": "claude-code", "pid": os.getpid()}
+    f.write(json.dumps({"id": 1, "op": "register", "session": session}).encode() + b"\\n")
+    f.flush()
+    assert json.loads(f.readline())["ok"]
+subprocess.run(["sh", "-c", 'pid=$1 out=$2; shift 2; (while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done; '
+    '"$@" 2>"$out.err"; echo $? >"$out") &', "sh", str(os.getpid()), *sys.argv[2:]], check=True)
+"""
+
+
+def test_a_tool_call_that_outlives_its_harness_in_the_persons_terminal_is_still_the_agents(
+    make_hive: MakeHive, empty_runtime: Path, tmp_path: Path
+) -> None:
+    """The harness ran in the person's terminal as a job of their shell; once it exits, nothing
+    running says who started the tool call but the harness the sidecar recorded."""
+    alice, _bob, harness, link = a_team_without_desktops(make_hive, empty_runtime, tmp_path)
+    out = tmp_path / "out"
+    subprocess.run(
+        [str(harness), "-c", OUTLIVES, str(alice.paths.socket), str(out), *HIVE, "remove", "bob"],
+        env={**no_desktop_env(empty_runtime), "HIVE_HOME": str(alice.home)},
+        check=True,
+        timeout=60,
+        process_group=0,  # a job of the person's shell, in their terminal
+    )
+    deadline = time.monotonic() + 60
+    while not (out.exists() and out.read_text().strip()):
+        assert time.monotonic() < deadline, "the tool call never finished"
+        time.sleep(0.05)
     assert out.read_text().strip() == "1" and "[needs_person]" in Path(f"{out}.err").read_text()
     assert labels(call(alice, "team_show")) == {"alice@m1", "bob@m2"}
     assert secret(alice) == roster.decode_ticket(link).secret
