@@ -393,18 +393,23 @@ def test_an_agent_cannot_remove_leave_replace_the_link_or_join_without_its_perso
     assert labels(call(alice, "team_show")) == {"alice@m1"}
 
 
-def test_an_agents_team_change_goes_ahead_when_its_person_approves_the_pop_up_on_their_own_desktop(
-    make_hive: MakeHive, empty_runtime: Path, tmp_path: Path, desktop: Desktop
+@pytest.mark.parametrize("asker", ["an agent", "a script with no terminal"])
+def test_a_team_change_an_agent_or_a_script_asks_for_goes_ahead_when_the_person_approves_the_pop_up(
+    make_hive: MakeHive, empty_runtime: Path, tmp_path: Path, desktop: Desktop, asker: str
 ) -> None:
     # The person started the sidecar from their desktop session: that is where its pop-ups go.
     alice, _bob, harness, link = a_team_without_desktops(make_hive, empty_runtime, tmp_path, env=desktop.env)
-    agent_env = no_desktop_env(empty_runtime)  # the agent names no desktop; none is needed
-    replacing = as_agent(harness, alice, agent_env, "link", "--new")
+    agent_env = no_desktop_env(empty_runtime)  # the asker names no desktop; none is needed
+
+    def asks(*args: str) -> subprocess.Popen[str]:
+        return as_agent(harness, alice, agent_env, *args) if asker == "an agent" else as_script(alice, agent_env, *args)
+
+    replacing = asks("link", "--new")
     desktop.click("deny", which="confirm a team change")
     code, stderr = finished(replacing)
     assert code == 1 and "[needs_person]" in stderr, stderr
     assert secret(alice) == roster.decode_ticket(link).secret
-    removing = as_agent(harness, alice, agent_env, "remove", "bob")
+    removing = asks("remove", "bob")
     desktop.click("approve", which="confirm a team change")
     code, stderr = finished(removing)
     assert code == 0, stderr
@@ -763,17 +768,6 @@ def test_a_team_change_from_a_process_with_no_terminal_waits_for_the_person(
     assert secret(alice) == roster.decode_ticket(link).secret
     # The same command typed at the person's terminal (the suite's own: tests.conftest.at_a_terminal).
     assert alice.cli("remove", "bob", check=True).returncode == 0
-    assert labels(call(alice, "team_show")) == {"alice@m1"}
-
-
-def test_a_team_change_from_a_process_with_no_terminal_goes_ahead_once_the_person_approves_the_pop_up(
-    make_hive: MakeHive, empty_runtime: Path, tmp_path: Path, desktop: Desktop
-) -> None:
-    alice, _bob, _harness, _link = a_team_without_desktops(make_hive, empty_runtime, tmp_path, env=desktop.env)
-    removing = as_script(alice, no_desktop_env(empty_runtime), "remove", "bob")
-    desktop.click("approve", which="confirm a team change")
-    code, stderr = finished(removing)
-    assert code == 0, stderr
     assert labels(call(alice, "team_show")) == {"alice@m1"}
 
 
