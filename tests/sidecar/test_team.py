@@ -771,12 +771,13 @@ def test_a_team_change_from_a_process_with_no_terminal_waits_for_the_person(
     assert labels(call(alice, "team_show")) == {"alice@m1"}
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="handing a terminal to another user needs root")
 @pytest.mark.parametrize("owner", ["the person", "another user"])
 def test_only_a_terminal_the_person_owns_is_theirs(
     make_hive: MakeHive, empty_runtime: Path, tmp_path: Path, owner: str
 ) -> None:
-    """A terminal another login opened (``su`` to the person from someone else's) is not the person's."""
+    """A terminal another login opened (``su`` to the person from someone else's) is not the person's.
+
+    Handing a terminal to another user takes root, as the suite's network namespaces do."""
     alice, _bob, _harness, _link = a_team_without_desktops(make_hive, empty_runtime, tmp_path)
     master, slave = os.openpty()
     if owner == "another user":
