@@ -27,6 +27,7 @@ import pytest
 import tomlkit
 
 from hive.sidecar.base.paths import StatePaths
+from hive.sidecar.base.peer import proc_stat
 from hive.sidecar.client import start_detached
 
 REPO = Path(__file__).resolve().parent.parent
@@ -115,6 +116,12 @@ def pytest_configure(config: pytest.Config) -> None:
 PROMPTS = (b"[y/N] ", b"to confirm: ")
 
 
+def terminal_of_this_process() -> int:
+    """The device number of this process's controlling terminal (0: none)."""
+    found = proc_stat(os.getpid())
+    return found.tty if found else 0
+
+
 def at_a_terminal() -> None:
     """Run the suite as the person at a terminal of their own, as people run hive.
 
@@ -127,13 +134,13 @@ def at_a_terminal() -> None:
     Nobody types at it: a thread reads what is written there and declines every question hive asks
     on it (a person who did not ask for the change), so a command that asks never waits.
     """
-    if Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[4] != "0":
+    if terminal_of_this_process():
         return  # a terminal already (a developer's, or the controller's that xdist workers inherit)
     master, slave = pty.openpty()
     with contextlib.suppress(PermissionError):  # already leads its process group: see the check below
         os.setsid()
     os.close(os.open(os.ttyname(slave), os.O_RDWR))  # a session leader's first terminal becomes its own
-    if Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[4] == "0":
+    if not terminal_of_this_process():
         raise pytest.UsageError("the suite runs at a terminal and could not get one: run it with `setsid`")
 
     def decline() -> None:
