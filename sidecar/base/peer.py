@@ -35,6 +35,7 @@ asked like an agent. It is a local heuristic, not proof: where a desktop exists,
 from __future__ import annotations
 
 import glob
+import itertools
 import os
 import socket
 import stat as stat_mode
@@ -113,7 +114,7 @@ def terminal_owner(device: int) -> int | None:
     A pseudo-terminal is looked up by its number first (``/dev/pts/N``: major 136, minor N, the
     common case); any other by a scan of the terminals in ``/dev``."""
     named = [f"/dev/pts/{os.minor(device)}"] if os.major(device) == 136 else []
-    for path in (*named, *glob.glob("/dev/pts/*"), *glob.glob("/dev/tty*"), *glob.glob("/dev/console")):
+    for path in itertools.chain(named, glob.iglob("/dev/pts/*"), glob.iglob("/dev/tty*"), ["/dev/console"]):
         try:
             found = os.stat(path)
         except OSError:
