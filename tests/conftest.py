@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import ipaddress
 import json
 import os
@@ -114,6 +115,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 PROMPTS = (b"[y/N] ", b"to confirm: ")
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def terminal_of_this_process() -> int:
@@ -139,6 +141,9 @@ def at_a_terminal() -> None:
     master, slave = pty.openpty()
     with contextlib.suppress(PermissionError):  # already leads its process group: see the check below
         os.setsid()
+        # Out of its starter's process group, a kill of that group (a CI timeout) would miss the run:
+        # it ends with its parent instead.
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     os.close(os.open(os.ttyname(slave), os.O_RDWR))  # a session leader's first terminal becomes its own
     if not terminal_of_this_process():
         raise pytest.UsageError("the suite runs at a terminal and could not get one: run it with `setsid`")
