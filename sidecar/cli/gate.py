@@ -13,8 +13,8 @@ import sys
 import time
 from typing import Any
 
-from ..base.errors import BadRequest, ConfirmOnTerminal
-from .main import _call, _confirm_on_terminal, _print_json
+from ..base.errors import BadRequest
+from .main import _call, _print_json, add_actions, call_confirmed
 
 _SPAN = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhdw])$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -45,26 +45,20 @@ def _when(at: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at)) if at else "-"
 
 
-def _confirmed_call(op: str, **request: Any) -> dict[str, Any] | None:
-    """Call ``op``; when the sidecar asks for confirmation at this terminal, ask and repeat. None: declined."""
-    try:
-        return _call(op, **request)
-    except ConfirmOnTerminal as exc:
-        if not _confirm_on_terminal(exc.message):
-            return None
-        return _call(op, **request, confirmed_on_terminal=exc.message)
+def _window(args: argparse.Namespace, **request: Any) -> dict[str, Any]:
+    """A request for a person's items over a time: ``--since`` (when given) and ``--person`` added."""
+    if args.since:
+        request["since"] = parse_since(args.since)
+    if args.person:
+        request["person"] = args.person
+    return request
 
 
 # ---- commands ------------------------------------------------------------------------------
 
 
 def cmd_ledger(args: argparse.Namespace) -> int:
-    request: dict[str, Any] = {"limit": args.limit}
-    if args.since:
-        request["since"] = parse_since(args.since)
-    if args.person:
-        request["person"] = args.person
-    result = _call("gate_ledger", **request)
+    result = _call("gate_ledger", **_window(args, limit=args.limit))
     if args.json:
         _print_json(result)
         return 0
@@ -134,7 +128,7 @@ def cmd_prefs(args: argparse.Namespace) -> int:
                 )
                 return 1
             changes[key.strip()] = value.strip()
-        result = _confirmed_call("gate_prefs", set=changes, **request)
+        result = call_confirmed("gate_prefs", {**request, "set": changes})
         if result is None:
             print("hive: not changed", file=sys.stderr)
             return 1
@@ -150,7 +144,7 @@ def cmd_prefs(args: argparse.Namespace) -> int:
 
 
 def cmd_promote(args: argparse.Namespace) -> int:
-    result = _confirmed_call("gate_promote", source=args.source, demote=args.demote)
+    result = call_confirmed("gate_promote", {"source": args.source, "demote": args.demote})
     if result is None:
         print("hive: not changed", file=sys.stderr)
         return 1
@@ -185,10 +179,7 @@ def cmd_shadow(args: argparse.Namespace) -> int:
 
 
 def cmd_measures(args: argparse.Namespace) -> int:
-    request: dict[str, Any] = {"since": parse_since(args.since or "7d")}
-    if args.person:
-        request["person"] = args.person
-    result = _call("gate_measures", **request)
+    result = _call("gate_measures", **_window(args, since=parse_since("7d")))
     if args.json:
         _print_json(result)
         return 0
@@ -217,20 +208,9 @@ def cmd_acted(args: argparse.Namespace) -> int:
     return 0
 
 
-def run(args: argparse.Namespace) -> int:
-    return int(args.gate_func(args))
-
-
 def add_gate_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``hive gate`` subcommands."""
-    sub = parser.add_subparsers(dest="gate_command", required=True, metavar="ACTION")
-
-    def add(name: str, func: Any, help_text: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text, description=help_text)
-        p.set_defaults(gate_func=func)
-        p.add_argument("--json", action="store_true")
-        return p
-
+    add = add_actions(parser, "gate")
     p = add("ledger", cmd_ledger, "every decision the gate made: the item, the rule that decided, the time")
     p.add_argument("--since", help="2h, 30m, 7d, an ISO date or time, or epoch seconds")
     p.add_argument("--person", help="only this person's items")
@@ -261,12 +241,7 @@ def add_gate_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_digest(args: argparse.Namespace) -> int:
-    request: dict[str, Any] = {"peek": args.peek}
-    if args.since:
-        request["since"] = parse_since(args.since)
-    if args.person:
-        request["person"] = args.person
-    result = _call("digest", **request)
+    result = _call("digest", **_window(args, peek=args.peek))
     if args.json:
         _print_json(result)
         return 0

@@ -13,18 +13,7 @@ import sys
 import time
 from typing import Any
 
-from ..base.errors import ConfirmOnTerminal
-from .main import WIDTH, _call, _confirm_on_terminal, _print_json, clip
-
-
-def _history(**request: Any) -> dict[str, Any] | None:
-    """Call ``history``; when the sidecar asks for the terminal, ask there. None: not confirmed."""
-    try:
-        return _call("history", **request)
-    except ConfirmOnTerminal as exc:
-        if not _confirm_on_terminal(exc.message):
-            return None
-        return _call("history", **request, confirmed_on_terminal=exc.message)
+from .main import WIDTH, _call, _print_json, add_actions, call_confirmed, clip, print_note
 
 
 def _when(at: float | None) -> str:
@@ -60,15 +49,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def _change(args: argparse.Namespace, **request: Any) -> int:
-    result = _history(**request)
-    if result is None:
-        print("hive: not confirmed", file=sys.stderr)
-        return 1
-    if args.json:
-        _print_json(result)
-    else:
-        print(result["note"])
-    return 0
+    return print_note(args, call_confirmed("history", request), "not confirmed")
 
 
 def cmd_on(args: argparse.Namespace) -> int:
@@ -101,21 +82,9 @@ def cmd_search(args: argparse.Namespace) -> int:
     return 0
 
 
-def run(args: argparse.Namespace) -> int:
-    return int(args.history_func(args))
-
-
 def add_history_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``hive history`` subcommands (``status`` when none is given)."""
-    parser.set_defaults(history_func=cmd_status, json=False)
-    sub = parser.add_subparsers(dest="history_command", metavar="ACTION")
-
-    def add(name: str, func: Any, help_text: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text, description=help_text)
-        p.set_defaults(history_func=func)
-        p.add_argument("--json", action="store_true")
-        return p
-
+    add = add_actions(parser, "history", default=cmd_status)
     add("status", cmd_status, "whether your mail is archived, what waits, the team's anchor")
     add("on", cmd_on, "archive the mail you send and receive on this machine on the team's anchor")
     p = add("off", cmd_off, "stop archiving; what the anchor keeps stays unless --forget")

@@ -13,34 +13,18 @@ import sys
 import time
 from typing import Any
 
-from ..base.errors import BadRequest, ConfirmOnTerminal, Refused
-from .main import _call, _print_json
-
-
-def _ask_tty(text: str) -> str | None:
-    """The line typed at the controlling terminal itself (standard input may be a pipe), lowercased."""
-    try:
-        with open("/dev/tty", "r+b", buffering=0) as tty:  # unbuffered: a terminal cannot seek
-            tty.write(text.encode())
-            return tty.readline().decode(errors="replace").strip().lower()
-    except OSError:
-        return None
+from ..base.errors import BadRequest, Refused
+from .main import _call, _print_json, add_actions, ask_tty, call_confirmed, print_note
 
 
 def _typed(question: str, word: str) -> bool:
     """Only the verdict word, typed at the terminal, confirms."""
-    return _ask_tty(f"{question} Type {word} to confirm: ") == word
+    return ask_tty(f"{question} Type {word} to confirm: ") == word
 
 
 def _verdict_call(verdict: str, request: dict[str, Any]) -> dict[str, Any] | None:
-    """Call ``lesson_review``; when the sidecar asks for the terminal, have the verdict typed. None: declined."""
-    request = {**request, "verdict": verdict}
-    try:
-        return _call("lesson_review", **request)
-    except ConfirmOnTerminal as exc:
-        if not _typed(exc.message, verdict):
-            return None
-        return _call("lesson_review", **request, confirmed_on_terminal=exc.message)
+    """Call ``lesson_review``; at this terminal only the verdict word, typed, confirms. None: declined."""
+    return call_confirmed("lesson_review", {**request, "verdict": verdict}, lambda question: _typed(question, verdict))
 
 
 def _short(text: str, limit: int = 70) -> str:
@@ -198,7 +182,7 @@ def cmd_review(args: argparse.Namespace) -> int:
         print()
     if view["state"] not in ("proposed", "held"):
         raise Refused(f"lesson {view['id'][:12]} is {view['state']}: only a proposed or held lesson is reviewed")
-    typed = _ask_tty("Type approve or reject (anything else leaves it pending): ")
+    typed = ask_tty("Type approve or reject (anything else leaves it pending): ")
     if typed in ("approve", "reject"):
         from ..lessons.review import question
 
@@ -215,14 +199,7 @@ def cmd_review(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace, result: dict[str, Any] | None) -> int:
-    if result is None:
-        print("hive: nothing recorded; the lesson is still pending", file=sys.stderr)
-        return 1
-    if args.json:
-        _print_json(result)
-    else:
-        print(result["note"])
-    return 0
+    return print_note(args, result, "nothing recorded; the lesson is still pending")
 
 
 def cmd_verdict(args: argparse.Namespace) -> int:
@@ -279,10 +256,6 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
-def run(args: argparse.Namespace) -> int:
-    return int(args.lessons_func(args))
-
-
 # lessons.KINDS, spelled out: every `hive` command builds this parser, and lessons.py is not light.
 LESSON_KINDS = (
     "convention",
@@ -321,13 +294,7 @@ def _add_proposal_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_lessons_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``hive lessons`` subcommands."""
-    sub = parser.add_subparsers(dest="lessons_command", required=True, metavar="ACTION")
-
-    def add(name: str, func: Any, help_text: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text, description=help_text)
-        p.set_defaults(lessons_func=func)
-        p.add_argument("--json", action="store_true")
-        return p
+    add = add_actions(parser, "lessons")
 
     _add_proposal_arguments(add("propose", cmd_propose, "propose a lesson; its reviewer is asked"))
     p = add("list", cmd_list, "the lessons this machine holds, newest first")

@@ -11,8 +11,7 @@ import os
 import sys
 import time
 
-from ..base.errors import ConfirmOnTerminal
-from .main import WIDTH, AddCommand, _call, _confirm_on_terminal, _print_json, clip
+from .main import WIDTH, AddCommand, _call, _print_json, call_confirmed, clip
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # for the type checker only, as in .main
@@ -35,14 +34,10 @@ def cmd_send(args: argparse.Namespace) -> int:
     if args.file:
         request["files"] = [os.path.abspath(path) for path in args.file]
         request["cwd"] = os.getcwd()
-    try:
-        result = _call("send", **request)
-    except ConfirmOnTerminal as exc:
-        # No desktop: the sidecar lets the person confirm here, at this process's own terminal.
-        if not _confirm_on_terminal(exc.message):
-            print("hive: not sent", file=sys.stderr)
-            return 1
-        result = _call("send", **request, confirmed_on_terminal=exc.message)
+    result = call_confirmed("send", request)  # a group send, with no desktop: confirmed at this terminal
+    if result is None:
+        print("hive: not sent", file=sys.stderr)
+        return 1
     if args.json:
         _print_json(result)
         return 0

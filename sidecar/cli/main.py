@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from .. import __version__
-from ..base.errors import HiveError, Unreachable
+from ..base.errors import ConfirmOnTerminal, HiveError, Unreachable
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # typing is for the type checker only: importing it costs a command ~5 ms
@@ -84,20 +84,67 @@ def _call(op: str, autostart: bool = True, **args: Any) -> dict[str, Any]:
         return client.call(op, **args)
 
 
-def _confirm_on_terminal(question: str) -> bool:
-    """Ask on the controlling terminal itself: standard input may be a pipe carrying the message."""
+def ask_tty(text: str) -> str | None:
+    """The line typed at the controlling terminal itself (standard input may be a pipe carrying the
+    message), lowercased; None without a terminal."""
     try:
         with open("/dev/tty", "r+b", buffering=0) as tty:  # unbuffered: a terminal cannot seek
-            tty.write(f"{question} [y/N] ".encode())
-            return tty.readline().decode(errors="replace").strip().lower() in ("y", "yes")
+            tty.write(text.encode())
+            return tty.readline().decode(errors="replace").strip().lower()
     except OSError:
-        return False
+        return None
 
 
-def cmd_gate(args: argparse.Namespace) -> int:
-    from .gate import run  # the gate's commands live in their own module
+def _confirm_on_terminal(question: str) -> bool:
+    return ask_tty(f"{question} [y/N] ") in ("y", "yes")
 
-    return run(args)
+
+def call_confirmed(
+    op: str, request: dict[str, Any], ask: Callable[[str], bool] = _confirm_on_terminal
+) -> dict[str, Any] | None:
+    """Call ``op``. With no desktop the sidecar may want the person's yes at this command's own
+    terminal (``confirm_on_terminal``): ``ask`` puts its question there, and a yes calls again with
+    it. None: not confirmed."""
+    try:
+        return _call(op, **request)
+    except ConfirmOnTerminal as exc:
+        if not ask(exc.message):
+            return None
+        return _call(op, **request, confirmed_on_terminal=exc.message)
+
+
+def print_note(args: argparse.Namespace, result: dict[str, Any] | None, refused: str) -> int:
+    """A change's answer: its JSON with ``--json``, else its note. None (not confirmed): ``refused``, exit 1."""
+    if result is None:
+        print(f"hive: {refused}", file=sys.stderr)
+        return 1
+    if args.json:
+        _print_json(result)
+    else:
+        print(result["note"])
+    return 0
+
+
+def add_actions(parser: argparse.ArgumentParser, group: str, default: Command | None = None) -> AddCommand:
+    """The ACTION subcommands of a command group (``hive gate ledger``): the returned ``add`` gives
+    each a parser of its own with ``--json``. ``args.<group>_command`` names the one given; with a
+    ``default`` the group runs it when none is."""
+    if default is not None:
+        parser.set_defaults(action=default, json=False)
+    sub = parser.add_subparsers(dest=f"{group}_command", required=default is None, metavar="ACTION")
+
+    def add(name: str, func: Command, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(action=func)
+        p.add_argument("--json", action="store_true")
+        return p
+
+    return add
+
+
+def run_action(args: argparse.Namespace) -> int:
+    """A command group's action (see add_actions); its module was imported when its parser was built."""
+    return int(args.action(args))
 
 
 def cmd_digest(args: argparse.Namespace) -> int:
@@ -110,24 +157,6 @@ def cmd_why(args: argparse.Namespace) -> int:
     from .gate import cmd_why as why
 
     return why(args)
-
-
-def cmd_lessons(args: argparse.Namespace) -> int:
-    from .lessons import run  # the lessons' commands live in their own module
-
-    return run(args)
-
-
-def cmd_project(args: argparse.Namespace) -> int:
-    from .projects import run  # the project commands live in their own module
-
-    return run(args)
-
-
-def cmd_history(args: argparse.Namespace) -> int:
-    from .history import run  # the history commands live in their own module
-
-    return run(args)
 
 
 # Metavars that read as words where the option's own name would not (``--as NAME``, not ``AS_``).
@@ -230,26 +259,26 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     mail.add_arguments(add)
     harnesses.add_arguments(add)
     team.add_arguments(add)
-    p = add("gate", cmd_gate, "the gate: its ledger, why it told you (or not), your preferences, shadow sources")
+    p = add("gate", run_action, "the gate: its ledger, why it told you (or not), your preferences, shadow sources")
     if p is not _UNBUILT:
         from .gate import add_gate_arguments
 
         add_gate_arguments(p)
     p = add(
         "lessons",
-        cmd_lessons,
+        run_action,
         "the team's reviewed lessons: propose, search, review, retract, promote to skills, import",
     )
     if p is not _UNBUILT:
         from .lessons import add_lessons_arguments
 
         add_lessons_arguments(p)
-    p = add("project", cmd_project, "the project of this repository: its owner and members, who receives its lessons")
+    p = add("project", run_action, "the project of this repository: its owner and members, who receives its lessons")
     if p is not _UNBUILT:
         from .projects import add_project_arguments
 
         add_project_arguments(p)
-    p = add("history", cmd_history, "your mail archived on the team's anchor, opt-in: on, off, search")
+    p = add("history", run_action, "your mail archived on the team's anchor, opt-in: on, off, search")
     if p is not _UNBUILT:
         from .history import add_history_arguments
 

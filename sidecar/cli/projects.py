@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Any
 
-from ..base.errors import ConfirmOnTerminal
-from .main import _call, _confirm_on_terminal, _print_json
+from .main import _call, _print_json, add_actions, call_confirmed
 
 
 def _where(args: argparse.Namespace) -> dict[str, Any]:
@@ -40,14 +40,10 @@ def cmd_join(args: argparse.Namespace) -> int:
 
 
 def cmd_confirm(args: argparse.Namespace) -> int:
-    request = {**_where(args), "person": args.person}
-    try:
-        result = _call("project_confirm", **request)
-    except ConfirmOnTerminal as exc:
-        if not _confirm_on_terminal(exc.message):
-            print("hive: not confirmed")
-            return 1
-        result = _call("project_confirm", **request, confirmed_on_terminal=exc.message)
+    result = call_confirmed("project_confirm", {**_where(args), "person": args.person})
+    if result is None:
+        print("hive: not confirmed", file=sys.stderr)
+        return 1
     return _print(args, result)
 
 
@@ -55,20 +51,13 @@ def cmd_remove(args: argparse.Namespace) -> int:
     return _print(args, _call("project_remove", **_where(args), person=args.person))
 
 
-def run(args: argparse.Namespace) -> int:
-    return int(args.project_func(args))
-
-
 def add_project_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``hive project`` subcommands (``show`` when none is given)."""
-    parser.set_defaults(project_func=cmd_show)
-    sub = parser.add_subparsers(dest="project_command", metavar="ACTION")
+    actions = add_actions(parser, "project", default=cmd_show)
 
     def add(name: str, func: Any, help_text: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text, description=help_text)
-        p.set_defaults(project_func=func)
+        p = actions(name, func, help_text)
         p.add_argument("--repo", help="a remote URL or host/org/repo (default: the repository you are in)")
-        p.add_argument("--json", action="store_true")
         return p
 
     parser.set_defaults(repo=None, json=False)  # options are each action's: a subparser's defaults win
