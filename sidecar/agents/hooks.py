@@ -39,7 +39,6 @@ made, defanged and clipped by :mod:`hive.sidecar.presence.doing` as for every ot
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import sys
@@ -57,6 +56,7 @@ from ..base import procs
 from ..base.config import slug
 from ..base.errors import BadRequest, NotFound
 from ..base.git import git_facts
+from ..base.wire import parse
 from ..lessons import turn as lesson_turn
 from ..mail import codex_push
 from ..mail.injection import fit
@@ -108,10 +108,8 @@ class Caller:
 def _payload(request: dict[str, Any]) -> dict[str, Any]:
     raw = request.get("stdin")
     if isinstance(raw, str):
-        try:
-            value = json.loads(raw) if raw.strip() else {}
-        except ValueError:
-            value = {}
+        # A model's tool input is in it: nested past what parse takes, the event keeps no payload.
+        value = parse(raw) if raw.strip() else {}
     else:
         value = request.get("payload")
     return value if isinstance(value, dict) else {}

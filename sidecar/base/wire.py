@@ -1,7 +1,8 @@
 """Bounded JSON decoding and text checks for everything that arrives from outside the process.
 
 Both edges use :func:`decode`: a line on the local socket (``server``) and a frame on a mesh
-link (``transport``). The stdlib parser recurses once per nesting level and raises
+link (``transport``); what other programs write (a harness's files, a hook's stdin) is read with
+:func:`parse` and :func:`json_objects`. The stdlib parser recurses once per nesting level and raises
 ``RecursionError`` around a thousand levels, which nothing above it expected; an integer of
 thousands of digits raises a plain ``ValueError``; ``"\\ud800"`` decodes to a lone surrogate
 that later fails to encode (sqlite, the reply writer). Every one of those becomes one
@@ -12,11 +13,15 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from .errors import BadRequest
 
 MAX_DEPTH = 32  # the deepest object hive itself sends is under ten levels
+# What other programs write (a harness's transcript, a hook's stdin with a model's tool input) may
+# nest deeper than hive's own documents; the stdlib parser fails near 1,000 levels.
+FILE_DEPTH = 200
 MAX_KEYS = 100_000  # object members and array items in one document, all levels together
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -47,14 +52,14 @@ def proper_text(value: str) -> bool:
     return _SURROGATE.search(value) is None
 
 
-def decode(data: bytes, *, max_depth: int = MAX_DEPTH, max_keys: int = MAX_KEYS) -> Any:
-    """The JSON document in ``data`` (UTF-8), checked for depth, size and proper text.
+def decode(data: bytes | str, *, max_depth: int = MAX_DEPTH, max_keys: int = MAX_KEYS) -> Any:
+    """The JSON document in ``data`` (UTF-8 bytes, or text), checked for depth, size and proper text.
 
     Raises :class:`OverLimit` (depth, size), :class:`BadText` for lone surrogates (the document
     is attached) and :class:`WireError` for anything else; never another exception.
     """
     try:
-        text = data.decode("utf-8")
+        text = data if isinstance(data, str) else data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise WireError(f"the input is not UTF-8 (byte {exc.start})") from None
     try:
@@ -69,6 +74,24 @@ def decode(data: bytes, *, max_depth: int = MAX_DEPTH, max_keys: int = MAX_KEYS)
     if bad:
         raise BadText(bad, value)
     return value
+
+
+def parse(data: bytes | str) -> Any:
+    """The JSON document another program wrote (a file, a hook's stdin), or None when :func:`decode`
+    refuses it (at :data:`FILE_DEPTH`): what cannot be read is passed over, never raised."""
+    try:
+        return decode(data, max_depth=FILE_DEPTH)
+    except WireError:
+        return None
+
+
+def json_objects(lines: Iterable[bytes]) -> Iterator[dict[str, Any]]:
+    """The JSON objects among the lines of a JSON Lines file another program writes; a line that
+    is no object, or that :func:`parse` passes over, is skipped."""
+    for line in lines:
+        value = parse(line)
+        if isinstance(value, dict):
+            yield value
 
 
 def check(value: Any, *, max_depth: int = MAX_DEPTH, max_keys: int = MAX_KEYS) -> str:

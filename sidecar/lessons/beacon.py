@@ -20,13 +20,13 @@ The file is opened read-only, and nothing in it is changed.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..base.errors import BadRequest, NotFound
+from ..base.wire import parse
 
 SCHEMA = "beacon.learning.v1"
 TABLES = ("memories", "candidates")
@@ -88,12 +88,11 @@ def _records(db: sqlite3.Connection) -> list[tuple[str, dict[str, Any]]]:
             for value in row:
                 if not isinstance(value, str) or not value.lstrip().startswith("{"):
                     continue
-                try:
-                    record = json.loads(value)
-                except ValueError:
+                record = parse(value)
+                if not isinstance(record, dict):
                     continue
                 version = _get(record, "schema_version", "SchemaVersion", "schemaVersion")
-                if isinstance(record, dict) and isinstance(version, str) and SCHEMA in version:
+                if isinstance(version, str) and SCHEMA in version:
                     found.append((table, record))
                     break
     return found

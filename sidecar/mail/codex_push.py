@@ -32,7 +32,6 @@ session is downgraded and the mail shown at its next hook); ``read`` comes with 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ from hive.integrations import registry
 from hive.integrations.push import PushFailed
 
 from ..base.host import PerSidecar
+from ..base.wire import json_objects
 from ..presence import observe
 from ..sessions.registry import Session
 from .injection import fit
@@ -181,13 +181,7 @@ def _items(path: Path, offset: int) -> list[dict[str, Any]]:
             data = f.read()
     except OSError:
         return []
-    items = []
-    for line in data.split(b"\n")[:-1]:
-        with contextlib.suppress(ValueError):
-            item = json.loads(line)
-            if isinstance(item, dict):
-                items.append(item)
-    return items
+    return list(json_objects(data.split(b"\n")[:-1]))
 
 
 def verdict(pending: Pending, items: list[dict[str, Any]]) -> str:

@@ -19,8 +19,6 @@ by the client's ``clientInfo``; the tier stays whatever the hooks set.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import secrets
 from collections.abc import Mapping
@@ -30,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..base.errors import NotFound
 from ..base.peer import ancestor_pids
+from ..base.wire import parse
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import Context
@@ -109,8 +108,7 @@ def session_from_meta(meta: Mapping[str, Any] | None) -> str | None:
     for name, field in table.meta_objects:
         value = meta.get(name)
         if isinstance(value, str):
-            with contextlib.suppress(ValueError):
-                value = json.loads(value)
+            value = parse(value)
         if isinstance(value, dict):
             return _key(value.get(field))
     return None

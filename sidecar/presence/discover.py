@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import watchfiles
 
+from ..base.wire import json_objects, parse
 from ..sessions import folders
 from ..sessions.registry import pid_alive
 from . import doing, observe
@@ -134,8 +135,8 @@ def read_running(path: Path, harness: str) -> Found | None:
         stat = path.stat()
         if stat.st_size > MAX_FILE:
             return None
-        entry = json.loads(path.read_bytes())
-    except (OSError, ValueError):
+        entry = parse(path.read_bytes())
+    except OSError:
         return None
     if not isinstance(entry, dict):
         return None
@@ -170,13 +171,7 @@ def read_transcript(path: Path, harness: str, now: float) -> Found | None:
     except OSError:
         return None
     key = cwd = ""
-    for raw in head.split(b"\n")[:HEAD_LINES]:
-        try:
-            entry = json.loads(raw)
-        except ValueError:
-            continue
-        if not isinstance(entry, dict):
-            continue
+    for entry in json_objects(head.split(b"\n")[:HEAD_LINES]):
         for holder in (entry, entry.get("payload"), entry.get("session")):
             if isinstance(holder, dict):
                 source = holder.get("source")

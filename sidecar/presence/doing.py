@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import logging
 import os
 import re
@@ -41,6 +40,7 @@ import watchfiles
 
 from ..base.defang import one_line
 from ..base.host import PerSidecar
+from ..base.wire import json_objects, parse
 
 if TYPE_CHECKING:
     from ..sessions.registry import Session
@@ -66,13 +66,6 @@ def line(title: str, task: str) -> str:
 _PLAN_TEXT = re.compile(r'^\s*\{.*"(?:plan|todos)"\s*:\s*\[', re.S)
 
 
-def _decoded(text: str) -> Any:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return None
-
-
 def in_progress(value: Any) -> str | None:
     """The in-progress item of the first ``todos`` or ``plan`` array anywhere in ``value``.
 
@@ -92,7 +85,7 @@ def in_progress(value: Any) -> str | None:
                     return ""
             stack.extend(v for v in item.values() if isinstance(v, (dict, list)))
             # A tool call's arguments may be a JSON string (Codex's update_plan in its rollout).
-            stack.extend(_decoded(v) for v in item.values() if isinstance(v, str) and _PLAN_TEXT.search(v))
+            stack.extend(parse(v) for v in item.values() if isinstance(v, str) and _PLAN_TEXT.search(v))
         elif isinstance(item, list):
             stack.extend(v for v in item if isinstance(v, (dict, list)))
     return None
@@ -162,16 +155,14 @@ class Tail:
         except OSError:
             return {}
         if whole:
-            with contextlib.suppress(ValueError):
-                self._take(json.loads(data))
+            self._take(parse(data))
         else:
             if again:
                 self.rest = b""
             lines = (self.rest + data).split(b"\n")
             self.rest = lines.pop()  # an unfinished last line waits for the rest of it
-            for raw in lines:
-                with contextlib.suppress(ValueError):
-                    self._take(json.loads(raw))
+            for entry in json_objects(lines):
+                self._take(entry)
         title = self.title if self.title != before[0] else None
         task = self.task if self.task != before[1] else None
         if title is None and task is None:
@@ -218,13 +209,7 @@ class Titles:
             self.rest = b""
         lines = (self.rest + data).split(b"\n")
         self.rest = lines.pop()
-        for raw in lines:
-            try:
-                entry = json.loads(raw)
-            except ValueError:
-                continue
-            if not isinstance(entry, dict):
-                continue
+        for entry in json_objects(lines):
             ident = next((entry[k] for k in _ID_KEYS if isinstance(entry.get(k), str) and entry[k]), None)
             name = next((entry[k] for k in _NAME_KEYS if isinstance(entry.get(k), str)), None)
             if ident is None or name is None:
@@ -284,8 +269,8 @@ class Tasks:
             if size > MAX_TASK_BYTES:
                 continue
             try:
-                entry = json.loads(file.read_bytes())
-            except (OSError, ValueError):
+                entry = parse(file.read_bytes())
+            except OSError:
                 continue
             if isinstance(entry, dict) and str(entry.get("status", "")).lower() in IN_PROGRESS:
                 task = next((str(entry[k]) for k in _TEXT_KEYS if isinstance(entry.get(k), str) and entry[k]), "")

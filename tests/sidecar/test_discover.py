@@ -224,10 +224,8 @@ def test_sessions_found_in_a_folder_turned_off_are_never_listed(
         other.wait()
 
 
-def test_a_codex_session_is_found_from_its_recent_rollout_and_named_by_its_thread_name_and_plan(
-    make_hive: Any, home: Path, tmp_path: Path
-) -> None:
-    cwd, _ = git_repo(tmp_path / "api")
+def codex_rollout(home: Path, cwd: str) -> tuple[Path, Path]:
+    """A Codex session's rollout, written to just now, and Codex's thread index naming someone else."""
     day = home / ".codex" / "sessions" / "2026" / "12" / "02"
     day.mkdir(parents=True)
     meta = {
@@ -251,35 +249,44 @@ def test_a_codex_session_is_found_from_its_recent_rollout_and_named_by_its_threa
     index.write_text(
         json.dumps({"id": "someone-else", "thread_name": "Other", "updated_at": "x"}) + "\n", encoding="utf-8"
     )
-    hive = make_hive()
-    hive.start()
-    wait_for(lambda: session_at(hive, agent="codex", unmanaged=True), what="the codex session from its rollout")
-    assert [s["agent"] for s in ok(hive, "who", all=True)["sessions"]] == ["codex"]
-    # Codex names the thread in its index, and its update_plan call lands in the rollout.
-    with index.open("a", encoding="utf-8") as out:
-        out.write(json.dumps({"id": UUID, "thread_name": "Login flow", "updated_at": "2026-12-02T10:01:00Z"}) + "\n")
+    return rollout, index
+
+
+def append(path: Path, *lines: str) -> None:
+    with path.open("a", encoding="utf-8") as out:
+        out.write("".join(line + "\n" for line in lines))
+
+
+def name_and_plan(rollout: Path, index: Path) -> None:
+    """Codex names the thread in its index, and its update_plan call lands in the rollout."""
+    append(index, json.dumps({"id": UUID, "thread_name": "Login flow", "updated_at": "2026-12-02T10:01:00Z"}))
     plan = {
         "plan": [
             {"step": "read the handler", "status": "completed"},
             {"step": "add the refresh token", "status": "in_progress"},
         ]
     }
-    with rollout.open("a", encoding="utf-8") as out:
-        out.write(
-            json.dumps(
-                {
-                    "timestamp": "2026-12-02T10:01:00.000Z",
-                    "type": "response_item",
-                    "payload": {
-                        "type": "function_call",
-                        "name": "update_plan",
-                        "arguments": json.dumps(plan),
-                        "call_id": "call_1",
-                    },
-                }
-            )
-            + "\n"
-        )
+    call = {"type": "function_call", "name": "update_plan", "arguments": json.dumps(plan), "call_id": "call_1"}
+    append(rollout, json.dumps({"timestamp": "2026-12-02T10:01:00.000Z", "type": "response_item", "payload": call}))
+
+
+@pytest.mark.parametrize("after", ["", "lines nested thousands deep or with a lone surrogate"])
+def test_a_codex_session_is_found_from_its_recent_rollout_and_named_by_its_thread_name_and_plan(
+    make_hive: Any, home: Path, tmp_path: Path, after: str
+) -> None:
+    cwd, _ = git_repo(tmp_path / "api")
+    rollout, index = codex_rollout(home, cwd)
+    hive = make_hive()
+    hive.start()
+    wait_for(lambda: session_at(hive, agent="codex", unmanaged=True), what="the codex session from its rollout")
+    assert [s["agent"] for s in ok(hive, "who", all=True)["sessions"]] == ["codex"]
+    if after:
+        # What the harness wrote is passed over: a tool's output kept as structure 5,000 deep (the
+        # stdlib parser's RecursionError stopped every transcript's reader), a thread name with a lone
+        # UTF-16 surrogate (a JSON escape: no text the database or a teammate could take).
+        append(rollout, '{"type": "response_item", "payload": ' + "[" * 5000 + "]" * 5000 + "}")
+        append(index, json.dumps({"id": UUID, "thread_name": "?"}).replace("?", "\\ud800 half a character"))
+    name_and_plan(rollout, index)
     wait_for(
         lambda: session_at(hive, agent="codex", doing="Login flow · add the refresh token"),
         what="doing from the thread index and the plan",

@@ -551,6 +551,22 @@ def test_two_sessions_on_two_machines_editing_one_file_each_get_exactly_one_noti
         bob.stop()
 
 
+def test_a_hook_whose_tool_input_nests_thousands_deep_is_answered_and_the_session_goes_on(
+    hive: Hive, tmp_path: Path
+) -> None:
+    # The model writes the tool input: the harness passes it on as hook stdin, nested as deep as it was.
+    cwd = str(tmp_path)
+    hook(hive, "claude-code", "SessionStart", claude("deep", cwd, "SessionStart", source="startup"))
+    deep = json.dumps(claude("deep", cwd, "PostToolUse", tool_name="Edit", tool_input={"x": 0}))
+    deep = deep.replace('{"x": 0}', "[" * 5000 + "]" * 5000)
+    with hive.connect() as conn:
+        conn.send_line({"id": 1, "op": "hook", "harness": "claude-code", "event": "PostToolUse", "stdin": deep})
+        reply = conn.read()
+    assert reply["ok"], reply  # it was an internal error: the stdlib parser's RecursionError
+    hook(hive, "claude-code", "PostToolUse", claude_edit("deep", cwd, f"{cwd}/src/app.py"))
+    assert any(e["path"] == f"{cwd}/src/app.py" for e in events(hive, "deep"))
+
+
 # ---- doing -----------------------------------------------------------------------------------------
 
 
