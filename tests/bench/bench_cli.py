@@ -35,13 +35,15 @@ machines that run this are small and noisy. Bytecode is written for the processe
 drops ``PYTHONDONTWRITEBYTECODE``), so after the warm-up round they load compiled modules, as an
 installed hive does. At the end the sidecar and agent-peer's listener are stopped and the folder removed.
 
-Measured on the 2-core dev machine, busy with other work (20 samples, p50 / p99, ratio to its
-baseline), installed from the wheel: floor 46 / 93 ms; ``hive --help`` 53 / 89 ms (1.14x),
-``--version`` 54 / 84 ms (1.17x), ``hive send`` 79 / 127 ms (1.72x), ``hive inbox`` 57 / 95 ms
-(1.24x); a message to a waiting reader: reference 58 / 233 ms, hive 76 / 122 ms (1.30x),
-agent-peer 203 / 444 ms (3.48x). hive takes 0.37 of agent-peer's time, not the quarter aimed at:
-the reference client alone, a bare stdlib client to the same sidecar, takes 0.29 of it. agent-peer
-loses its time in its reader's 100 ms poll of an inbox file and its ``send``'s own start.
+Measured on a quiet 2-core machine (load average under 1; 20 samples, p50 / p99, ratio to its
+baseline), installed from the wheel: floor 21.5 / 35 ms; ``hive --help`` 26 / 40 ms (1.22x),
+``--version`` 26 / 41 ms (1.19x), ``hive send`` 39 / 51 ms (1.82x), ``hive inbox`` 32 / 44 ms
+(1.48x); a message to a waiting reader: reference 30 / 38 ms, hive 40 / 53 ms (1.30x), agent-peer
+201 / 203 ms: hive takes 0.20 of agent-peer's time (0.17 in a second run), within the quarter aimed
+at. That share follows the machine's load: agent-peer's time is mostly its reader's 100 ms poll of
+an inbox file, which does not grow when the machine is busy, while every Python process start does.
+On the same kind of machine busy with other work (floor 46 / 93 ms) hive took 76 / 122 ms, 0.37
+of agent-peer's 203 / 444 ms, and the reference client alone 0.29.
 
 Before (same machine, quieter, installed wheel, 15 samples p50, measured by hand before this bench
 installed one): floor 28 ms; ``--help`` 42 ms (1.49x), ``send`` 64 ms (2.25x), ``inbox`` 58 ms
