@@ -18,6 +18,8 @@ from pathlib import Path
 
 import hive.sidecar
 
+from ..conftest import REPO
+
 SIDECAR = Path(hive.sidecar.__file__).parent
 
 # Bottom to top. The client side (the CLI, the MCP server, the client library, ``python -m
@@ -122,6 +124,18 @@ def test_no_module_of_the_sidecar_is_over_700_lines() -> None:
 def test_every_folder_of_the_sidecar_is_a_known_layer() -> None:
     folders = {p.name for p in SIDECAR.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     assert folders == set(LAYERS) | (set(CLIENT_SIDE) - {"client", "__main__"})
+
+
+def test_readmes_layout_lists_the_sidecars_folders_in_their_layer_order() -> None:
+    block = (REPO / "README.md").read_text(encoding="utf-8").split("## Layout", 1)[1].split("```")[1]
+    listed: list[str] = []
+    for line in block.splitlines():
+        if line.startswith("  ") and not line.startswith("   "):  # a folder of sidecar/, or two: "cli/ mcp/"
+            for word in line.split():
+                if not word.endswith("/"):
+                    break
+                listed.append(word.rstrip("/"))
+    assert listed == [*LAYERS, "cli", "mcp"]
 
 
 def test_base_imports_nothing_of_the_sidecar_above_it() -> None:
